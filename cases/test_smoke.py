@@ -1,0 +1,36 @@
+"""Smoke: the venv holds exactly the target's pins, and the Megatron imported is the one installed.
+
+Runs first in every target session; without it a mis-installed venv would run every other case against the wrong
+Megatron and report green.
+"""
+
+from __future__ import annotations
+
+import importlib.metadata
+from pathlib import Path
+
+import pytest
+
+from harness.installed import installed_versions, megatron_origin, pin_mismatches
+from harness.matrix import MEGATRON_DISTRIBUTION, Target
+
+pytestmark = pytest.mark.contract("smoke", symbol="megatron-core")
+
+
+def test_installed_versions_are_the_pins(target: Target) -> None:
+    problems = pin_mismatches(target, installed_versions(), megatron_origin())
+    assert not problems, f"target {target.session}: the venv does not hold the pins: " + "; ".join(problems)
+
+
+def test_megatron_is_imported_from_the_installed_distribution(target: Target) -> None:
+    import megatron.core
+
+    files = importlib.metadata.distribution(MEGATRON_DISTRIBUTION).files or []
+    init = next((f for f in files if str(f).replace("\\", "/") == "megatron/core/__init__.py"), None)
+    assert init is not None, f"target {target.session}: {MEGATRON_DISTRIBUTION} does not ship megatron/core"
+    installed_path = Path(init.locate()).resolve()
+    imported_path = Path(megatron.core.__file__).resolve()
+    assert imported_path == installed_path, (
+        f"target {target.session}: megatron.core is imported from {imported_path}, "
+        f"not from the installed {MEGATRON_DISTRIBUTION} at {installed_path}"
+    )

@@ -1,0 +1,1 @@
+"""Machinery of the megatron-conformance gate: matrix, subject loading, pytest plugin, rank pool, reports."""

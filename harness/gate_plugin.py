@@ -1,0 +1,147 @@
+"""The pytest plugin every target session runs the cases with.
+
+It owns what is common to all cases: which target and subject are in force, expected failures, the one-line repro
+attached to every red, and ``reports/<session>/summary.json``. Case modules only assert their contract.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shlex
+import time
+from pathlib import Path
+from types import ModuleType
+from typing import Any
+
+import pytest
+
+from harness import expected_failures, hypothesis_profiles
+from harness.installed import installed_versions, megatron_origin
+from harness.matrix import Matrix, Target, load_matrix
+from harness.subject import REFERENCE_SUBJECT, SUBJECT_ENV_VAR, load_subject, subject_spec
+
+REPO_ROOT = Path(__file__).resolve().parent.parent
+TARGET_ENV_VAR = "MEGATRON_CONFORMANCE_TARGET"
+MATRIX_ENV_VAR = "MEGATRON_CONFORMANCE_MATRIX"
+REPORT_COUNTS = ("passed", "failed", "error", "skipped", "xfailed", "xpassed")
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    hypothesis_profiles.register()
+    group = parser.getgroup("megatron-conformance")
+    group.addoption("--target", default=os.environ.get(TARGET_ENV_VAR), help="session name of the target in force")
+    group.addoption(
+        "--matrix",
+        default=os.environ.get(MATRIX_ENV_VAR, str(REPO_ROOT / "matrix.yaml")),
+        help="matrix file that defines the target",
+    )
+    group.addoption("--subject", default=None, help=f"subject module or .py path (default: ${SUBJECT_ENV_VAR})")
+    group.addoption("--report-dir", default=None, help="where summary.json goes (default: reports/<target>)")
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    config.addinivalue_line("markers", "contract(name, symbol): the contract and subject symbol a case checks")
+    hypothesis_profiles.load_default(config)
+    name = config.getoption("--target")
+    if not name:
+        raise pytest.UsageError(f"no target: pass --target <session> or set {TARGET_ENV_VAR} (see matrix.yaml)")
+    matrix = load_matrix(config.getoption("--matrix"))
+    config.stash[_MATRIX] = matrix
+    config.stash[_TARGET] = matrix.target(name)
+    config.stash[_STARTED] = time.monotonic()
+    config.stash[_STALE] = []
+
+
+_MATRIX = pytest.StashKey[Matrix]()
+_TARGET = pytest.StashKey[Target]()
+_STARTED = pytest.StashKey[float]()
+_STALE = pytest.StashKey[list]()
+
+
+@pytest.fixture(scope="session")
+def target(pytestconfig: pytest.Config) -> Target:
+    """The target this session runs against."""
+    return pytestconfig.stash[_TARGET]
+
+
+@pytest.fixture(scope="session")
+def subject(pytestconfig: pytest.Config) -> ModuleType:
+    """The subject under test, imported once per session."""
+    return load_subject(subject_spec(pytestconfig.getoption("--subject")))
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    target = config.stash[_TARGET]
+    prefixes = expected_failures.read(target.expected_failures)
+    config.stash[_STALE] = expected_failures.apply(prefixes, items, target.expected_failures)
+
+
+def pytest_xdist_node_collection_finished(node: Any, ids: list[str]) -> None:
+    config = node.config
+    prefixes = expected_failures.read(config.stash[_TARGET].expected_failures)
+    config.stash[_STALE] = expected_failures.stale(prefixes, ids)
+
+
+def repro_command(config: pytest.Config, nodeid: str) -> str:
+    """The shell line that re-runs one case on this target with this subject."""
+    target = config.stash[_TARGET]
+    prefix = ""
+    spec = subject_spec(config.getoption("--subject"))
+    if spec != REFERENCE_SUBJECT:
+        prefix = f"{SUBJECT_ENV_VAR}={shlex.quote(spec)} "
+    return f"{prefix}nox -R -s {target.session} -- {shlex.quote(nodeid)}"
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) -> Any:
+    outcome = yield
+    report = outcome.get_result()
+    if not report.failed or not hasattr(report.longrepr, "addsection"):
+        return
+    marker = item.get_closest_marker("contract")
+    contract = marker.args[0] if marker else item.module.__name__.rsplit(".", 1)[-1]
+    symbol = marker.kwargs.get("symbol", "-") if marker else "-"
+    target = item.config.stash[_TARGET]
+    report.longrepr.addsection(
+        "megatron-conformance",
+        f"target {target.session} | contract {contract} | symbol {symbol}\n"
+        f"repro: {repro_command(item.config, report.nodeid)}",
+    )
+
+
+def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
+    config = session.config
+    if hasattr(config, "workerinput"):
+        return
+    target = config.stash[_TARGET]
+    report_dir = Path(config.getoption("--report-dir") or REPO_ROOT / "reports" / target.session)
+    report_dir.mkdir(parents=True, exist_ok=True)
+    reporter = config.pluginmanager.get_plugin("terminalreporter")
+    stats = reporter.stats if reporter else {}
+    counts = {key: len(stats.get(key, [])) for key in REPORT_COUNTS}
+    summary = {
+        "target": target.session,
+        "subject": subject_spec(config.getoption("--subject")),
+        "pins": {
+            "megatron": target.megatron.location,
+            "torch": str(target.torch),
+            "numpy": str(target.numpy) if target.numpy else None,
+            "python": target.python,
+        },
+        "installed": installed_versions(),
+        "megatron_origin": megatron_origin(),
+        "counts": counts,
+        "stale_expected_failures": config.stash[_STALE],
+        "exit_status": int(exitstatus),
+        "wall_time_s": round(time.monotonic() - config.stash[_STARTED], 2),
+    }
+    (report_dir / "summary.json").write_text(json.dumps(summary, indent=2) + "\n")
+
+
+def pytest_terminal_summary(terminalreporter: Any, config: pytest.Config) -> None:
+    stale = config.stash.get(_STALE, [])
+    if stale:
+        terminalreporter.write_sep("-", "stale expected failures")
+        for prefix in stale:
+            terminalreporter.write_line(f"{config.stash[_TARGET].expected_failures}: {prefix!r} matches no test")

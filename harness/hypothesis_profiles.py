@@ -1,0 +1,36 @@
+"""Hypothesis profiles shared by the cases and the harness tests.
+
+``ci`` is derandomized (a red in CI replays identically on a laptop), has no deadline (shared 2-core machines make
+per-example timing meaningless) and prints the ``@reproduce_failure`` blob; ``dev`` is quicker, ``thorough`` digs.
+"""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+from hypothesis import HealthCheck, settings
+
+PROFILES = {
+    "ci": {"max_examples": 200, "derandomize": True},
+    "dev": {"max_examples": 50},
+    "thorough": {"max_examples": 2000},
+}
+
+
+def register() -> None:
+    """Register the profiles; must run before hypothesis' own plugin reads ``--hypothesis-profile``."""
+    for name, options in PROFILES.items():
+        settings.register_profile(
+            name,
+            deadline=None,
+            print_blob=True,
+            suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
+            **options,
+        )
+
+
+def load_default(config: pytest.Config) -> None:
+    """Load ``ci`` under ``CI=true``, else ``dev``, unless ``--hypothesis-profile`` chose one."""
+    if not config.getoption("hypothesis_profile", default=None):
+        settings.load_profile("ci" if os.environ.get("CI", "").lower() == "true" else "dev")

@@ -1,0 +1,86 @@
+"""What is actually installed in the running interpreter, compared with what the target pins.
+
+A target whose venv silently holds another Megatron or torch than the matrix says would make every green cell a lie,
+so the gate reads the installed distributions and reports each difference in words.
+"""
+
+from __future__ import annotations
+
+import importlib.metadata
+import json
+import platform
+from pathlib import Path
+from urllib.parse import unquote, urlparse
+
+from packaging.version import Version
+
+from harness.matrix import MEGATRON_DISTRIBUTION, Target
+
+PINNED_DISTRIBUTIONS = (MEGATRON_DISTRIBUTION, "torch", "numpy")
+
+
+def installed_versions() -> dict[str, str | None]:
+    """Versions of the pinned distributions and of Python in this interpreter (``None`` when absent)."""
+    versions: dict[str, str | None] = {"python": platform.python_version()}
+    for dist in PINNED_DISTRIBUTIONS:
+        try:
+            versions[dist] = importlib.metadata.version(dist)
+        except importlib.metadata.PackageNotFoundError:
+            versions[dist] = None
+    return versions
+
+
+def megatron_origin() -> str | None:
+    """Where pip recorded the installed megatron-core came from (a file path or URL); ``None`` for an index."""
+    try:
+        raw = importlib.metadata.distribution(MEGATRON_DISTRIBUTION).read_text("direct_url.json")
+    except importlib.metadata.PackageNotFoundError:
+        return None
+    if not raw:
+        return None
+    record = json.loads(raw)
+    url = record["url"]
+    if "vcs_info" in record:
+        return f"git+{url}"
+    parsed = urlparse(url)
+    return unquote(parsed.path) if parsed.scheme == "file" else url
+
+
+def pin_mismatches(target: Target, versions: dict[str, str | None], origin: str | None) -> list[str]:
+    """Every way the installed versions differ from ``target``'s pins; empty when they all hold."""
+    problems: list[str] = []
+
+    def check(dist: str, spec: object) -> None:
+        found = versions.get(dist)
+        if found is None:
+            problems.append(f"{dist} is not installed (pin {spec})")
+        elif not spec.contains(Version(found), prereleases=True):  # type: ignore[attr-defined]
+            problems.append(f"{dist} {found} is installed, the pin is {spec}")
+
+    if target.megatron.version is not None:
+        check(MEGATRON_DISTRIBUTION, target.megatron.version)
+    elif versions.get(MEGATRON_DISTRIBUTION) is None:
+        problems.append(f"{MEGATRON_DISTRIBUTION} is not installed")
+    check("torch", target.torch)
+    if target.numpy is not None:
+        check("numpy", target.numpy)
+    if versions["python"].rsplit(".", 1)[0] != target.python:
+        problems.append(f"python {versions['python']} runs, the target asks for {target.python}")
+    expected_origin = _expected_origin(target)
+    if expected_origin != origin:
+        problems.append(
+            f"{MEGATRON_DISTRIBUTION} was installed from {origin or 'a package index'}, "
+            f"the target names {expected_origin or 'a package index'}"
+        )
+    return problems
+
+
+def _expected_origin(target: Target) -> str | None:
+    source = target.megatron
+    if source.kind == "pypi":
+        return None
+    if source.kind == "git":
+        url = source.location.split("#", 1)[0]
+        scheme, _, rest = url.partition("://")
+        return f"{scheme}://{rest.split('@', 1)[0]}" if "@" in rest.split("/", 1)[-1] else url
+    return str(Path(source.location))

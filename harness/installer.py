@@ -1,0 +1,70 @@
+"""Installing a target's pins into its nox venv, with pip or with uv.
+
+pip honours this machine's pip configuration (find-links to the local CPU torch wheel, the torch constraint). uv
+ignores pip's configuration, so when uv is the backend the same find-links, constraints and indexes are handed to it
+explicitly, bytecode is compiled (uv skips it and imports of torch/Megatron then cost twice as long), and the CPU
+torch build is preferred; otherwise uv would resolve torch to the multi-GB CUDA build.
+"""
+
+from __future__ import annotations
+
+import configparser
+import os
+import shlex
+from pathlib import Path
+
+PIP_CONFIG_FILES = (
+    Path("/etc/pip.conf"),
+    Path("/etc/xdg/pip/pip.conf"),
+    Path.home() / ".pip" / "pip.conf",
+    Path.home() / ".config" / "pip" / "pip.conf",
+)
+PASSED_TO_UV = {
+    "find-links": "--find-links",
+    "constraint": "--constraint",
+    "extra-index-url": "--extra-index-url",
+    "index-url": "--index-url",
+}
+HARNESS_REQUIREMENTS = ("pytest", "pytest-xdist", "hypothesis", "pyyaml", "packaging")
+
+
+def pip_settings(environ: dict[str, str] | None = None) -> dict[str, list[str]]:
+    """The pip settings uv must be told about, read the way pip reads them (files, then ``PIP_*`` variables)."""
+    environ = dict(os.environ if environ is None else environ)
+    parser = configparser.ConfigParser()
+    files = [*PIP_CONFIG_FILES]
+    if environ.get("PIP_CONFIG_FILE"):
+        files.append(Path(environ["PIP_CONFIG_FILE"]))
+    parser.read([str(f) for f in files if f.is_file()])
+    settings: dict[str, list[str]] = {}
+    for key in PASSED_TO_UV:
+        value = environ.get(f"PIP_{key.upper().replace('-', '_')}")
+        if value is None and parser.has_option("global", key):
+            value = parser.get("global", key)
+        if value:
+            settings[key] = value.split()
+    return settings
+
+
+def uv_options(settings: dict[str, list[str]]) -> list[str]:
+    """uv command-line options equivalent to ``settings``, plus bytecode compilation."""
+    options = ["--compile-bytecode"]
+    for key, flag in PASSED_TO_UV.items():
+        for value in settings.get(key, []):
+            options += [flag, value]
+    if settings.get("find-links") or settings.get("extra-index-url"):
+        options += ["--index-strategy", "unsafe-best-match"]
+    return options
+
+
+def install_command(requirements: list[str], backend: str) -> list[str]:
+    """The ``session.install`` arguments for ``requirements`` under ``backend`` ('venv', 'virtualenv' or 'uv')."""
+    if backend == "uv":
+        return [*uv_options(pip_settings()), *requirements]
+    return list(requirements)
+
+
+def describe(requirements: list[str], backend: str) -> str:
+    """A one-line shell rendering of the install, for error messages."""
+    tool = "uv pip install" if backend == "uv" else "pip install"
+    return f"{tool} {shlex.join(install_command(requirements, backend))}"
