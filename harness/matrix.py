@@ -69,6 +69,9 @@ class Target:
     provider: ProviderContract
     raw: dict[str, Any] = field(repr=False, compare=False, default_factory=dict)
 
+    def __repr__(self) -> str:
+        return f"Target({self.session!r})"
+
     def requirements(self) -> list[str]:
         """Everything pinned by the target, in install order (Megatron first, pins after)."""
         reqs = [self.megatron.requirement(), f"torch{self.torch}"]

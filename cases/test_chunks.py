@@ -1,0 +1,181 @@
+"""Contract: chunk splitting. Properties of the subject's ``split_into_chunks`` on generated grad populations.
+
+Each property names itself in its failure message, so a red says which promise broke: partition, alignment,
+budget, no-empty, greedy tightness, element-size accounting, budget validation or linear cost.
+"""
+
+from __future__ import annotations
+
+import sys
+import time
+from types import ModuleType
+
+import pytest
+import torch
+from hypothesis import given
+from hypothesis import strategies as st
+
+from harness.grad_populations import TensorSpec, budgets_for, gpt_layer_specs, populations
+from harness.matrix import Target
+
+SYMBOL = "split_into_chunks"
+pytestmark = pytest.mark.contract("chunk-splitting", symbol=SYMBOL)
+
+
+def nbytes(tensor: torch.Tensor) -> int:
+    return tensor.numel() * tensor.element_size()
+
+
+def materialise(specs: list[TensorSpec]) -> tuple[list[torch.nn.Parameter], list[torch.Tensor]]:
+    grads = [spec.empty() for spec in specs]
+    params = [torch.nn.Parameter(torch.empty(0)) for _ in specs]
+    return params, grads
+
+
+def split(subject: ModuleType, params: list, grads: list, budget: int) -> list[tuple[list, list]]:
+    chunks = [(list(p), list(g)) for p, g in subject.split_into_chunks(params, grads, budget)]
+    return chunks
+
+
+def violation(target: Target, prop: str, detail: str) -> str:
+    return f"[{target.session}] chunk-splitting property '{prop}' violated by {SYMBOL}: {detail}"
+
+
+@st.composite
+def population_and_budget(draw: st.DrawFn) -> tuple[list[TensorSpec], int]:
+    specs = draw(populations())
+    return specs, draw(budgets_for(specs))
+
+
+@given(population_and_budget())
+def test_partition(subject: ModuleType, target: Target, case: tuple[list[TensorSpec], int]) -> None:
+    specs, budget = case
+    params, grads = materialise(specs)
+    chunks = split(subject, params, grads, budget)
+    flat_params = [p for chunk_params, _ in chunks for p in chunk_params]
+    flat_grads = [g for _, chunk_grads in chunks for g in chunk_grads]
+    same = len(flat_grads) == len(grads) and all(a is b for a, b in zip(flat_grads, grads))
+    same = same and len(flat_params) == len(params) and all(a is b for a, b in zip(flat_params, params))
+    assert same, violation(
+        target,
+        "partition",
+        f"the chunks concatenated are not the input sequence (input {len(grads)} tensors, "
+        f"chunks hold {len(flat_grads)} grads / {len(flat_params)} params; budget {budget})",
+    )
+
+
+@given(population_and_budget())
+def test_alignment(subject: ModuleType, target: Target, case: tuple[list[TensorSpec], int]) -> None:
+    specs, budget = case
+    params, grads = materialise(specs)
+    grad_of = {id(p): g for p, g in zip(params, grads)}
+    for index, (chunk_params, chunk_grads) in enumerate(split(subject, params, grads, budget)):
+        assert len(chunk_params) == len(chunk_grads), violation(
+            target, "alignment", f"chunk {index} holds {len(chunk_params)} params but {len(chunk_grads)} grads"
+        )
+        for position, (param, grad) in enumerate(zip(chunk_params, chunk_grads)):
+            assert grad_of.get(id(param)) is grad, violation(
+                target, "alignment", f"chunk {index} position {position}: the grad is not the grad of its param"
+            )
+
+
+@given(population_and_budget())
+def test_budget_and_oversize_alone(subject: ModuleType, target: Target, case: tuple[list[TensorSpec], int]) -> None:
+    specs, budget = case
+    params, grads = materialise(specs)
+    for index, (_, chunk_grads) in enumerate(split(subject, params, grads, budget)):
+        oversize = [nbytes(g) for g in chunk_grads if nbytes(g) > budget]
+        assert not oversize or len(chunk_grads) == 1, violation(
+            target, "oversize alone", f"chunk {index} mixes a {oversize[0]}-byte grad (> budget {budget}) with others"
+        )
+        size = sum(nbytes(g) for g in chunk_grads)
+        assert len(chunk_grads) == 1 or size <= budget, violation(
+            target, "budget", f"chunk {index} of {len(chunk_grads)} grads holds {size} bytes > budget {budget}"
+        )
+
+
+@given(population_and_budget())
+def test_no_empty_chunks(subject: ModuleType, target: Target, case: tuple[list[TensorSpec], int]) -> None:
+    specs, budget = case
+    params, grads = materialise(specs)
+    chunks = split(subject, params, grads, budget)
+    empty = [i for i, (p, g) in enumerate(chunks) if not p or not g]
+    assert not empty, violation(target, "no empty chunk", f"chunks {empty} are empty (budget {budget})")
+    if not specs:
+        assert chunks == [], violation(target, "no empty chunk", f"empty input gave {len(chunks)} chunks")
+
+
+@given(population_and_budget())
+def test_greedy_tightness(subject: ModuleType, target: Target, case: tuple[list[TensorSpec], int]) -> None:
+    specs, budget = case
+    params, grads = materialise(specs)
+    chunks = split(subject, params, grads, budget)
+    for index in range(len(chunks) - 1):
+        size = sum(nbytes(g) for g in chunks[index][1])
+        following = nbytes(chunks[index + 1][1][0]) if chunks[index + 1][1] else 0
+        if size <= budget:
+            assert size + following > budget, violation(
+                target,
+                "greedy tightness",
+                f"chunk {index} ({size} bytes) could have taken the next grad ({following} bytes) within budget "
+                f"{budget}: {len(chunks)} collectives where fewer suffice",
+            )
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.float16])
+def test_bytes_use_element_size(subject: ModuleType, target: Target, dtype: torch.dtype) -> None:
+    element = torch.empty((), dtype=dtype).element_size()
+    specs = [TensorSpec(f"t{i}", (4, 3), dtype, transposed=i % 2 == 1) for i in range(6)]
+    params, grads = materialise(specs)
+    budget = 2 * 12 * element
+    sizes = [len(g) for _, g in split(subject, params, grads, budget)]
+    assert sizes == [2, 2, 2], violation(
+        target,
+        "element-size bytes",
+        f"six {dtype} grads of 12 elements ({12 * element} bytes each) under a {budget}-byte budget must form "
+        f"chunks of 2, got chunk sizes {sizes}",
+    )
+
+
+@pytest.mark.parametrize("budget", [0, -1, 1.5, "64", None, True])
+def test_invalid_budget_is_a_value_error(subject: ModuleType, target: Target, budget: object) -> None:
+    params, grads = materialise([TensorSpec("t", (2,), torch.float32)])
+    try:
+        subject.split_into_chunks(params, grads, budget)
+    except ValueError:
+        return
+    except Exception as err:
+        pytest.fail(violation(target, "budget validation", f"budget {budget!r} raised {err!r}, not ValueError"))
+    pytest.fail(violation(target, "budget validation", f"budget {budget!r} was accepted silently"))
+
+
+def _profiled_events(subject: ModuleType, count: int, budget: int | None) -> int:
+    specs = gpt_layer_specs(num_layers=count // 8 + 1, hidden=4, dtype=torch.float32)[:count]
+    params, grads = materialise(specs)
+    events = 0
+
+    def counter(frame: object, event: str, arg: object) -> None:
+        nonlocal events
+        events += 1
+
+    sys.setprofile(counter)
+    try:
+        subject.split_into_chunks(params, grads, budget or sum(nbytes(g) for g in grads))
+    finally:
+        sys.setprofile(None)
+    return events
+
+
+@pytest.mark.parametrize(
+    ("small", "budget"), [(10_000, 64), (1_000, None)], ids=["many-short-chunks", "one-long-chunk"]
+)
+def test_cost_is_linear_in_tensor_count(subject: ModuleType, target: Target, small: int, budget: int | None) -> None:
+    started = time.perf_counter()
+    few, many = _profiled_events(subject, small, budget), _profiled_events(subject, 2 * small, budget)
+    elapsed = time.perf_counter() - started
+    assert many <= 2.2 * few + 100, violation(
+        target,
+        "linear cost",
+        f"doubling the population from {small:,} to {2 * small:,} grads raised the calls made from {few:,} to "
+        f"{many:,} (linear allows 2.2x); profiled wall time {elapsed:.2f} s",
+    )

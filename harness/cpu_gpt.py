@@ -1,0 +1,205 @@
+"""A real Megatron ``GPTModel`` whose grads reach ``finalize_model_grads`` on CPU, inside a gloo rank process.
+
+A hand-made module can carry the attributes upstream's TP all-reduce reads, but not the grads a training step hands
+it: sequence-parallel layernorm grads that differ between the TP ranks, held as fp32 ``main_grad`` views into the
+buffers of Megatron's ``DistributedDataParallel``. The smallest GPT that takes that path (local layer spec, TP=2,
+sequence parallelism) gives the gate those grads on every pinned version.
+
+Megatron assumes CUDA (or Apex/Transformer Engine) at a few places on that path; :func:`cpu_workarounds` bridges the
+process-wide ones for the duration of a ``with`` block in a rank process, and :func:`build_gpt` bridges the
+layernorm one in the spec it builds, so nothing outside the rank process and nothing at import is altered.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import importlib
+from collections.abc import Iterator
+from typing import Any
+
+import torch
+
+FINALIZE_MODULE = "megatron.core.distributed.finalize_model_grads"
+RNG_MODULE = "megatron.core.tensor_parallel.random"
+
+NUM_LAYERS = 2
+HIDDEN_SIZE = 16
+NUM_ATTENTION_HEADS = 4
+VOCAB_SIZE = 64
+SEQ_LENGTH = 8
+MICRO_BATCH_SIZE = 2
+TENSOR_PARALLEL_SIZE = 2
+
+
+class SequenceParallelLayerNorm(torch.nn.LayerNorm):
+    """torch's LayerNorm, built from a Megatron config the way the fused and Transformer Engine norms are.
+
+    Under sequence parallelism each TP rank normalises its own slice of the sequence, so a norm's weight and bias
+    grads are partial sums that ``finalize_model_grads`` must all-reduce; upstream recognises them by the
+    ``sequence_parallel`` attribute those norms set on their params. The local spec's ``WrappedTorchNorm`` (what it
+    uses without Apex) asserts ``not config.sequence_parallel`` instead.
+    """
+
+    def __init__(self, config: Any, hidden_size: int, eps: float = 1e-5, **_unused: Any) -> None:
+        super().__init__(hidden_size, eps=eps)
+        for param in self.parameters():
+            param.sequence_parallel = config.sequence_parallel
+
+
+@contextlib.contextmanager
+def _current_device_is_cpu() -> Iterator[None]:
+    """``torch.cuda.current_device()`` answers ``"cpu"``, then is restored.
+
+    The sequence-parallel gather/scatter, RoPE's frequency table and DDP's grad buffers allocate on
+    ``torch.cuda.current_device()``, which raises in a CPU build of torch; ``use_cpu_initialization`` does not reach
+    those places.
+    """
+    original = torch.cuda.current_device
+    torch.cuda.current_device = lambda: "cpu"
+    try:
+        yield
+    finally:
+        torch.cuda.current_device = original
+
+
+@contextlib.contextmanager
+def _inference_rng_tracker() -> Iterator[None]:
+    """Megatron's RNG tracker is the inference one, whose ``fork()`` is a no-op; the previous tracker comes back after.
+
+    The training tracker seeds, saves and restores CUDA generator states in ``add()`` and ``fork()``, and the
+    embedding's sequence-parallel dropout region forks it even at dropout 0. With dropout 0 no random number is
+    drawn inside those regions, so skipping the fork changes no value.
+    """
+    rng = importlib.import_module(RNG_MODULE)
+    saved = (rng._CUDA_RNG_STATE_TRACKER, rng._CUDA_RNG_STATE_TRACKER_INITIALIZED)
+    rng.initialize_rng_tracker(inference_rng_tracker=True, force_reset=True)
+    try:
+        yield
+    finally:
+        rng._CUDA_RNG_STATE_TRACKER, rng._CUDA_RNG_STATE_TRACKER_INITIALIZED = saved
+
+
+@contextlib.contextmanager
+def cpu_workarounds() -> Iterator[None]:
+    """Let Megatron's GPT path run on CPU for the duration of the block; to be entered in a rank process only.
+
+    Both workarounds are process-wide (a torch attribute and Megatron's RNG tracker global), so they are refused
+    outside an initialised process group: in the pytest process they would leak into every other case.
+    """
+    if not torch.distributed.is_initialized():
+        raise RuntimeError("cpu_workarounds() patches process-wide state: enter it in a rank process, after init")
+    with _current_device_is_cpu(), _inference_rng_tracker():
+        yield
+
+
+def _with_sequence_parallel_norms(spec: Any) -> Any:
+    """A copy of a layer spec with every ``WrappedTorchNorm`` replaced by :class:`SequenceParallelLayerNorm`."""
+    from megatron.core.transformer.torch_norm import WrappedTorchNorm
+
+    if spec is WrappedTorchNorm:
+        return SequenceParallelLayerNorm
+    if dataclasses.is_dataclass(spec) and not isinstance(spec, type):
+        changes = {f.name: _with_sequence_parallel_norms(getattr(spec, f.name)) for f in dataclasses.fields(spec)}
+        return dataclasses.replace(spec, **changes)
+    return spec
+
+
+def _block_spec(qk_layernorm: bool) -> Any:
+    """The local GPT block spec, its layers' and final norms all sequence-parallel capable.
+
+    The final layernorm is not part of the layer spec: given a layer spec, ``TransformerBlock`` picks its own module
+    default, which is ``WrappedTorchNorm`` again; a block spec names it explicitly.
+    """
+    from megatron.core.models.gpt.gpt_layer_specs import get_gpt_layer_local_spec
+    from megatron.core.transformer.spec_utils import ModuleSpec
+    from megatron.core.transformer.transformer_block import TransformerBlock, TransformerBlockSubmodules
+
+    layer = _with_sequence_parallel_norms(get_gpt_layer_local_spec(qk_layernorm=qk_layernorm))
+    return ModuleSpec(
+        module=TransformerBlock,
+        submodules=TransformerBlockSubmodules(layer_specs=[layer] * NUM_LAYERS, layer_norm=SequenceParallelLayerNorm),
+    )
+
+
+def build_gpt(qk_layernorm: bool = False, seed: int = 1234) -> tuple[torch.nn.Module, Any]:
+    """A tiny TP=2 sequence-parallel GPT wrapped in Megatron's DDP with fp32 ``main_grad`` buffers, and its config.
+
+    Call inside :func:`cpu_workarounds`, after ``initialize_model_parallel(tensor_model_parallel_size=2)``. Weights
+    are drawn on CPU from ``seed`` as full matrices and then split, so both TP ranks hold shards of the same model;
+    the caller's torch RNG state is left as it was.
+    """
+    from megatron.core.distributed import DistributedDataParallel, DistributedDataParallelConfig
+    from megatron.core.models.gpt.gpt_model import GPTModel
+    from megatron.core.transformer.transformer_config import TransformerConfig
+
+    config = TransformerConfig(
+        num_layers=NUM_LAYERS,
+        hidden_size=HIDDEN_SIZE,
+        num_attention_heads=NUM_ATTENTION_HEADS,
+        tensor_model_parallel_size=TENSOR_PARALLEL_SIZE,
+        sequence_parallel=True,
+        qk_layernorm=qk_layernorm,
+        use_cpu_initialization=True,
+        hidden_dropout=0.0,
+        attention_dropout=0.0,
+        params_dtype=torch.float32,
+    )
+    ddp_config = DistributedDataParallelConfig(grad_reduce_in_fp32=True, overlap_grad_reduce=False)
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(seed)
+        gpt = GPTModel(
+            config=config,
+            transformer_layer_spec=_block_spec(qk_layernorm),
+            vocab_size=VOCAB_SIZE,
+            max_sequence_length=SEQ_LENGTH,
+            position_embedding_type="rope",
+        )
+    model = DistributedDataParallel(config=config, ddp_config=ddp_config, module=gpt)
+    return model, config
+
+
+def _batch(seed: int, vocab_size: int, seq_length: int) -> dict[str, torch.Tensor]:
+    """Tokens, labels, positions and a causal mask drawn from ``seed`` alone, hence identical on every TP rank.
+
+    The mask is explicit because the default causal mask upstream builds is allocated on ``"cuda"``.
+    """
+    generator = torch.Generator().manual_seed(seed)
+    shape = (MICRO_BATCH_SIZE, seq_length)
+    causal = torch.ones(seq_length, seq_length).triu(diagonal=1).bool()
+    return {
+        "input_ids": torch.randint(0, vocab_size, shape, generator=generator),
+        "labels": torch.randint(0, vocab_size, shape, generator=generator),
+        "position_ids": torch.arange(seq_length).expand(shape),
+        "attention_mask": causal.expand(MICRO_BATCH_SIZE, 1, seq_length, seq_length),
+    }
+
+
+def forward_backward(model: torch.nn.Module, seed: int) -> None:
+    """One micro-batch drawn from ``seed``, forward and backward, into freshly zeroed grad buffers."""
+    gpt = model.module
+    model.zero_grad_buffer()
+    losses = model(**_batch(seed, gpt.vocab_size, gpt.max_sequence_length))
+    losses.float().mean().backward()
+
+
+def main_grads(model: torch.nn.Module) -> dict[str, torch.Tensor]:
+    """A copy of each param's ``main_grad`` (its ``grad`` where it has none), by name; params with neither are left out."""
+    grads = {}
+    for name, param in model.named_parameters():
+        grad = getattr(param, "main_grad", None)
+        if grad is None:
+            grad = param.grad
+        if grad is not None:
+            grads[name] = grad.detach().clone()
+    return grads
+
+
+def finalize(model: torch.nn.Module) -> None:
+    """Upstream's ``finalize_model_grads`` on the one model chunk, looked up in its module at call time.
+
+    Looking it up at call time keeps whatever the caller installed into that module in force. Every argument added
+    after ``model`` across the pinned versions (``num_tokens``, the process-group bundles, ``force_all_reduce``)
+    defaults to plain finalization on parallel_state's groups.
+    """
+    importlib.import_module(FINALIZE_MODULE).finalize_model_grads([model])

@@ -1,0 +1,115 @@
+"""Hypothesis strategies for grad populations: what a chunker or an all-reduce gets handed in real training.
+
+Random shapes and dtypes alone rarely land a budget exactly on a chunk boundary, and never look like a model; the
+strategies here also build GPT-like layer lists and place budgets on and around tensor-size boundaries, where
+off-by-one mistakes live.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+from hypothesis import strategies as st
+
+DTYPES = (torch.float32, torch.bfloat16, torch.float16)
+
+
+@dataclass(frozen=True)
+class TensorSpec:
+    """Name, shape, dtype and layout of one grad, before it is materialised."""
+
+    name: str
+    shape: tuple[int, ...]
+    dtype: torch.dtype
+    transposed: bool = False
+
+    def nbytes(self) -> int:
+        numel = 1
+        for dim in self.shape:
+            numel *= dim
+        return numel * torch.empty((), dtype=self.dtype).element_size()
+
+    def empty(self) -> torch.Tensor:
+        """An uninitialised tensor of this spec; a non-contiguous transposed view when ``transposed``."""
+        if self.transposed and len(self.shape) == 2:
+            return torch.empty(self.shape[::-1], dtype=self.dtype).t()
+        return torch.empty(self.shape, dtype=self.dtype)
+
+
+@st.composite
+def random_specs(draw: st.DrawFn, max_tensors: int = 24) -> list[TensorSpec]:
+    """Unstructured populations: 0-3 dims, zero-size dims, mixed dtypes, some non-contiguous views."""
+    count = draw(st.integers(0, max_tensors))
+    specs = []
+    for i in range(count):
+        ndim = draw(st.integers(0, 3))
+        shape = tuple(draw(st.lists(st.integers(0, 9), min_size=ndim, max_size=ndim)))
+        specs.append(
+            TensorSpec(
+                name=f"t{i}",
+                shape=shape,
+                dtype=draw(st.sampled_from(DTYPES)),
+                transposed=ndim == 2 and draw(st.booleans()),
+            )
+        )
+    return specs
+
+
+def gpt_layer_specs(num_layers: int, hidden: int, dtype: torch.dtype, qk_head_dim: int = 0) -> list[TensorSpec]:
+    """The non-tensor-parallel grads of a GPT-like stack: layernorm weights/biases, qk-layernorms, row-parallel biases."""
+    specs: list[TensorSpec] = []
+    for layer in range(num_layers):
+        prefix = f"decoder.layers.{layer}"
+        specs += [
+            TensorSpec(f"{prefix}.input_layernorm.weight", (hidden,), dtype),
+            TensorSpec(f"{prefix}.input_layernorm.bias", (hidden,), dtype),
+        ]
+        if qk_head_dim:
+            specs += [
+                TensorSpec(f"{prefix}.self_attention.q_layernorm.weight", (qk_head_dim,), dtype),
+                TensorSpec(f"{prefix}.self_attention.k_layernorm.weight", (qk_head_dim,), dtype),
+            ]
+        specs += [
+            TensorSpec(f"{prefix}.self_attention.linear_proj.bias", (hidden,), dtype),
+            TensorSpec(f"{prefix}.pre_mlp_layernorm.weight", (hidden,), dtype),
+            TensorSpec(f"{prefix}.pre_mlp_layernorm.bias", (hidden,), dtype),
+            TensorSpec(f"{prefix}.mlp.linear_fc2.bias", (hidden,), dtype),
+        ]
+    specs += [
+        TensorSpec("decoder.final_layernorm.weight", (hidden,), dtype),
+        TensorSpec("decoder.final_layernorm.bias", (hidden,), dtype),
+    ]
+    return specs
+
+
+@st.composite
+def gpt_like_specs(draw: st.DrawFn) -> list[TensorSpec]:
+    """A GPT-like population with drawn depth, width, dtype and qk-layernorm head size."""
+    return gpt_layer_specs(
+        num_layers=draw(st.integers(1, 4)),
+        hidden=draw(st.integers(1, 48)),
+        dtype=draw(st.sampled_from(DTYPES)),
+        qk_head_dim=draw(st.sampled_from([0, 4, 8])),
+    )
+
+
+def populations() -> st.SearchStrategy[list[TensorSpec]]:
+    """Either kind of population."""
+    return st.one_of(random_specs(), gpt_like_specs())
+
+
+@st.composite
+def budgets_for(draw: st.DrawFn, specs: list[TensorSpec]) -> int:
+    """A positive budget: on or next to a size, the sum of two neighbours or a running sum, or anywhere up to beyond the total."""
+    sizes = [s.nbytes() for s in specs]
+    boundaries = {1}
+    running = 0
+    for size, following in zip(sizes, [*sizes[1:], 0]):
+        running += size
+        boundaries.update((size, size + following, running))
+    total = max(running, 1)
+    near_boundary = st.builds(
+        lambda b, delta: max(1, b + delta), st.sampled_from(sorted(boundaries)), st.integers(-1, 1)
+    )
+    return draw(st.one_of(near_boundary, st.integers(1, 2 * total + 1)))

@@ -1,0 +1,54 @@
+"""Tasks the rank-pool tests send to the ranks: module level, so that a spawned rank can unpickle them by name."""
+
+from __future__ import annotations
+
+import os
+import signal
+
+import torch
+import torch.distributed as dist
+
+
+def identify(rank: int, world_size: int, tag: str = "") -> tuple[int, int, int, str]:
+    return rank, world_size, os.getpid(), tag
+
+
+def all_reduce_sum(rank: int, world_size: int, offset: float = 0.0) -> float:
+    value = torch.tensor([rank + 1 + offset], dtype=torch.float64)
+    dist.all_reduce(value, op=dist.ReduceOp.SUM)
+    return value.item()
+
+
+def scalar_all_reduce(rank: int, world_size: int) -> None:
+    dist.all_reduce(torch.ones(()))
+
+
+def rank_tensor(rank: int, world_size: int, size: int) -> torch.Tensor:
+    return torch.arange(size, dtype=torch.float32) * (rank + 1)
+
+
+def raise_on_rank(rank: int, world_size: int, bad_rank: int) -> None:
+    if rank == bad_rank:
+        raise ValueError(f"deliberate failure on rank {rank}")
+    # The healthy ranks wait for the failed one, as a real task would in its next collective.
+    dist.barrier()
+
+
+def skip_collective_on_rank(rank: int, world_size: int, skipping_rank: int) -> int:
+    if rank != skipping_rank:
+        dist.all_reduce(torch.ones(1))
+    return rank
+
+
+def kill_rank(rank: int, world_size: int, victim: int) -> None:
+    if rank == victim:
+        os.kill(os.getpid(), signal.SIGKILL)
+    dist.barrier()
+
+
+def read_env(rank: int, world_size: int, name: str) -> str | None:
+    return os.environ.get(name)
+
+
+def mark_env(rank: int, world_size: int) -> None:
+    os.environ["RANK_POOL_SETUP_MARK"] = f"{rank}/{world_size}"
