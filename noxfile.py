@@ -20,14 +20,20 @@ ROOT = Path(__file__).resolve().parent
 sys.path.insert(0, str(ROOT))
 
 from harness.installer import HARNESS_REQUIREMENTS, describe, install_command  # noqa: E402
-from harness.matrix import Target, load_matrix  # noqa: E402
+from harness.matrix import MatrixError, Target, load_matrix  # noqa: E402
 
-MATRIX = load_matrix(os.environ.get("MEGATRON_CONFORMANCE_MATRIX", ROOT / "matrix.yaml"))
+try:
+    MATRIX = load_matrix(os.environ.get("MEGATRON_CONFORMANCE_MATRIX", ROOT / "matrix.yaml"))
+except MatrixError as err:
+    raise SystemExit(f"megatron-conformance: {err}") from None
+REPORTS = Path(os.environ.get("MEGATRON_CONFORMANCE_REPORTS", ROOT / "reports"))
 DEFAULT_TARGETS = ("megatron-0.13", "megatron-0.15")
 TESTS_TARGETS = DEFAULT_TARGETS
+KNOWN = {t.session: t for t in MATRIX.targets}
+HARNESS_TARGET = KNOWN.get(TESTS_TARGETS[0], MATRIX.targets[0])
 
 nox.needs_version = ">=2025.2.9"
-nox.options.sessions = list(DEFAULT_TARGETS)
+nox.options.sessions = [name for name in DEFAULT_TARGETS if name in KNOWN]
 nox.options.default_venv_backend = "venv"
 nox.options.error_on_missing_interpreters = True
 
@@ -53,7 +59,7 @@ def _install_target(session: nox.Session, target: Target) -> None:
 def _make_target_session(target: Target) -> None:
     def run_target(session: nox.Session) -> None:
         _install_target(session, target)
-        report_dir = ROOT / "reports" / target.session
+        report_dir = REPORTS / target.session
         report_dir.mkdir(parents=True, exist_ok=True)
         workers = os.environ.get("MEGATRON_CONFORMANCE_WORKERS", "auto")
         session.run(
@@ -69,6 +75,7 @@ def _make_target_session(target: Target) -> None:
             f"--target={target.session}",
             f"--matrix={MATRIX.path}",
             f"--junitxml={report_dir / 'junit.xml'}",
+            f"--report-dir={report_dir}",
             *_pytest_selection(session.posargs, "cases"),
         )
 
@@ -80,10 +87,10 @@ for _target in MATRIX.targets:
     _make_target_session(_target)
 
 
-@nox.session(python=MATRIX.target(TESTS_TARGETS[0]).python)
+@nox.session(python=HARNESS_TARGET.python)
 def tests(session: nox.Session) -> None:
     """The harness's own tests; first runs megatron-0.13 and megatron-0.15 end to end (reusing their venvs)."""
-    torch_pin = f"torch{MATRIX.target(TESTS_TARGETS[0]).torch}"
+    torch_pin = f"torch{HARNESS_TARGET.torch}"
     session.install(*install_command([*HARNESS_REQUIREMENTS, "nox", "ruff", torch_pin], session.venv_backend))
     session.run("nox", "-f", str(ROOT / "noxfile.py"), "--reuse-venv=yes", "-s", *TESTS_TARGETS)
     session.run(
@@ -96,7 +103,7 @@ def tests(session: nox.Session) -> None:
     )
 
 
-@nox.session(python=MATRIX.target(TESTS_TARGETS[0]).python)
+@nox.session(python=HARNESS_TARGET.python)
 def lint(session: nox.Session) -> None:
     """ruff check and ruff format --check over the project."""
     session.install("ruff")

@@ -334,7 +334,10 @@ class RankPool:
         lines += [f"  rank {rank} raised {failures[rank].headline()}" for rank in sorted(failures)]
         if pending:
             lines.append(f"  ranks still running when the pool was torn down: {_ranks(pending)}")
-        lines.append("The pool is torn down and restarts on the next run.")
+        lines.append(
+            "Whatever a dead rank printed before it ended is on this process's stderr. "
+            "The pool is torn down and restarts on the next run."
+        )
         for rank in sorted(failures):
             lines += [f"--- traceback from rank {rank} ---", failures[rank].traceback.rstrip()]
         return "\n".join(lines)

@@ -27,10 +27,16 @@ def rank_tensor(rank: int, world_size: int, size: int) -> torch.Tensor:
     return torch.arange(size, dtype=torch.float32) * (rank + 1)
 
 
-def raise_on_rank(rank: int, world_size: int, bad_rank: int) -> None:
-    if rank == bad_rank:
+def cuda_all_reduce(rank: int, world_size: int) -> tuple[int, float]:
+    value = torch.tensor([rank + 1.0], device=torch.device("cuda", torch.cuda.current_device()))
+    dist.all_reduce(value, op=dist.ReduceOp.SUM)
+    return torch.cuda.current_device(), value.item()
+
+
+def raise_on_ranks(rank: int, world_size: int, bad_ranks: tuple[int, ...]) -> None:
+    if rank in bad_ranks:
         raise ValueError(f"deliberate failure on rank {rank}")
-    # The healthy ranks wait for the failed one, as a real task would in its next collective.
+    # The healthy ranks wait for the failed ones, as a real task would in its next collective.
     dist.barrier()
 
 
@@ -52,3 +58,7 @@ def read_env(rank: int, world_size: int, name: str) -> str | None:
 
 def mark_env(rank: int, world_size: int) -> None:
     os.environ["RANK_POOL_SETUP_MARK"] = f"{rank}/{world_size}"
+
+
+def fail_setup(rank: int, world_size: int) -> None:
+    raise RuntimeError(f"setup refused on rank {rank}")

@@ -1,0 +1,320 @@
+"""The rank pool runs real distributed tasks, and turns every way a rank can fail into a prompt, readable red.
+
+These drive real gloo process groups on CPU (torch only, no Megatron). Restarting ranks costs seconds on a small
+machine, so the tests share one pool and warm it before timing anything: a failure test's clock measures the failure,
+not the torch import.
+"""
+
+from __future__ import annotations
+
+import inspect
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import textwrap
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+import torch
+
+from harness.rank_pool import (
+    TIMEOUT_ENV_VAR,
+    RankDied,
+    RankPool,
+    RankPoolError,
+    RankRaised,
+    RankTimeout,
+    backend_skip_reason,
+    close_all_pools,
+    default_timeout_s,
+    get_pool,
+)
+from tests import rank_tasks
+
+ROOT = Path(__file__).resolve().parent.parent
+TIMEOUT_S = 30.0
+
+
+@pytest.fixture(scope="module")
+def pool() -> Iterator[RankPool]:
+    pool = RankPool(2, timeout_s=TIMEOUT_S, rank_setup=rank_tasks.mark_env)
+    yield pool
+    pool.close()
+
+
+def _running(pid: int) -> bool:
+    """Whether ``pid`` is a live process; a zombie nobody reaped yet counts as gone."""
+    stat = Path(f"/proc/{pid}/stat")
+    if not stat.parent.parent.is_dir():
+        try:
+            os.kill(pid, 0)
+        except ProcessLookupError:
+            return False
+        return True
+    try:
+        state = stat.read_text().rsplit(")", 1)[1].split()[0]
+    except (FileNotFoundError, ProcessLookupError):
+        return False
+    return state not in ("Z", "X")
+
+
+def _wait_gone(pids: list[int], within_s: float) -> list[int]:
+    """The pids still running after up to ``within_s`` seconds."""
+    deadline = time.monotonic() + within_s
+    alive = [pid for pid in pids if _running(pid)]
+    while alive and time.monotonic() < deadline:
+        time.sleep(0.05)
+        alive = [pid for pid in alive if _running(pid)]
+    return alive
+
+
+def _median_run_s(pool: RankPool, runs: int) -> float:
+    durations = []
+    for _ in range(runs):
+        started = time.perf_counter()
+        pool.run(rank_tasks.scalar_all_reduce)
+        durations.append(time.perf_counter() - started)
+    return statistics.median(durations)
+
+
+def test_results_come_back_in_rank_order(pool: RankPool) -> None:
+    results = pool.run(rank_tasks.identify, tag="hello")
+    assert [(rank, world_size, tag) for rank, world_size, _, tag in results] == [(0, 2, "hello"), (1, 2, "hello")]
+    assert [pid for _, _, pid, _ in results] == pool.pids
+
+
+def test_all_reduce_sums_across_ranks(pool: RankPool) -> None:
+    # Ranks contribute 1 + 0.5 and 2 + 0.5.
+    assert pool.run(rank_tasks.all_reduce_sum, 0.5) == [4.0, 4.0]
+
+
+def test_tensor_results_come_back_by_value(pool: RankPool) -> None:
+    first, second = pool.run(rank_tasks.rank_tensor, 1000)
+    assert torch.equal(first, torch.arange(1000, dtype=torch.float32))
+    assert torch.equal(second, 2 * torch.arange(1000, dtype=torch.float32))
+    first += 1
+    assert torch.equal(pool.run(rank_tasks.rank_tensor, 1000)[0], torch.arange(1000, dtype=torch.float32))
+
+
+def test_rank_setup_runs_in_every_rank(pool: RankPool) -> None:
+    assert pool.run(rank_tasks.read_env, "RANK_POOL_SETUP_MARK") == ["0/2", "1/2"]
+
+
+def test_ranks_are_reused_across_runs(pool: RankPool) -> None:
+    pool.start()
+    generation = pool.generation
+    first = [pid for *_, pid, _ in pool.run(rank_tasks.identify)]
+    second = [pid for *_, pid, _ in pool.run(rank_tasks.identify)]
+    assert first == second == pool.pids
+    assert pool.generation == generation
+
+
+def test_a_warm_task_costs_milliseconds(pool: RankPool) -> None:
+    pool.start()
+    assert _median_run_s(pool, 20) < 0.1
+
+
+def test_raise_in_one_rank_fails_promptly_with_its_traceback(pool: RankPool) -> None:
+    pool.start()
+    generation, pids = pool.generation, pool.pids
+    started = time.monotonic()
+    with pytest.raises(RankRaised) as info:
+        pool.run(rank_tasks.raise_on_ranks, (1,), timeout_s=TIMEOUT_S)
+    assert time.monotonic() - started < TIMEOUT_S / 2
+    message = str(info.value)
+    assert "rank 1 raised ValueError: deliberate failure on rank 1" in message
+    assert "traceback from rank 1" in message
+    source, first_line = inspect.getsourcelines(rank_tasks.raise_on_ranks)
+    offset = next(i for i, line in enumerate(source) if "raise ValueError" in line)
+    assert f'rank_tasks.py", line {first_line + offset}, in raise_on_ranks' in message
+    assert source[offset].strip() in message
+    assert "still running" in message and "rank 0" in message
+    assert set(info.value.failures) == {1}
+    assert not pool.running
+    assert pool.run(rank_tasks.all_reduce_sum) == [3.0, 3.0]
+    assert pool.generation == generation + 1
+    assert set(pool.pids).isdisjoint(pids)
+
+
+def test_every_rank_that_raised_is_reported(pool: RankPool) -> None:
+    pool.start()
+    with pytest.raises(RankRaised) as info:
+        pool.run(rank_tasks.raise_on_ranks, (0, 1))
+    assert set(info.value.failures) == {0, 1}
+    message = str(info.value)
+    assert "2 ranks raised" in message
+    assert "traceback from rank 0" in message and "traceback from rank 1" in message
+
+
+def test_skipped_collective_times_out_naming_the_waiting_rank(pool: RankPool) -> None:
+    pool.start()
+    generation = pool.generation
+    started = time.monotonic()
+    with pytest.raises(RankTimeout) as info:
+        pool.run(rank_tasks.skip_collective_on_rank, 1, timeout_s=3)
+    assert 3 <= time.monotonic() - started < TIMEOUT_S / 2
+    assert (info.value.waiting, info.value.finished) == ([0], [1])
+    message = str(info.value)
+    assert "ranks still waiting: rank 0" in message
+    assert "ranks finished: rank 1" in message
+    assert "stack of waiting rank 0" in message and "in skip_collective_on_rank" in message
+    assert pool.run(rank_tasks.all_reduce_sum) == [3.0, 3.0]
+    assert pool.generation == generation + 1
+
+
+def test_killed_rank_is_reported_promptly_with_its_signal(pool: RankPool) -> None:
+    pool.start()
+    generation, victim = pool.generation, pool.pids[1]
+    started = time.monotonic()
+    with pytest.raises(RankDied) as info:
+        pool.run(rank_tasks.kill_rank, 1, timeout_s=TIMEOUT_S)
+    assert time.monotonic() - started < TIMEOUT_S / 2
+    assert info.value.deaths == {1: "was killed by SIGKILL"}
+    assert f"rank 1 (pid {victim}) was killed by SIGKILL" in str(info.value)
+    assert pool.run(rank_tasks.all_reduce_sum) == [3.0, 3.0]
+    assert pool.generation == generation + 1
+
+
+def test_failures_are_assertion_errors() -> None:
+    for error in (RankRaised, RankTimeout, RankDied):
+        assert issubclass(error, RankPoolError)
+    assert issubclass(RankPoolError, AssertionError)
+
+
+def test_unpicklable_task_is_refused_without_touching_the_ranks(pool: RankPool) -> None:
+    pool.start()
+    generation, pids = pool.generation, pool.pids
+    with pytest.raises(TypeError, match="module-level functions"):
+        pool.run(lambda rank, world_size: rank)
+    assert (pool.generation, pool.pids) == (generation, pids)
+
+
+def test_failed_setup_fails_the_start_with_its_traceback() -> None:
+    broken = RankPool(1, rank_setup=rank_tasks.fail_setup)
+    try:
+        with pytest.raises(RankRaised, match=r"pool start[\s\S]*RuntimeError: setup refused on rank 0") as info:
+            broken.start()
+        assert "in fail_setup" in str(info.value)
+        assert not broken.running
+    finally:
+        broken.close()
+
+
+def test_close_stops_every_rank_and_removes_the_rendezvous_dir(
+    pool: RankPool, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    pool.close()
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
+    pool.run(rank_tasks.identify)
+    pids = pool.pids
+    assert len(pids) == 2
+    assert len(list(tmp_path.iterdir())) == 1
+    pool.close()
+    assert pool.pids == []
+    for pid in pids:
+        with pytest.raises(ProcessLookupError):
+            os.kill(pid, 0)
+    assert list(tmp_path.iterdir()) == []
+
+
+CHILD = textwrap.dedent(
+    """
+    import os, signal, sys
+    from harness.rank_pool import RankPool
+    from tests import rank_tasks
+
+    pool = RankPool(2)
+    pool.run(rank_tasks.identify)
+    print(*pool.pids, flush=True)
+    if sys.argv[1] == "sigkill":
+        os.kill(os.getpid(), signal.SIGKILL)
+    """
+)
+
+
+@pytest.mark.parametrize("ending", ["exit", "sigkill"])
+def test_no_rank_outlives_its_parent(ending: str, tmp_path: Path) -> None:
+    if ending == "sigkill" and not sys.platform.startswith("linux"):
+        pytest.skip("parent-death signals are Linux only")
+    out = tmp_path / "pids"
+    child_tmp = tmp_path / "tmp"
+    child_tmp.mkdir()
+    with out.open("w") as stdout:
+        # A file, not a pipe, so that surviving ranks cannot hold the parent's read open.
+        child = subprocess.run(
+            [sys.executable, "-c", CHILD, ending],
+            cwd=ROOT,
+            env={**os.environ, "PYTHONPATH": str(ROOT), "TMPDIR": str(child_tmp)},
+            stdout=stdout,
+            stderr=subprocess.PIPE,
+            text=True,
+            timeout=120,
+        )
+    assert child.returncode == (0 if ending == "exit" else -9), child.stderr
+    pids = [int(pid) for pid in out.read_text().split()]
+    assert len(pids) == 2
+    survivors = _wait_gone(pids, within_s=10.0)
+    for pid in survivors:
+        os.kill(pid, 9)
+    assert survivors == [], f"rank processes {survivors} outlived a parent that ended by {ending}"
+    if ending == "exit":
+        # Only a clean close removes the rendezvous dir: the exit hook ran, not just the parent-death signal.
+        assert list(child_tmp.iterdir()) == []
+
+
+def test_world_size_four() -> None:
+    pool = RankPool(4)
+    try:
+        results = pool.run(rank_tasks.identify)
+        assert [rank for rank, *_ in results] == [0, 1, 2, 3]
+        assert pool.run(rank_tasks.all_reduce_sum) == [10.0] * 4
+        assert _median_run_s(pool, 20) < 0.1
+    finally:
+        pool.close()
+
+
+def test_nccl_needs_gpus() -> None:
+    assert backend_skip_reason("gloo", 2) is None
+    assert "64 CUDA GPUs" in (backend_skip_reason("nccl", 64) or "")
+    reason = backend_skip_reason("nccl", 2)
+    if torch.distributed.is_nccl_available() and torch.cuda.is_available() and torch.cuda.device_count() >= 2:
+        assert reason is None
+    else:
+        assert reason is not None and "CUDA" in reason and "GPU" in reason
+
+
+@pytest.mark.skipif(backend_skip_reason("nccl", 2) is not None, reason=str(backend_skip_reason("nccl", 2)))
+def test_nccl_pool_runs_on_one_gpu_per_rank() -> None:
+    pool = RankPool(2, backend="nccl")
+    try:
+        assert pool.run(rank_tasks.cuda_all_reduce) == [(0, 3.0), (1, 3.0)]
+    finally:
+        pool.close()
+
+
+def test_timeout_default_comes_from_the_environment(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv(TIMEOUT_ENV_VAR, raising=False)
+    assert default_timeout_s() == 120.0
+    monkeypatch.setenv(TIMEOUT_ENV_VAR, "7.5")
+    assert default_timeout_s() == 7.5
+    monkeypatch.setenv(TIMEOUT_ENV_VAR, "soon")
+    with pytest.raises(ValueError, match=TIMEOUT_ENV_VAR):
+        default_timeout_s()
+
+
+def test_get_pool_keeps_one_pool_per_world_size_and_backend() -> None:
+    try:
+        first = get_pool(2)
+        assert get_pool(2) is first
+        assert get_pool(2, "gloo") is first
+        assert get_pool(3) is not first
+        assert get_pool(2, "nccl") is not first
+        assert get_pool(2, rank_setup=rank_tasks.mark_env) is not first
+        close_all_pools()
+        assert get_pool(2) is not first
+    finally:
+        close_all_pools()
