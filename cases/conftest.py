@@ -8,6 +8,8 @@ from harness.gate_plugin import (  # noqa: F401
     pytest_sessionfinish,
     pytest_terminal_summary,
     pytest_xdist_node_collection_finished,
+    report_dir,
     subject,
+    subject_name,
     target,
 )

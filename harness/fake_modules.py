@@ -17,9 +17,6 @@ import importlib.machinery
 from collections.abc import Iterator, Mapping
 from types import ModuleType
 
-KINDS = ("class", "function", "module")
-
-
 class FakeModule(ModuleType):
     """A module that reports the non-dunder attribute lookups made on it to its :class:`FakeModuleTree`.
 

@@ -66,9 +66,28 @@ def target(pytestconfig: pytest.Config) -> Target:
 
 
 @pytest.fixture(scope="session")
-def subject(pytestconfig: pytest.Config) -> ModuleType:
+def subject_name(pytestconfig: pytest.Config) -> str:
+    """How the subject is named (module or path), for code that loads it again in rank processes."""
+    return subject_spec(pytestconfig.getoption("--subject"))
+
+
+@pytest.fixture(scope="session")
+def subject(subject_name: str) -> ModuleType:
     """The subject under test, imported once per session."""
-    return load_subject(subject_spec(pytestconfig.getoption("--subject")))
+    return load_subject(subject_name)
+
+
+@pytest.fixture(scope="session")
+def report_dir(pytestconfig: pytest.Config) -> Path:
+    """Where this session's reports go (shared by all xdist workers)."""
+    return _report_dir(pytestconfig)
+
+
+def _report_dir(config: pytest.Config) -> Path:
+    target = config.stash[_TARGET]
+    path = Path(config.getoption("--report-dir") or REPO_ROOT / "reports" / target.session)
+    path.mkdir(parents=True, exist_ok=True)
+    return path
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
@@ -115,8 +134,7 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
     if hasattr(config, "workerinput"):
         return
     target = config.stash[_TARGET]
-    report_dir = Path(config.getoption("--report-dir") or REPO_ROOT / "reports" / target.session)
-    report_dir.mkdir(parents=True, exist_ok=True)
+    report_dir = _report_dir(config)
     reporter = config.pluginmanager.get_plugin("terminalreporter")
     stats = reporter.stats if reporter else {}
     counts = {key: len(stats.get(key, [])) for key in REPORT_COUNTS}

@@ -12,6 +12,9 @@ from dataclasses import dataclass
 import torch
 from hypothesis import strategies as st
 
+from harness.equivalence import DTYPES as PARAM_DTYPES
+from harness.equivalence import GRAD_KINDS, ParamSpec, Population
+
 DTYPES = (torch.float32, torch.bfloat16, torch.float16)
 
 
@@ -113,3 +116,57 @@ def budgets_for(draw: st.DrawFn, specs: list[TensorSpec]) -> int:
         lambda b, delta: max(1, b + delta), st.sampled_from(sorted(boundaries)), st.integers(-1, 1)
     )
     return draw(st.one_of(near_boundary, st.integers(1, 2 * total + 1)))
+
+
+PARAM_LEAVES = (
+    "input_layernorm.weight",
+    "input_layernorm.bias",
+    "self_attention.q_layernorm.weight",
+    "self_attention.k_layernorm.weight",
+    "self_attention.linear_proj.bias",
+    "mlp.linear_fc1.weight",
+    "mlp.router.expert_bias",
+    "pre_mlp_layernorm.weight",
+)
+
+
+@st.composite
+def fake_module_populations(draw: st.DrawFn, max_params: int = 12) -> Population:
+    """Model chunks whose params exercise every branch of upstream's selection and write-back.
+
+    Sequence-parallel and TP-averaged params, qk-layernorm names with the flag on and off, frozen params, ``None``
+    grads, ``main_grad`` beside ``grad``, three dtypes; one or two model chunks.
+    """
+    chunks = []
+    for _ in range(draw(st.integers(1, 2))):
+        count = draw(st.integers(1, max_params))
+        specs = []
+        for i in range(count):
+            leaf = draw(st.sampled_from(PARAM_LEAVES))
+            specs.append(
+                ParamSpec(
+                    name=f"decoder.layers.{i}.{leaf}",
+                    numel=draw(st.integers(1, 40)),
+                    dtype=draw(st.sampled_from(sorted(PARAM_DTYPES))),
+                    grad_kind=draw(st.sampled_from(GRAD_KINDS)),
+                    sequence_parallel=draw(st.booleans()),
+                    average_across_tp=draw(st.integers(0, 4)) == 0,
+                    requires_grad=draw(st.integers(0, 5)) != 0,
+                )
+            )
+        chunks.append(tuple(specs))
+    return Population(
+        chunks=tuple(chunks),
+        sequence_parallel=draw(st.booleans()),
+        qk_layernorm=draw(st.booleans()),
+        seed=draw(st.integers(0, 2**20)),
+    )
+
+
+@st.composite
+def budgets_for_population(draw: st.DrawFn, population: Population) -> int:
+    """1 byte, around one grad's size, or beyond the whole population."""
+    sizes = [
+        s.numel * torch.empty((), dtype=PARAM_DTYPES[s.dtype]).element_size() for chunk in population.chunks for s in chunk
+    ]
+    return draw(st.one_of(st.just(1), st.sampled_from(sizes), st.integers(1, 2 * sum(sizes) + 1)))

@@ -172,6 +172,11 @@ class RankPool:
     def running(self) -> bool:
         return bool(self._processes)
 
+    @property
+    def rendezvous_dir(self) -> Path | None:
+        """The private dir of the running ranks: their ``FileStore`` and stack dumps; removed when they stop."""
+        return self._tmpdir
+
     def start(self) -> None:
         """Spawn the ranks and wait until each has joined the process group; a no-op while they are running."""
         with self._lock:

@@ -12,7 +12,6 @@ import os
 import statistics
 import subprocess
 import sys
-import tempfile
 import textwrap
 import time
 from collections.abc import Iterator
@@ -140,16 +139,6 @@ def test_raise_in_one_rank_fails_promptly_with_its_traceback(pool: RankPool) -> 
     assert set(pool.pids).isdisjoint(pids)
 
 
-def test_every_rank_that_raised_is_reported(pool: RankPool) -> None:
-    pool.start()
-    with pytest.raises(RankRaised) as info:
-        pool.run(rank_tasks.raise_on_ranks, (0, 1))
-    assert set(info.value.failures) == {0, 1}
-    message = str(info.value)
-    assert "2 ranks raised" in message
-    assert "traceback from rank 0" in message and "traceback from rank 1" in message
-
-
 def test_skipped_collective_times_out_naming_the_waiting_rank(pool: RankPool) -> None:
     pool.start()
     generation = pool.generation
@@ -185,14 +174,6 @@ def test_failures_are_assertion_errors() -> None:
     assert issubclass(RankPoolError, AssertionError)
 
 
-def test_unpicklable_task_is_refused_without_touching_the_ranks(pool: RankPool) -> None:
-    pool.start()
-    generation, pids = pool.generation, pool.pids
-    with pytest.raises(TypeError, match="module-level functions"):
-        pool.run(lambda rank, world_size: rank)
-    assert (pool.generation, pool.pids) == (generation, pids)
-
-
 def test_failed_setup_fails_the_start_with_its_traceback() -> None:
     broken = RankPool(1, rank_setup=rank_tasks.fail_setup)
     try:
@@ -204,31 +185,35 @@ def test_failed_setup_fails_the_start_with_its_traceback() -> None:
         broken.close()
 
 
-def test_close_stops_every_rank_and_removes_the_rendezvous_dir(
-    pool: RankPool, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
+def test_unpicklable_task_is_refused_without_touching_the_ranks(pool: RankPool) -> None:
+    pool.start()
+    generation, pids = pool.generation, pool.pids
+    with pytest.raises(TypeError, match="module-level functions"):
+        pool.run(lambda rank, world_size: rank)
+    assert (pool.generation, pool.pids) == (generation, pids)
+
+
+def test_close_stops_every_rank_and_removes_the_rendezvous_dir(pool: RankPool) -> None:
+    pool.start()
+    pids, rendezvous = pool.pids, pool.rendezvous_dir
+    assert len(pids) == 2 and rendezvous is not None and rendezvous.is_dir()
     pool.close()
-    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
-    pool.run(rank_tasks.identify)
-    pids = pool.pids
-    assert len(pids) == 2
-    assert len(list(tmp_path.iterdir())) == 1
-    pool.close()
-    assert pool.pids == []
+    assert (pool.pids, pool.rendezvous_dir) == ([], None)
     for pid in pids:
         with pytest.raises(ProcessLookupError):
             os.kill(pid, 0)
-    assert list(tmp_path.iterdir()) == []
+    assert not rendezvous.exists()
 
 
+# The child never imports torch itself (only its ranks do), to keep the test quick; operator.add(rank, world_size) is
+# a picklable module-level task.
 CHILD = textwrap.dedent(
     """
-    import os, signal, sys
+    import operator, os, signal, sys
     from harness.rank_pool import RankPool
-    from tests import rank_tasks
 
     pool = RankPool(2)
-    pool.run(rank_tasks.identify)
+    assert pool.run(operator.add) == [2, 3]
     print(*pool.pids, flush=True)
     if sys.argv[1] == "sigkill":
         os.kill(os.getpid(), signal.SIGKILL)
@@ -266,13 +251,22 @@ def test_no_rank_outlives_its_parent(ending: str, tmp_path: Path) -> None:
         assert list(child_tmp.iterdir()) == []
 
 
-def test_world_size_four() -> None:
-    pool = RankPool(4)
+def test_world_size_four_reports_every_rank_that_raised() -> None:
+    pool = RankPool(4, timeout_s=TIMEOUT_S)
     try:
         results = pool.run(rank_tasks.identify)
         assert [rank for rank, *_ in results] == [0, 1, 2, 3]
         assert pool.run(rank_tasks.all_reduce_sum) == [10.0] * 4
         assert _median_run_s(pool, 20) < 0.1
+        started = time.monotonic()
+        with pytest.raises(RankRaised) as info:
+            pool.run(rank_tasks.raise_on_ranks, (1, 3))
+        assert time.monotonic() - started < TIMEOUT_S / 2
+        assert set(info.value.failures) == {1, 3}
+        message = str(info.value)
+        assert "2 ranks raised" in message
+        assert "traceback from rank 1" in message and "traceback from rank 3" in message
+        assert "still running (likely waiting in a collective for the failed rank): rank 0, rank 2" in message
     finally:
         pool.close()
 

@@ -1,0 +1,103 @@
+"""Contract: numerical equivalence. The subject's chunked all-reduce gives what upstream gives, on real ranks.
+
+Upstream and subject run on identical fake model chunks in the same rank processes and process groups. Two ranks
+(and two-rank TP groups inside four ranks) must match bitwise: a sum of two terms does not depend on order. With
+four ranks in one TP group gloo's ring sums each element in an order that depends on its offset in the buffer, so
+chunking may change the last bit; there both must stay within the float64 error bound (see docs/ARCHITECTURE.md).
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from harness.equivalence import ParamSpec, Population, RankReport, compare_task
+from harness.grad_populations import budgets_for_population, fake_module_populations
+from harness.matrix import Target
+from harness.rank_pool import backend_skip_reason, get_pool
+
+SYMBOL = "allreduce_non_tensor_model_parallel_grads"
+pytestmark = pytest.mark.contract("equivalence", symbol=SYMBOL)
+
+SHAPES = [
+    pytest.param(2, 2, True, id="world2-tp2"),
+    pytest.param(4, 2, True, id="world4-tp2"),
+    pytest.param(4, 4, False, id="world4-tp4"),
+]
+BACKENDS = ["gloo", "nccl"]
+
+
+@st.composite
+def population_and_budget(draw: st.DrawFn) -> tuple[Population, int]:
+    population = draw(fake_module_populations())
+    return population, draw(budgets_for_population(population))
+
+
+def verdict(target: Target, shape: str, budget: int, reports: list[RankReport]) -> str:
+    problems = [p for r in reports for p in r.problems]
+    return f"[{target.session}] equivalence ({shape}, budget {budget} bytes) of {SYMBOL}:\n" + "\n".join(problems)
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize(("world_size", "tensor_parallel", "bitwise"), SHAPES)
+def test_matches_upstream_on_generated_modules(
+    target: Target, subject_name: str, backend: str, world_size: int, tensor_parallel: int, bitwise: bool
+) -> None:
+    reason = backend_skip_reason(backend, world_size)
+    if reason:
+        pytest.skip(reason)
+    pool = get_pool(world_size, backend)
+    shape = f"world {world_size}, TP {tensor_parallel}, {backend}"
+
+    @settings(max_examples=40)
+    @given(population_and_budget())
+    def check(case: tuple[Population, int]) -> None:
+        population, budget = case
+        reports = pool.run(compare_task, population, subject_name, budget, tensor_parallel, bitwise)
+        assert not any(r.problems for r in reports), verdict(target, shape, budget, reports)
+
+    check()
+
+
+LARGE = Population(
+    chunks=(
+        tuple(
+            ParamSpec(f"decoder.layers.{i}.input_layernorm.weight", 16_384, "fp32", "main_grad", sequence_parallel=True)
+            for i in range(64)
+        ),
+    ),
+    sequence_parallel=True,
+    qk_layernorm=False,
+    seed=7,
+)
+
+
+def test_largest_buffer_is_bounded_by_the_budget(target: Target, subject_name: str, report_dir: Path) -> None:
+    budget = 256 * 1024
+    reports = get_pool(2, "gloo").run(compare_task, LARGE, subject_name, budget, 2, True)
+    assert not any(r.problems for r in reports), verdict(target, "world 2, TP 2, gloo", budget, reports)
+    total = 64 * 16_384 * 4
+    ours = max(size for _, size in reports[0].collectives)
+    theirs = max(size for _, size in reports[0].upstream_collectives)
+    assert theirs == total, f"[{target.session}] upstream coalesced {theirs} bytes, expected all {total}"
+    assert ours <= budget, (
+        f"[{target.session}] memory property of {SYMBOL}: largest coalesced buffer {ours} bytes > budget {budget}"
+    )
+    (report_dir / "equivalence_memory.json").write_text(
+        json.dumps(
+            {
+                "grad_bytes": total,
+                "budget_bytes": budget,
+                "subject_largest_buffer_bytes": ours,
+                "subject_collectives": len(reports[0].collectives),
+                "upstream_largest_buffer_bytes": theirs,
+                "upstream_collectives": len(reports[0].upstream_collectives),
+                "rank_peak_rss_kib": [r.peak_rss_kib for r in reports],
+            },
+            indent=2,
+        )
+    )

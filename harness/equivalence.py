@@ -1,0 +1,312 @@
+"""Upstream vs subject all-reduce on identical fake modules, inside real rank processes.
+
+The main process describes a population (picklable specs); every rank materialises two identical copies with
+rank-dependent values, runs upstream on one and the subject on the other in the same process groups, and reports
+each difference it sees: grads that differ, grads that should not have been touched, grad objects re-bound
+differently, collectives with another op or group, and buffers larger than the budget allows.
+"""
+
+from __future__ import annotations
+
+import resource
+from dataclasses import dataclass, field
+from types import SimpleNamespace
+from typing import Any
+
+import torch
+
+from harness import megatron_ranks
+from harness.subject import load_subject
+
+DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
+GRAD_KINDS = ("main_grad", "grad", "main_grad_none", "grad_none")
+
+
+@dataclass(frozen=True)
+class ParamSpec:
+    """One parameter of a fake module: where its grad lives and which upstream rule may select it."""
+
+    name: str
+    numel: int
+    dtype: str
+    grad_kind: str
+    sequence_parallel: bool = False
+    average_across_tp: bool = False
+    requires_grad: bool = True
+
+
+@dataclass(frozen=True)
+class Population:
+    """A fake model chunk list plus the config flags upstream's selection reads."""
+
+    chunks: tuple[tuple[ParamSpec, ...], ...]
+    sequence_parallel: bool
+    qk_layernorm: bool
+    seed: int
+
+
+@dataclass
+class RankReport:
+    """What one rank saw; empty ``problems`` means the subject matched upstream on this rank."""
+
+    rank: int
+    problems: list[str] = field(default_factory=list)
+    collectives: list[tuple[str, int]] = field(default_factory=list)
+    upstream_collectives: list[tuple[str, int]] = field(default_factory=list)
+    non_bitwise_elements: int = 0
+    upstream_raised: str | None = None
+    peak_rss_kib: int = 0
+
+
+class _FakeChunk(torch.nn.Module):
+    """A model chunk carrying only what upstream's all-reduce reads: named parameters and ``ddp_config``."""
+
+
+def _attach(root: torch.nn.Module, dotted: str, param: torch.nn.Parameter) -> None:
+    module = root
+    *path, leaf = dotted.split(".")
+    for part in path:
+        if not hasattr(module, part):
+            module.add_module(part, torch.nn.Module())
+        module = getattr(module, part)
+    module.register_parameter(leaf, param)
+
+
+def _values(spec: ParamSpec, seed: int, rank: int, index: int) -> torch.Tensor:
+    generator = torch.Generator().manual_seed(seed * 1_000_003 + rank * 10_007 + index)
+    return torch.randn(spec.numel, generator=generator, dtype=torch.float64).to(DTYPES[spec.dtype])
+
+
+def build_chunks(population: Population, rank: int, fsdp_flag: str) -> list[torch.nn.Module]:
+    """Materialise the population as model chunks; the same call on the same rank gives bitwise-equal values."""
+    chunks = []
+    index = 0
+    for chunk_specs in population.chunks:
+        chunk = _FakeChunk()
+        chunk.ddp_config = SimpleNamespace(**{fsdp_flag: False})
+        for spec in chunk_specs:
+            param = torch.nn.Parameter(torch.zeros(spec.numel, dtype=DTYPES[spec.dtype]))
+            param.requires_grad = spec.requires_grad
+            if spec.sequence_parallel:
+                param.sequence_parallel = True
+            if spec.average_across_tp:
+                param.average_gradients_across_tp_domain = True
+            grad = None if spec.grad_kind.endswith("_none") else _values(spec, population.seed, rank, index)
+            if spec.grad_kind.startswith("main_grad"):
+                param.main_grad = grad
+            else:
+                param.grad = grad
+            _attach(chunk, spec.name, param)
+            index += 1
+        chunks.append(chunk)
+    return chunks
+
+
+def _grad_of(param: torch.nn.Parameter) -> torch.Tensor | None:
+    return param.main_grad if hasattr(param, "main_grad") else param.grad
+
+
+def _snapshot(chunks: list[torch.nn.Module]) -> dict[str, tuple[torch.Tensor | None, torch.Tensor | None, int]]:
+    """Per param: the grad object, a copy of its value, and its storage address."""
+    snap = {}
+    for c, chunk in enumerate(chunks):
+        for name, param in chunk.named_parameters():
+            grad = _grad_of(param)
+            copy = None if grad is None else grad.detach().clone()
+            snap[f"{c}:{name}"] = (grad, copy, 0 if grad is None else grad.data_ptr())
+    return snap
+
+
+def _bits(tensor: torch.Tensor) -> torch.Tensor:
+    return tensor.detach().contiguous().view(torch.uint8)
+
+
+class _CollectiveRecorder:
+    """Wraps ``torch.distributed.all_reduce`` to log each call's op, group and buffer bytes."""
+
+    def __init__(self, tp_group: Any) -> None:
+        self.tp_group = tp_group
+        self.calls: list[tuple[str, int]] = []
+        self.foreign_groups = 0
+        self._original = torch.distributed.all_reduce
+
+    def __enter__(self) -> _CollectiveRecorder:
+        original = self._original
+
+        def recording_all_reduce(tensor: torch.Tensor, op: Any = torch.distributed.ReduceOp.SUM, group: Any = None,
+                                 async_op: bool = False) -> Any:
+            if group is not self.tp_group:
+                self.foreign_groups += 1
+            self.calls.append((str(op).rsplit(".", 1)[-1], tensor.numel() * tensor.element_size()))
+            return original(tensor, op=op, group=group, async_op=async_op)
+
+        torch.distributed.all_reduce = recording_all_reduce
+        torch.distributed.distributed_c10d.all_reduce = recording_all_reduce
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        torch.distributed.all_reduce = self._original
+        torch.distributed.distributed_c10d.all_reduce = self._original
+
+
+def _without_none_grads(population: Population) -> Population:
+    """The population as upstream sees it when it skips ``None`` grads: those params excluded from selection."""
+    chunks = tuple(
+        tuple(
+            ParamSpec(**{**spec.__dict__, "requires_grad": False}) if spec.grad_kind.endswith("_none") else spec
+            for spec in chunk
+        )
+        for chunk in population.chunks
+    )
+    return Population(chunks, population.sequence_parallel, population.qk_layernorm, population.seed)
+
+
+def _expected_reference(
+    population: Population, rank: int, fsdp_flag: str, upstream: Any, config: Any
+) -> tuple[list[torch.nn.Module], str | None, list]:
+    """Run upstream; where it fails on ``None`` grads (versions before the skip), run it without them."""
+    chunks = build_chunks(population, rank, fsdp_flag)
+    group = _tp_group()
+    with _CollectiveRecorder(group) as recorder:
+        try:
+            upstream(chunks, config)
+            return chunks, None, recorder.calls
+        except AttributeError as err:
+            if not any(s.grad_kind.endswith("_none") for chunk in population.chunks for s in chunk):
+                raise
+            raised = f"{type(err).__name__}: {err}"
+    chunks = build_chunks(_without_none_grads(population), rank, fsdp_flag)
+    with _CollectiveRecorder(group) as recorder:
+        upstream(chunks, config)
+    return chunks, raised, recorder.calls
+
+
+def _tp_group() -> Any:
+    from megatron.core import parallel_state
+
+    return parallel_state.get_tensor_model_parallel_group()
+
+
+_subjects: dict[str, Any] = {}
+
+
+def _subject(spec: str) -> Any:
+    """The subject loaded once per rank process (a file subject would otherwise be re-executed per example)."""
+    if spec not in _subjects:
+        _subjects[spec] = load_subject(spec)
+    return _subjects[spec]
+
+
+def compare_task(rank: int, world_size: int, population: Population, subject_spec: str, budget: int,
+                 tensor_parallel: int, bitwise: bool) -> RankReport:
+    """Rank-side body of one equivalence example (sent through the rank pool)."""
+    report = RankReport(rank=rank)
+    subject = _subject(subject_spec)
+    module = megatron_ranks.finalize_module()
+    upstream = getattr(module, megatron_ranks.UPSTREAM_NAME)
+    fsdp_flag = megatron_ranks.upstream_fsdp_flag()
+    config = SimpleNamespace(sequence_parallel=population.sequence_parallel, qk_layernorm=population.qk_layernorm)
+    with megatron_ranks.model_parallel(tensor_parallel):
+        reference, report.upstream_raised, report.upstream_collectives = _expected_reference(
+            population, rank, fsdp_flag, upstream, config
+        )
+        chunks = build_chunks(population, rank, fsdp_flag)
+        before = _snapshot(chunks)
+        group = _tp_group()
+        subject.install(budget_bytes=budget)
+        try:
+            with _CollectiveRecorder(group) as recorder:
+                subject.allreduce_non_tensor_model_parallel_grads(chunks, config)
+        finally:
+            subject.uninstall()
+        report.collectives = recorder.calls
+        if recorder.foreign_groups:
+            report.problems.append(
+                f"rank {rank}: {recorder.foreign_groups} all-reduce(s) on a group other than the TP group upstream uses"
+            )
+        truth = _float64_truth(population, torch.distributed.get_process_group_ranks(group))
+        _compare(report, reference, chunks, before, budget, bitwise, truth)
+        torch.distributed.barrier()
+    report.peak_rss_kib = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    return report
+
+
+def _selected_op(spec: ParamSpec, population: Population) -> str | None:
+    """Which reduction upstream's rules give this param (None: not reduced), per the documented selection."""
+    if not spec.requires_grad or spec.grad_kind.endswith("_none"):
+        return None
+    if spec.average_across_tp:
+        return "AVG"
+    qk = population.qk_layernorm and ("q_layernorm" in spec.name or "k_layernorm" in spec.name)
+    if (population.sequence_parallel and spec.sequence_parallel) or qk:
+        return "SUM"
+    return None
+
+
+def _float64_truth(population: Population, group_ranks: list[int]) -> dict[str, tuple[torch.Tensor, float]]:
+    """Per reduced param: the exact reduction in float64 over the TP group's values, and the error bound allowed.
+
+    The bound is the classic one for summing ``n`` terms in any order, ``n * eps * sum(|x_i|)`` (plus one rounding
+    of the result), with ``eps`` of the grad's dtype: any reduction order gloo picks must land inside it.
+    """
+    truths = {}
+    index = 0
+    for c, chunk_specs in enumerate(population.chunks):
+        for spec in chunk_specs:
+            op = _selected_op(spec, population)
+            if op is not None:
+                terms = torch.stack([_values(spec, population.seed, r, index).double() for r in group_ranks])
+                exact = terms.sum(0) / (len(group_ranks) if op == "AVG" else 1)
+                eps = torch.finfo(DTYPES[spec.dtype]).eps
+                scale = terms.abs().sum(0) / (len(group_ranks) if op == "AVG" else 1)
+                bound = (len(group_ranks) * eps * scale + eps * exact.abs()).max().item()
+                truths[f"{c}:{spec.name}"] = (exact, bound)
+            index += 1
+    return truths
+
+
+def _compare(report: RankReport, reference: list[torch.nn.Module], chunks: list[torch.nn.Module], before: dict,
+             budget: int, bitwise: bool, truth: dict[str, tuple[torch.Tensor, float]]) -> None:
+    expected = _snapshot(reference)
+    after = _snapshot(chunks)
+    largest = 0
+    for key, (grad, value, address) in after.items():
+        ref_grad, ref_value, _ = expected[key]
+        start_grad, start_value, start_address = before[key]
+        if value is None or ref_value is None:
+            if (value is None) != (ref_value is None):
+                report.problems.append(f"rank {report.rank}: param {key}: grad is None on one side only")
+            continue
+        largest = max(largest, value.numel() * value.element_size())
+        if grad is not start_grad or address != start_address:
+            report.problems.append(
+                f"rank {report.rank}: param {key}: the grad object or its storage was replaced (upstream keeps both)"
+            )
+        if torch.equal(_bits(value), _bits(ref_value)):
+            continue
+        diff = (value.double() - ref_value.double()).abs().max().item()
+        if bitwise:
+            report.problems.append(f"rank {report.rank}: param {key}: differs from upstream, max |diff| {diff:.3g}")
+        else:
+            report.non_bitwise_elements += int((value != ref_value).sum().item())
+            exact, bound = truth.get(key, (start_value.double(), 0.0))
+            error = (value.double() - exact).abs().max().item()
+            if error > bound:
+                report.problems.append(
+                    f"rank {report.rank}: param {key}: off the float64 reduction by {error:.3g} > bound {bound:.3g} "
+                    f"(upstream differs by {diff:.3g})"
+                )
+        if torch.equal(_bits(value), _bits(start_value)) and not torch.equal(_bits(ref_value), _bits(start_value)):
+            report.problems.append(f"rank {report.rank}: param {key}: left untouched where upstream reduced it")
+    if report.collectives:
+        bound = max(budget, largest)
+        biggest = max(size for _, size in report.collectives)
+        if biggest > bound:
+            report.problems.append(
+                f"rank {report.rank}: a coalesced buffer of {biggest} bytes exceeds max(budget {budget}, largest grad "
+                f"{largest})"
+            )
+    ops = sorted({op for op, _ in report.collectives})
+    upstream_ops = sorted({op for op, _ in report.upstream_collectives})
+    if ops != upstream_ops:
+        report.problems.append(f"rank {report.rank}: reduce ops used {ops}, upstream uses {upstream_ops}")

@@ -1,0 +1,49 @@
+"""Megatron state inside a rank process: model-parallel groups per case shape, and facts read off upstream.
+
+Each case runs under its own tensor-parallel size; the groups are created for the case and destroyed after it, so
+the next case on the same long-lived rank starts from a clean ``parallel_state``.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import importlib
+import inspect
+import re
+from collections.abc import Iterator
+from types import ModuleType
+
+FINALIZE_MODULE = "megatron.core.distributed.finalize_model_grads"
+UPSTREAM_NAME = "_allreduce_non_tensor_model_parallel_grads"
+ALIAS_NAME = "_allreduce_layernorm_grads"
+
+
+def finalize_module() -> ModuleType:
+    """The module (not the re-exported function of the same name)."""
+    return importlib.import_module(FINALIZE_MODULE)
+
+
+@contextlib.contextmanager
+def model_parallel(tensor_parallel: int) -> Iterator[None]:
+    """Megatron's model-parallel groups with the given TP size, destroyed on exit."""
+    from megatron.core import parallel_state
+
+    parallel_state.destroy_model_parallel()
+    parallel_state.initialize_model_parallel(tensor_model_parallel_size=tensor_parallel)
+    try:
+        yield
+    finally:
+        parallel_state.destroy_model_parallel()
+
+
+def upstream_fsdp_flag() -> str:
+    """The ``ddp_config`` attribute the installed upstream all-reduce reads, taken from its source.
+
+    Reading it from upstream's own code (rather than from the config dataclass, which on some versions carries both
+    the old and the new name) is what lets the equivalence case catch a subject that reads the stale name.
+    """
+    source = inspect.getsource(getattr(finalize_module(), UPSTREAM_NAME))
+    flags = sorted(set(re.findall(r"ddp_config\.(\w+)", source)))
+    if len(flags) != 1:
+        raise RuntimeError(f"{FINALIZE_MODULE}.{UPSTREAM_NAME} reads {flags or 'no'} ddp_config flags; expected one")
+    return flags[0]
