@@ -51,8 +51,8 @@ class RankReport:
 
     rank: int
     problems: list[str] = field(default_factory=list)
-    collectives: list[tuple[str, int]] = field(default_factory=list)
-    upstream_collectives: list[tuple[str, int]] = field(default_factory=list)
+    collectives: list[tuple[str, int, int]] = field(default_factory=list)
+    upstream_collectives: list[tuple[str, int, int]] = field(default_factory=list)
     non_bitwise_elements: int = 0
     upstream_raised: str | None = None
     peak_rss_kib: int = 0
@@ -122,11 +122,15 @@ def _bits(tensor: torch.Tensor) -> torch.Tensor:
 
 
 class _CollectiveRecorder:
-    """Wraps ``torch.distributed.all_reduce`` to log each call's op, group and buffer bytes."""
+    """Wraps ``torch.distributed.all_reduce`` to log each call's op, buffer bytes and element size, and its group.
+
+    A subject that binds ``all_reduce`` under another name at import escapes the recorder; the case then sees no
+    collective where upstream made some, and reports it.
+    """
 
     def __init__(self, tp_group: Any) -> None:
         self.tp_group = tp_group
-        self.calls: list[tuple[str, int]] = []
+        self.calls: list[tuple[str, int, int]] = []
         self.foreign_groups = 0
         self._original = torch.distributed.all_reduce
 
@@ -137,7 +141,8 @@ class _CollectiveRecorder:
                                  async_op: bool = False) -> Any:
             if group is not self.tp_group:
                 self.foreign_groups += 1
-            self.calls.append((str(op).rsplit(".", 1)[-1], tensor.numel() * tensor.element_size()))
+            size = tensor.element_size()
+            self.calls.append((str(op).rsplit(".", 1)[-1], tensor.numel() * size, size))
             return original(tensor, op=op, group=group, async_op=async_op)
 
         torch.distributed.all_reduce = recording_all_reduce
@@ -269,7 +274,7 @@ def _compare(report: RankReport, reference: list[torch.nn.Module], chunks: list[
              budget: int, bitwise: bool, truth: dict[str, tuple[torch.Tensor, float]]) -> None:
     expected = _snapshot(reference)
     after = _snapshot(chunks)
-    largest = 0
+    largest, smallest_element = 0, 8
     for key, (grad, value, address) in after.items():
         ref_grad, ref_value, _ = expected[key]
         start_grad, start_value, start_address = before[key]
@@ -277,7 +282,9 @@ def _compare(report: RankReport, reference: list[torch.nn.Module], chunks: list[
             if (value is None) != (ref_value is None):
                 report.problems.append(f"rank {report.rank}: param {key}: grad is None on one side only")
             continue
-        largest = max(largest, value.numel() * value.element_size())
+        if key in truth:
+            largest = max(largest, value.numel() * value.element_size())
+            smallest_element = min(smallest_element, value.element_size())
         if grad is not start_grad or address != start_address:
             report.problems.append(
                 f"rank {report.rank}: param {key}: the grad object or its storage was replaced (upstream keeps both)"
@@ -298,15 +305,15 @@ def _compare(report: RankReport, reference: list[torch.nn.Module], chunks: list[
                 )
         if torch.equal(_bits(value), _bits(start_value)) and not torch.equal(_bits(ref_value), _bits(start_value)):
             report.problems.append(f"rank {report.rank}: param {key}: left untouched where upstream reduced it")
-    if report.collectives:
-        bound = max(budget, largest)
-        biggest = max(size for _, size in report.collectives)
-        if biggest > bound:
+    for _, size, element in report.collectives:
+        bound = max(budget, largest) * element // smallest_element
+        if size > bound:
             report.problems.append(
-                f"rank {report.rank}: a coalesced buffer of {biggest} bytes exceeds max(budget {budget}, largest grad "
-                f"{largest})"
+                f"rank {report.rank}: a coalesced buffer of {size} bytes exceeds max(budget {budget}, largest grad "
+                f"{largest}) scaled by dtype promotion {element}/{smallest_element}"
             )
-    ops = sorted({op for op, _ in report.collectives})
-    upstream_ops = sorted({op for op, _ in report.upstream_collectives})
+            break
+    ops = sorted({op for op, _, _ in report.collectives})
+    upstream_ops = sorted({op for op, _, _ in report.upstream_collectives})
     if ops != upstream_ops:
         report.problems.append(f"rank {report.rank}: reduce ops used {ops}, upstream uses {upstream_ops}")

@@ -2,16 +2,18 @@
 
 Upstream flattens every selected grad into one buffer per reduce op. This version selects exactly the same grads,
 with the same rules, ops and group, but all-reduces them in chunks of at most the configured byte budget, so the
-largest temporary buffer is ``max(budget, largest grad)`` instead of the sum of all grads. SUM and AVG are
+largest temporary buffer is ``max(budget, largest grad)`` instead of the sum of all grads (scaled by the promotion to
+the op's widest dtype when grads of different dtypes are reduced together, as upstream does). SUM and AVG are
 element-wise, so the result is bitwise identical to upstream's.
 """
 
 from __future__ import annotations
 
+import functools
 from typing import Any
 
 import torch
-from torch._utils import _flatten_dense_tensors, _unflatten_dense_tensors
+from torch._utils import _unflatten_dense_tensors
 
 from harness.reference import megatron_api
 from harness.reference.chunks import split_into_chunks
@@ -62,9 +64,12 @@ def allreduce_non_tensor_model_parallel_grads(model: list[torch.nn.Module], conf
 
     budget = current_budget()
     for op, (params, grads, fsdp_flags) in selected.items():
+        if not grads:
+            continue
         use_fsdp_of = dict(zip(map(id, params), fsdp_flags))
+        dtype = functools.reduce(torch.promote_types, (g.dtype for g in grads))
         for chunk_params, chunk_grads in split_into_chunks(params, grads, budget):
-            coalesced = _flatten_dense_tensors(chunk_grads)
+            coalesced = _flatten_as(chunk_grads, dtype)
             torch.distributed.all_reduce(coalesced, op=op, group=group)
             for param, buf, synced in zip(chunk_params, chunk_grads, _unflatten_dense_tensors(coalesced, chunk_grads)):
                 buf.copy_(synced)
@@ -76,6 +81,15 @@ def allreduce_non_tensor_model_parallel_grads(model: list[torch.nn.Module], conf
                 else:
                     setattr(param, attr, module._reshard_if_dtensor(buf, original))
             del coalesced
+
+
+def _flatten_as(grads: list[torch.Tensor], dtype: torch.dtype) -> torch.Tensor:
+    """One flat buffer in ``dtype``: the dtype upstream's single buffer gets by promoting *all* grads of the op.
+
+    Reducing a chunk of fp16 grads in fp16 while upstream reduced them promoted to fp32 (because some other grad of
+    the op was fp32) could change the rounding; flattening every chunk in the op-wide dtype keeps it bitwise.
+    """
+    return torch.cat([g.contiguous().view(-1).to(dtype) for g in grads])
 
 
 def _grad_attr(module: Any, param: torch.nn.Parameter, use_fsdp: bool, flag_in_getter: bool) -> str:
