@@ -17,6 +17,7 @@ import importlib.machinery
 from collections.abc import Iterator, Mapping
 from types import ModuleType
 
+
 class FakeModule(ModuleType):
     """A module that reports the non-dunder attribute lookups made on it to its :class:`FakeModuleTree`.
 

@@ -30,7 +30,7 @@ import re
 import sys
 from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from types import MappingProxyType, ModuleType
 
@@ -54,13 +54,11 @@ class Isolation:
     root: str | None = None
     origin: str | None = None
     own: tuple[str, ...] = ()
-    imported: tuple[str, ...] = field(default=())
+    imported: tuple[str, ...] = ()
 
 
 @contextmanager
-def observe_isolations(
-    on_start: Callable[[Isolation], None], on_finish: Callable[[Isolation], None]
-) -> Iterator[None]:
+def observe_isolations(on_start: Callable[[Isolation], None], on_finish: Callable[[Isolation], None]) -> Iterator[None]:
     """Call ``on_start`` before each isolation changes ``sys.modules`` and ``on_finish`` after it restored it.
 
     A detector needs this because the modules an isolated load imports are gone again by the time it compares

@@ -46,8 +46,7 @@ What cannot be seen: environment access below ``os.environ`` (``os.putenv``, ``p
 through a reference to the real ``os.environ`` taken before the call; threads and processes started by native code
 that exit before the call ends; files written outside the watched directory; patches to modules that are not
 watched. The instrumentation is process-wide and not thread-safe. A module that binds ``os.environ`` during the call
-(``from os import environ``) keeps the instrumented mapping, which shares its data with the real one and stops
-recording when the detector ends.
+(``from os import environ``) keeps the instrumented mapping, which shares its data with the real one.
 """
 
 from __future__ import annotations
@@ -237,12 +236,13 @@ def _under(name: str, prefixes: Iterable[str]) -> bool:
 
 def _describe(value: object) -> str:
     """A short, safe description of an object for a detail line."""
-    if isinstance(value, (type, FunctionType, BuiltinFunctionType, MethodType)):
-        kind = "class" if isinstance(value, type) else "function"
+    kind_of = type(value)
+    if issubclass(kind_of, (type, FunctionType, BuiltinFunctionType, MethodType)):
+        kind = "class" if issubclass(kind_of, type) else "function"
         module = getattr(value, "__module__", None)
         qualname = getattr(value, "__qualname__", None) or getattr(value, "__name__", "?")
         return f"<{kind} {module}.{qualname}>" if module else f"<{kind} {qualname}>"
-    if isinstance(value, ModuleType):
+    if issubclass(kind_of, ModuleType):
         return f"<module {getattr(value, '__name__', '?')}>"
     try:
         return _REPR.repr(value)
@@ -287,7 +287,11 @@ class _ModuleProbe(_Probe):
             return
         self._namespaces[id(module)] = _Namespace(name, module, dict(namespace))
         for attribute, value in namespace.items():
-            if isinstance(value, type) and value.__module__ == name and id(value) not in self._namespaces:
+            if (
+                issubclass(type(value), type)
+                and vars(value).get("__module__") == name
+                and id(value) not in self._namespaces
+            ):
                 self._namespaces[id(value)] = _Namespace(f"{name}.{attribute}", value, dict(vars(value)))
 
     def stop(self) -> None:
@@ -308,7 +312,7 @@ class _ModuleProbe(_Probe):
                 yield SideEffect("sys-modules", name, f"imported: {_describe(module)}")
             elif name in before and before[name] is not module:
                 yield SideEffect("sys-modules", name, f"replaced: {_describe(before[name])} -> {_describe(module)}")
-        for name in before.keys() - after.keys():
+        for name in sorted(before.keys() - after.keys()):
             yield SideEffect("sys-modules", name, "removed")
         for isolation in self._isolations:
             origin = isolation.origin or "an isolated block"
@@ -328,7 +332,7 @@ def _namespace_changes(prefix: str, before: dict[str, object], after: dict[str, 
             continue
         name = f"{prefix}.{attribute}"
         if old is _MISSING:
-            if isinstance(new, ModuleType) and getattr(new, "__name__", None) == name:
+            if issubclass(type(new), ModuleType) and getattr(new, "__name__", None) == name:
                 continue  # the import system binding a newly imported submodule: reported as sys-modules
             yield SideEffect("module-attribute", name, f"added: {_describe(new)}")
         elif new is _MISSING:
@@ -353,8 +357,8 @@ class _SysPathProbe(_Probe):
             by_value = name == "path"
             old = [entry if by_value else id(entry) for entry in before]
             new = [entry if by_value else id(entry) for entry in after]
-            changes = [f"added at {index}: {_describe(entry)}" for index, entry in enumerate(after) if new[index] not in old]
-            changes += [f"removed: {_describe(entry)}" for index, entry in enumerate(before) if old[index] not in new]
+            changes = [f"added at {at}: {_describe(entry)}" for at, entry in enumerate(after) if new[at] not in old]
+            changes += [f"removed: {_describe(entry)}" for at, entry in enumerate(before) if old[at] not in new]
             if not changes and old != new:
                 changes.append("reordered")
             for change in changes:
@@ -445,7 +449,7 @@ class _LoggingProbe(_Probe):
         for name, state in after.loggers.items():
             for change in _logger_changes(before.loggers.get(name, _DEFAULT_LOGGER), state):
                 yield SideEffect("logger-config", name, change)
-        for name in before.loggers.keys() - after.loggers.keys():
+        for name in sorted(before.loggers.keys() - after.loggers.keys()):
             yield SideEffect("logger-config", name, "logger removed from the logging manager")
         for key, (name, handler, state) in after.handlers.items():
             if key in before.handlers and before.handlers[key][1] is handler and before.handlers[key][2] != state:
@@ -515,7 +519,6 @@ class _RecordingEnviron(os._Environ):  # type: ignore[type-arg]
     def __init__(self, real: Any, reads: dict[str, bool]) -> None:
         super().__init__(real._data, real.encodekey, real.decodekey, real.encodevalue, real.decodevalue)
         self._reads = reads
-        self.recording = True
 
     def __getitem__(self, key: Any) -> Any:
         try:
@@ -531,9 +534,7 @@ class _RecordingEnviron(os._Environ):  # type: ignore[type-arg]
         return super().__iter__()
 
     def _record(self, key: object, *, present: bool) -> None:
-        if self.recording:
-            name = os.fsdecode(key) if isinstance(key, bytes) else str(key)
-            self._reads.setdefault(name, present)
+        self._reads.setdefault(os.fsdecode(key) if isinstance(key, bytes) else str(key), present)
 
 
 class _EnvironProbe(_Probe):
@@ -543,24 +544,24 @@ class _EnvironProbe(_Probe):
     def __init__(self, *, record_reads: bool) -> None:
         self._record_reads = record_reads
         self._reads: dict[str, bool] = {}
-        self._recorders: dict[str, _RecordingEnviron] = {}
         self._replaced: dict[str, object] = {}
         self._stack = ExitStack()
 
     def start(self) -> None:
         self._real = os.environ
         self._before = dict(self._real)
-        if self._record_reads:
-            for name in self._MAPPINGS:
-                recorder = _RecordingEnviron(getattr(os, name), self._reads)
-                _replace(self._stack, os, name, recorder)
-                self._recorders[name] = recorder
+        self._installed: dict[str, object] = {}
+        for name in self._MAPPINGS:
+            original = getattr(os, name)
+            self._stack.callback(setattr, os, name, original)
+            if self._record_reads:
+                setattr(os, name, _RecordingEnviron(original, self._reads))
+            self._installed[name] = getattr(os, name)
 
     def stop(self) -> None:
-        for name, recorder in self._recorders.items():
-            recorder.recording = False
+        for name, installed in self._installed.items():
             current = getattr(os, name)
-            if current is not recorder:
+            if current is not installed:
                 self._replaced[name] = current
         self._stack.close()
         self._after = dict(self._real)
@@ -577,10 +578,11 @@ class _EnvironProbe(_Probe):
                 yield SideEffect("env-write", name, "set")
             elif before[name] != value:
                 yield SideEffect("env-write", name, "changed")
-        for name in before.keys() - after.keys():
+        for name in sorted(before.keys() - after.keys()):
             yield SideEffect("env-write", name, "deleted")
         for name, replacement in self._replaced.items():
-            yield SideEffect("env-write", f"os.{name}", f"replaced by {_describe(replacement)}; the real one was put back")
+            detail = f"replaced by {_describe(replacement)}; the real one was put back"
+            yield SideEffect("env-write", f"os.{name}", detail)
 
 
 class _ThreadProbe(_Probe):
@@ -687,7 +689,8 @@ class _ProcessProbe(_Probe):
             if spawn.pid is not None:
                 state = "still running" if spawn.pid in self._children_after else "exited"
                 outcome = f"pid {spawn.pid}, {state}"
-            yield SideEffect("process", spawn.program, _shorten(f"started via {spawn.via}: {spawn.command} ({outcome})"))
+            detail = f"started via {spawn.via}: {spawn.command} ({outcome})"
+            yield SideEffect("process", spawn.program, _shorten(detail))
         for pid, command in self._children_after.items():
             if pid not in self._children_before and pid not in known:
                 program = Path(command.partition(" ")[0]).name or str(pid)
@@ -775,7 +778,7 @@ class _FileProbe(_Probe):
                 yield SideEffect("file", path, "directory created" if entry.is_dir else "created")
             elif not entry.is_dir and (old.size, old.mtime_ns) != (entry.size, entry.mtime_ns):
                 yield SideEffect("file", path, "modified")
-        for path in self._before.keys() - self._after.keys():
+        for path in sorted(self._before.keys() - self._after.keys()):
             yield SideEffect("file", path, "deleted")
 
 

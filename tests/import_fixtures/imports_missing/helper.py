@@ -1,0 +1,1 @@
+NAME = "imports_missing.helper"

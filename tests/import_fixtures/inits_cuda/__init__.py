@@ -1,0 +1,5 @@
+"""Initialises CUDA on import."""
+
+import torch
+
+torch.cuda.init()

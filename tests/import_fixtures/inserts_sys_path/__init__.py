@@ -1,0 +1,6 @@
+"""Puts its own directory on ``sys.path`` on import."""
+
+import os
+import sys
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
