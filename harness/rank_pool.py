@@ -4,10 +4,11 @@ Every case that needs ``torch.distributed`` would otherwise spawn ``world_size``
 often Megatron) and rendezvous: seconds per case. A pool pays that once per world size and xdist worker, then sends
 each task to the same processes over pipes.
 
-Rendezvous goes through a ``FileStore`` in a private temp dir, never a TCP port, so parallel xdist workers cannot
-collide. A failing task never leaves the pool half-alive: an exception, a hang or a dead rank is reported with what
-each rank was doing, the processes are torn down, and the next ``run`` starts fresh ones (``generation`` counts the
-starts). Nothing outlives the session: ``close`` runs at exit, and ranks get SIGKILL when their parent dies.
+Rendezvous goes through a ``FileStore`` in a private temp dir, not a TCP store on a chosen port, so parallel xdist
+workers cannot collide (gloo's own connections use ephemeral ports). A failing task never leaves the pool half-alive:
+an exception, a hang or a dead rank is reported with what each rank was doing, the processes are torn down, and the
+next ``run`` starts fresh ones (``generation`` counts the starts). No rank outlives the session: ``close`` runs at
+exit, and ranks get SIGKILL when their parent dies.
 """
 
 from __future__ import annotations
@@ -38,14 +39,26 @@ TIMEOUT_ENV_VAR = "MEGATRON_CONFORMANCE_RANK_TIMEOUT_S"
 # After the first rank fails, how long to keep listening for the others: ranks that raise together are all reported,
 # while a peer stuck in a collective with the failed rank only costs this much.
 FAILURE_GRACE_S = 0.5
+# Starting ranks imports torch (and whatever the tasks' modules import) in every rank at once: seconds when idle, far
+# more on a loaded CI machine. A rank that never joins the process group still fails the start.
+START_TIMEOUT_S = 300.0
 # How long ``close`` lets ranks leave their process group on their own before terminating them.
 CLOSE_GRACE_S = 5.0
 # How long a terminated rank gets before SIGKILL.
 KILL_GRACE_S = 2.0
 # How long a timed-out rank gets to dump its stack into the timeout message.
-STACK_DUMP_WAIT_S = 1.0
+STACK_DUMP_WAIT_S = 2.0
 _PR_SET_PDEATHSIG = 1
 _STACK_SIGNAL = getattr(signal, "SIGUSR1", None)
+
+_TASK_HINT = (
+    "A rank that skips a collective its peers enter (or enters one they skip) leaves them blocked. If the task is "
+    f"merely slow, pass timeout_s= or set {TIMEOUT_ENV_VAR}."
+)
+_START_HINT = (
+    "The waiting ranks did not get through importing torch, joining the process group and rank_setup; their stacks "
+    "below show where they are."
+)
 
 _OK = "ok"
 _RAISED = "raised"
@@ -133,8 +146,9 @@ class RankPool:
 
     ``rank_setup(rank, world_size)``, a picklable module-level function, runs once in each rank after the process
     group is up, e.g. to apply a CPU workaround every task relies on. The ranks start on the first ``run`` or on
-    ``start``. Linux delivers the parent-death signal when the *thread* that started the ranks exits, so start a pool
-    from a thread that lives as long as the pool (the main thread, under pytest).
+    ``start``. Each rank runs torch with one intra-op thread unless ``OMP_NUM_THREADS`` is set. Linux delivers the
+    parent-death signal when the *thread* that started the ranks exits, so start a pool from a thread that lives as
+    long as the pool (the main thread, under pytest).
     """
 
     def __init__(
@@ -206,7 +220,8 @@ class RankPool:
                     child_conn.close()
                     self._processes.append(process)
                     self._conns.append(parent_conn)
-                self._collect(f"pool start (backend {self.backend})", self._resolve_timeout(None))
+                start_timeout = max(START_TIMEOUT_S, self._resolve_timeout(None))
+                self._collect(f"pool start (backend {self.backend})", start_timeout, _START_HINT)
             except BaseException:
                 self._teardown()
                 raise
@@ -233,7 +248,7 @@ class RankPool:
                     with contextlib.suppress(OSError):
                         # A rank that died since the last task is reported as dead by _collect.
                         conn.send_bytes(payload)
-                return self._collect(f"task {_describe_fn(fn)}", timeout)
+                return self._collect(f"task {_describe_fn(fn)}", timeout, _TASK_HINT)
             except BaseException:
                 self._teardown()
                 raise
@@ -257,7 +272,7 @@ class RankPool:
             return timeout_s
         return self.timeout_s if self.timeout_s is not None else default_timeout_s()
 
-    def _collect(self, what: str, timeout_s: float) -> list[Any]:
+    def _collect(self, what: str, timeout_s: float, timeout_hint: str) -> list[Any]:
         """Wait for one reply per rank; raise for the first failure, after giving the other ranks a short grace."""
         started = time.monotonic()
         deadline = started + timeout_s
@@ -295,7 +310,7 @@ class RankPool:
         if pending:
             waiting = sorted(pending)
             finished = sorted(results)
-            message = self._timeout_message(what, timeout_s, elapsed, waiting, finished)
+            message = self._timeout_message(what, timeout_s, elapsed, waiting, finished, timeout_hint)
             raise RankTimeout(message, waiting, finished)
         return [results[rank] for rank in range(self.world_size)]
 
@@ -329,7 +344,7 @@ class RankPool:
         return f"exited with code {code}"
 
     def _header(self, what: str) -> str:
-        return f"{what} on {self.world_size} ranks (pids {self.pids}, pool generation {self.generation})"
+        return f"{what} on {_plural(self.world_size, 'rank')} (pids {self.pids}, pool generation {self.generation})"
 
     def _died_message(
         self, what: str, deaths: dict[int, str], failures: dict[int, RankFailure], pending: set[int]
@@ -360,14 +375,13 @@ class RankPool:
         return "\n".join(lines)
 
     def _timeout_message(
-        self, what: str, timeout_s: float, elapsed: float, waiting: list[int], finished: list[int]
+        self, what: str, timeout_s: float, elapsed: float, waiting: list[int], finished: list[int], timeout_hint: str
     ) -> str:
         lines = [
             f"{self._header(what)}: timed out after {elapsed:.1f} s (timeout {timeout_s:g} s)",
             f"  ranks still waiting: {_ranks(waiting)}",
             f"  ranks finished: {_ranks(finished) if finished else 'none'}",
-            "A rank that skips a collective its peers enter (or enters one they skip) leaves them blocked. If the task "
-            f"is merely slow, pass timeout_s= or set {TIMEOUT_ENV_VAR}.",
+            timeout_hint,
         ]
         for rank, stack in self._dump_stacks(waiting).items():
             lines += [f"--- stack of waiting rank {rank} ---", stack]
@@ -521,6 +535,9 @@ def _rank_main(
         import torch
         import torch.distributed as dist
 
+        if "OMP_NUM_THREADS" not in os.environ:
+            # As torchrun does: ranks that each use every core oversubscribe the machine world_size times over.
+            torch.set_num_threads(1)
         if backend == "nccl":
             torch.cuda.set_device(rank)
         store = dist.FileStore(os.path.join(tmpdir, "rendezvous"), world_size)

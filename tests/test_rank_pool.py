@@ -21,6 +21,7 @@ import pytest
 import torch
 
 from harness.rank_pool import (
+    START_TIMEOUT_S,
     TIMEOUT_ENV_VAR,
     RankDied,
     RankPool,
@@ -36,6 +37,7 @@ from tests import rank_tasks
 
 ROOT = Path(__file__).resolve().parent.parent
 TIMEOUT_S = 30.0
+WARM_RUN_BOUND_S = 0.5
 
 
 @pytest.fixture(scope="module")
@@ -114,7 +116,8 @@ def test_ranks_are_reused_across_runs(pool: RankPool) -> None:
 
 def test_a_warm_task_costs_milliseconds(pool: RankPool) -> None:
     pool.start()
-    assert _median_run_s(pool, 20) < 0.1
+    # About a millisecond when idle; respawning ranks per run would cost seconds. The slack is for loaded CI machines.
+    assert _median_run_s(pool, 20) < WARM_RUN_BOUND_S
 
 
 def test_raise_in_one_rank_fails_promptly_with_its_traceback(pool: RankPool) -> None:
@@ -237,7 +240,7 @@ def test_no_rank_outlives_its_parent(ending: str, tmp_path: Path) -> None:
             stdout=stdout,
             stderr=subprocess.PIPE,
             text=True,
-            timeout=120,
+            timeout=START_TIMEOUT_S + 60,
         )
     assert child.returncode == (0 if ending == "exit" else -9), child.stderr
     pids = [int(pid) for pid in out.read_text().split()]
@@ -257,7 +260,7 @@ def test_world_size_four_reports_every_rank_that_raised() -> None:
         results = pool.run(rank_tasks.identify)
         assert [rank for rank, *_ in results] == [0, 1, 2, 3]
         assert pool.run(rank_tasks.all_reduce_sum) == [10.0] * 4
-        assert _median_run_s(pool, 20) < 0.1
+        assert _median_run_s(pool, 20) < WARM_RUN_BOUND_S
         started = time.monotonic()
         with pytest.raises(RankRaised) as info:
             pool.run(rank_tasks.raise_on_ranks, (1, 3))

@@ -7,10 +7,10 @@ module exposing the same names (see docs/ARCHITECTURE.md, "Subject protocol").
 
 from pathlib import Path
 
-from harness.reference.allreduce import allreduce_non_tensor_model_parallel_grads
-from harness.reference.chunks import split_into_chunks
-from harness.reference.patching import BUDGET_ENV_VAR, install, installed_budget, uninstall
-from harness.reference.provider import wrap_model_provider
+from .allreduce import allreduce_non_tensor_model_parallel_grads
+from .chunks import split_into_chunks
+from .patching import BUDGET_ENV_VAR, install, installed_budget, uninstall
+from .provider import wrap_model_provider
 
 ADAPTER_PACKAGE = str(Path(__file__).resolve().parent)
 

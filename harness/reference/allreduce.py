@@ -15,9 +15,9 @@ from typing import Any
 import torch
 from torch._utils import _unflatten_dense_tensors
 
-from harness.reference import megatron_api
-from harness.reference.chunks import split_into_chunks
-from harness.reference.patching import current_budget
+from . import megatron_api
+from .chunks import split_into_chunks
+from .patching import current_budget
 
 
 def allreduce_non_tensor_model_parallel_grads(model: list[torch.nn.Module], config: Any, tp_group: Any = None) -> None:

@@ -10,8 +10,8 @@ from __future__ import annotations
 import os
 from typing import Any
 
-from harness.reference import megatron_api
-from harness.reference.chunks import validate_budget
+from . import megatron_api
+from .chunks import validate_budget
 
 BUDGET_ENV_VAR = "MEGATRON_CONFORMANCE_ALLREDUCE_CHUNK_BYTES"
 DEFAULT_BUDGET_BYTES = 1 << 30
@@ -53,7 +53,7 @@ def install(budget_bytes: int | None = None) -> None:
     """
     global _budget
     budget = budget_from_environment() if budget_bytes is None else validate_budget(budget_bytes)
-    from harness.reference.allreduce import allreduce_non_tensor_model_parallel_grads
+    from .allreduce import allreduce_non_tensor_model_parallel_grads
 
     module = megatron_api.finalize_module()
     if not _originals:

@@ -1,0 +1,7 @@
+"""Seeded subject: its adapter package (tests/seeded/adapters/inserts_sys_path) has a side effect at import."""
+
+from pathlib import Path
+
+from harness.reference import *  # noqa: F403
+
+ADAPTER_PACKAGE = str(Path(__file__).resolve().parent / "adapters" / "inserts_sys_path")

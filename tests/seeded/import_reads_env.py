@@ -1,0 +1,7 @@
+"""Seeded subject: its adapter package (tests/seeded/adapters/reads_env) has a side effect at import."""
+
+from pathlib import Path
+
+from harness.reference import *  # noqa: F403
+
+ADAPTER_PACKAGE = str(Path(__file__).resolve().parent / "adapters" / "reads_env")
