@@ -5,9 +5,10 @@ it: sequence-parallel layernorm grads that differ between the TP ranks, held as 
 buffers of Megatron's ``DistributedDataParallel``. The smallest GPT that takes that path (local layer spec, TP=2,
 sequence parallelism) gives the gate those grads on every pinned version.
 
-Megatron assumes CUDA (or Apex/Transformer Engine) at a few places on that path; :func:`cpu_workarounds` bridges the
-process-wide ones for the duration of a ``with`` block in a rank process, and :func:`build_gpt` bridges the
-layernorm one in the spec it builds, so nothing outside the rank process and nothing at import is altered.
+Megatron assumes CUDA (or Apex/Transformer Engine) at a few places on that path. :func:`cpu_workarounds` bridges the
+process-wide ones for the duration of a ``with`` block in a rank process; the others are bridged in what this module
+hands Megatron (the layernorm class in the spec, an explicit causal mask in the batch), so nothing outside the rank
+process and nothing at import is altered.
 """
 
 from __future__ import annotations
@@ -29,7 +30,6 @@ NUM_ATTENTION_HEADS = 4
 VOCAB_SIZE = 64
 SEQ_LENGTH = 8
 MICRO_BATCH_SIZE = 2
-TENSOR_PARALLEL_SIZE = 2
 
 
 class SequenceParallelLayerNorm(torch.nn.LayerNorm):
@@ -51,9 +51,9 @@ class SequenceParallelLayerNorm(torch.nn.LayerNorm):
 def _current_device_is_cpu() -> Iterator[None]:
     """``torch.cuda.current_device()`` answers ``"cpu"``, then is restored.
 
-    The sequence-parallel gather/scatter, RoPE's frequency table and DDP's grad buffers allocate on
-    ``torch.cuda.current_device()``, which raises in a CPU build of torch; ``use_cpu_initialization`` does not reach
-    those places.
+    The sequence-parallel all-gathers and reduce-scatters, Megatron's global memory buffer, RoPE's frequency table and
+    DDP's grad buffers allocate on ``torch.cuda.current_device()``, which raises in a CPU build of torch;
+    ``use_cpu_initialization`` covers only the weights.
     """
     original = torch.cuda.current_device
     torch.cuda.current_device = lambda: "cpu"
@@ -123,12 +123,13 @@ def _block_spec(qk_layernorm: bool) -> Any:
 
 
 def build_gpt(qk_layernorm: bool = False, seed: int = 1234) -> tuple[torch.nn.Module, Any]:
-    """A tiny TP=2 sequence-parallel GPT wrapped in Megatron's DDP with fp32 ``main_grad`` buffers, and its config.
+    """A tiny sequence-parallel GPT wrapped in Megatron's DDP with fp32 ``main_grad`` buffers, and its config.
 
-    Call inside :func:`cpu_workarounds`, after ``initialize_model_parallel(tensor_model_parallel_size=2)``. Weights
-    are drawn on CPU from ``seed`` as full matrices and then split, so both TP ranks hold shards of the same model;
-    the caller's torch RNG state is left as it was.
+    Call inside :func:`cpu_workarounds`, after ``initialize_model_parallel(tensor_model_parallel_size=2)``; the TP
+    size is read from there. Weights are drawn on CPU from ``seed`` as full matrices and then split, so the TP ranks
+    hold shards of one model; the caller's torch RNG state is left as it was.
     """
+    from megatron.core import parallel_state
     from megatron.core.distributed import DistributedDataParallel, DistributedDataParallelConfig
     from megatron.core.models.gpt.gpt_model import GPTModel
     from megatron.core.transformer.transformer_config import TransformerConfig
@@ -137,7 +138,7 @@ def build_gpt(qk_layernorm: bool = False, seed: int = 1234) -> tuple[torch.nn.Mo
         num_layers=NUM_LAYERS,
         hidden_size=HIDDEN_SIZE,
         num_attention_heads=NUM_ATTENTION_HEADS,
-        tensor_model_parallel_size=TENSOR_PARALLEL_SIZE,
+        tensor_model_parallel_size=parallel_state.get_tensor_model_parallel_world_size(),
         sequence_parallel=True,
         qk_layernorm=qk_layernorm,
         use_cpu_initialization=True,
@@ -180,11 +181,11 @@ def forward_backward(model: torch.nn.Module, seed: int) -> None:
     gpt = model.module
     model.zero_grad_buffer()
     losses = model(**_batch(seed, gpt.vocab_size, gpt.max_sequence_length))
-    losses.float().mean().backward()
+    losses.mean().backward()
 
 
 def main_grads(model: torch.nn.Module) -> dict[str, torch.Tensor]:
-    """A copy of each param's ``main_grad`` (its ``grad`` where it has none), by name; params with neither are left out."""
+    """A copy of each param's ``main_grad`` (else its ``grad``) by name; a param with neither is left out."""
     grads = {}
     for name, param in model.named_parameters():
         grad = getattr(param, "main_grad", None)
@@ -196,10 +197,9 @@ def main_grads(model: torch.nn.Module) -> dict[str, torch.Tensor]:
 
 
 def finalize(model: torch.nn.Module) -> None:
-    """Upstream's ``finalize_model_grads`` on the one model chunk, looked up in its module at call time.
+    """Upstream's ``finalize_model_grads`` on the one model chunk, as at the end of a training step.
 
-    Looking it up at call time keeps whatever the caller installed into that module in force. Every argument added
-    after ``model`` across the pinned versions (``num_tokens``, the process-group bundles, ``force_all_reduce``)
-    defaults to plain finalization on parallel_state's groups.
+    Every argument the pinned versions added after ``model`` (``num_tokens``, the process-group bundles,
+    ``force_all_reduce``) defaults to plain finalization on parallel_state's groups, so one call fits them all.
     """
     importlib.import_module(FINALIZE_MODULE).finalize_model_grads([model])

@@ -1,0 +1,30 @@
+"""The equivalence family goes red for each seeded all-reduce, naming rank and param (or the rank's traceback)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from tests.pytest_helpers import SEEDED, run_cases
+
+SEEDED_BREAKS = {
+    "allreduce_avg_as_sum": ("megatron-0.15", "differs from upstream, max |diff|"),
+    "allreduce_skips_a_write_back": ("megatron-0.15", "differs from upstream, max |diff|"),
+    "allreduce_wrong_group": ("megatron-0.15", "on a group other than the TP group upstream uses"),
+    "allreduce_no_none_skip": ("megatron-0.15", "AttributeError: 'NoneType' object has no attribute 'data'"),
+    "allreduce_no_qk_rule": ("megatron-0.15", "differs from upstream, max |diff|"),
+    "allreduce_stale_fsdp_flag": ("megatron-0.13", "has no attribute 'use_megatron_fsdp'"),
+}
+SELECTION = ["cases/test_equivalence.py::test_matches_upstream_on_generated_modules[world2-tp2-gloo]"]
+
+
+@pytest.mark.parametrize("seeded", sorted(SEEDED_BREAKS))
+def test_seeded_allreduce_turns_the_family_red(seeded: str, tmp_path: Path) -> None:
+    session, named = SEEDED_BREAKS[seeded]
+    run = run_cases(session, SELECTION, tmp_path, subject=SEEDED / f"{seeded}.py")
+    assert run.returncode == 1, f"{seeded}: expected a red run, got exit {run.returncode}\n{run.output[-3000:]}"
+    failed = run.failed()
+    assert any(named in text for text in failed.values()), f"{seeded}: no failure says {named!r}\n{run.output[-4000:]}"
+    assert any("rank " in text for text in failed.values()), f"{seeded}: the failure names no rank"
+    assert f"target {session} | contract equivalence | symbol allreduce_non_tensor_model_parallel_grads" in run.output
