@@ -54,8 +54,8 @@ def test_partition(subject: ModuleType, target: Target, case: tuple[list[TensorS
     chunks = split(subject, params, grads, budget)
     flat_params = [p for chunk_params, _ in chunks for p in chunk_params]
     flat_grads = [g for _, chunk_grads in chunks for g in chunk_grads]
-    same = len(flat_grads) == len(grads) and all(a is b for a, b in zip(flat_grads, grads))
-    same = same and len(flat_params) == len(params) and all(a is b for a, b in zip(flat_params, params))
+    same = len(flat_grads) == len(grads) and all(a is b for a, b in zip(flat_grads, grads, strict=True))
+    same = same and len(flat_params) == len(params) and all(a is b for a, b in zip(flat_params, params, strict=True))
     assert same, violation(
         target,
         "partition",
@@ -68,12 +68,12 @@ def test_partition(subject: ModuleType, target: Target, case: tuple[list[TensorS
 def test_alignment(subject: ModuleType, target: Target, case: tuple[list[TensorSpec], int]) -> None:
     specs, budget = case
     params, grads = materialise(specs)
-    grad_of = {id(p): g for p, g in zip(params, grads)}
+    grad_of = {id(p): g for p, g in zip(params, grads, strict=True)}
     for index, (chunk_params, chunk_grads) in enumerate(split(subject, params, grads, budget)):
         assert len(chunk_params) == len(chunk_grads), violation(
             target, "alignment", f"chunk {index} holds {len(chunk_params)} params but {len(chunk_grads)} grads"
         )
-        for position, (param, grad) in enumerate(zip(chunk_params, chunk_grads)):
+        for position, (param, grad) in enumerate(zip(chunk_params, chunk_grads, strict=False)):
             assert grad_of.get(id(param)) is grad, violation(
                 target, "alignment", f"chunk {index} position {position}: the grad is not the grad of its param"
             )

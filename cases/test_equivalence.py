@@ -15,7 +15,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from harness.equivalence import ParamSpec, Population, RankReport, compare_task
+from harness.equivalence import ParamSpec, Population, RankReport, compare_task, gpt_finalize_task
 from harness.grad_populations import budgets_for_population, fake_module_populations
 from harness.matrix import Target
 from harness.rank_pool import backend_skip_reason, get_pool
@@ -107,3 +107,10 @@ def test_largest_buffer_is_bounded_by_the_budget(target: Target, subject_name: s
             indent=2,
         )
     )
+
+
+@pytest.mark.parametrize("qk_layernorm", [False, True], ids=["plain", "qk-layernorm"])
+def test_finalize_model_grads_on_a_real_gpt_model(target: Target, subject_name: str, qk_layernorm: bool) -> None:
+    budget = 64
+    reports = get_pool(2, "gloo").run(gpt_finalize_task, subject_name, budget, qk_layernorm)
+    assert not any(r.problems for r in reports), verdict(target, "GPTModel TP 2 + SP, world 2, gloo", budget, reports)

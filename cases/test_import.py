@@ -55,7 +55,9 @@ def test_importing_the_adapter_with_real_megatron_changes_nothing(target: Target
 def test_importing_the_adapter_with_only_fakes_changes_nothing(target: Target, subject: ModuleType) -> None:
     fakes = build_fakes(FAKE_ONLY)
     effects = detect(lambda: load_isolated(subject.ADAPTER_PACKAGE, fakes), **_declared(subject))
-    assert not effects, _red(target, "importing ADAPTER_PACKAGE beside fake megatron/deep_ep/TE had side effects", effects)
+    assert not effects, _red(
+        target, "importing ADAPTER_PACKAGE beside fake megatron/deep_ep/TE had side effects", effects
+    )
 
 
 def test_install_rebinds_exactly_the_documented_names(target: Target, subject: ModuleType) -> None:

@@ -137,8 +137,9 @@ class _CollectiveRecorder:
     def __enter__(self) -> _CollectiveRecorder:
         original = self._original
 
-        def recording_all_reduce(tensor: torch.Tensor, op: Any = torch.distributed.ReduceOp.SUM, group: Any = None,
-                                 async_op: bool = False) -> Any:
+        def recording_all_reduce(
+            tensor: torch.Tensor, op: Any = torch.distributed.ReduceOp.SUM, group: Any = None, async_op: bool = False
+        ) -> Any:
             if group is not self.tp_group:
                 self.foreign_groups += 1
             size = tensor.element_size()
@@ -202,8 +203,15 @@ def _subject(spec: str) -> Any:
     return _subjects[spec]
 
 
-def compare_task(rank: int, world_size: int, population: Population, subject_spec: str, budget: int,
-                 tensor_parallel: int, bitwise: bool) -> RankReport:
+def compare_task(
+    rank: int,
+    world_size: int,
+    population: Population,
+    subject_spec: str,
+    budget: int,
+    tensor_parallel: int,
+    bitwise: bool,
+) -> RankReport:
     """Rank-side body of one equivalence example (sent through the rank pool)."""
     report = RankReport(rank=rank)
     subject = _subject(subject_spec)
@@ -270,13 +278,20 @@ def _float64_truth(population: Population, group_ranks: list[int]) -> dict[str, 
     return truths
 
 
-def _compare(report: RankReport, reference: list[torch.nn.Module], chunks: list[torch.nn.Module], before: dict,
-             budget: int, bitwise: bool, truth: dict[str, tuple[torch.Tensor, float]]) -> None:
+def _compare(
+    report: RankReport,
+    reference: list[torch.nn.Module],
+    chunks: list[torch.nn.Module],
+    before: dict,
+    budget: int,
+    bitwise: bool,
+    truth: dict[str, tuple[torch.Tensor, float]],
+) -> None:
     expected = _snapshot(reference)
     after = _snapshot(chunks)
     largest, smallest_element = 0, 8
     for key, (grad, value, address) in after.items():
-        ref_grad, ref_value, _ = expected[key]
+        _, ref_value, _ = expected[key]
         start_grad, start_value, start_address = before[key]
         if value is None or ref_value is None:
             if (value is None) != (ref_value is None):
@@ -317,3 +332,44 @@ def _compare(report: RankReport, reference: list[torch.nn.Module], chunks: list[
     upstream_ops = sorted({op for op, _, _ in report.upstream_collectives})
     if ops != upstream_ops:
         report.problems.append(f"rank {report.rank}: reduce ops used {ops}, upstream uses {upstream_ops}")
+
+
+def gpt_finalize_task(rank: int, world_size: int, subject_spec: str, budget: int, qk_layernorm: bool) -> RankReport:
+    """``finalize_model_grads`` on a real GPTModel step, upstream vs subject installed; bitwise comparison per param.
+
+    Both runs build the same model from the same seed and take the same step, so any difference comes from the
+    all-reduce. The subject must also really have run: it is installed with a small budget, so it makes more
+    collectives than upstream's single buffer per op.
+    """
+    from harness import cpu_gpt
+
+    report = RankReport(rank=rank)
+    subject = _subject(subject_spec)
+    with megatron_ranks.model_parallel(world_size), cpu_gpt.cpu_workarounds():
+        group = _tp_group()
+        model, _ = cpu_gpt.build_gpt(qk_layernorm=qk_layernorm, seed=11)
+        cpu_gpt.forward_backward(model, seed=5)
+        with _CollectiveRecorder(group) as upstream_recorder:
+            cpu_gpt.finalize(model)
+        expected = cpu_gpt.main_grads(model)
+        model, _ = cpu_gpt.build_gpt(qk_layernorm=qk_layernorm, seed=11)
+        cpu_gpt.forward_backward(model, seed=5)
+        subject.install(budget_bytes=budget)
+        try:
+            with _CollectiveRecorder(group) as recorder:
+                cpu_gpt.finalize(model)
+        finally:
+            subject.uninstall()
+        got = cpu_gpt.main_grads(model)
+    report.collectives, report.upstream_collectives = recorder.calls, upstream_recorder.calls
+    if len(recorder.calls) <= len(upstream_recorder.calls):
+        report.problems.append(
+            f"rank {rank}: with the subject installed finalize_model_grads made {len(recorder.calls)} all-reduces, "
+            f"upstream {len(upstream_recorder.calls)}: the chunked replacement did not run"
+        )
+    for name, value in expected.items():
+        if not torch.equal(_bits(got[name]), _bits(value)):
+            diff = (got[name].double() - value.double()).abs().max().item()
+            report.problems.append(f"rank {rank}: param {name}: main_grad differs from upstream, max |diff| {diff:.3g}")
+    report.peak_rss_kib = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    return report

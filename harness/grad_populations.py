@@ -60,7 +60,7 @@ def random_specs(draw: st.DrawFn, max_tensors: int = 24) -> list[TensorSpec]:
 
 
 def gpt_layer_specs(num_layers: int, hidden: int, dtype: torch.dtype, qk_head_dim: int = 0) -> list[TensorSpec]:
-    """The non-tensor-parallel grads of a GPT-like stack: layernorm weights/biases, qk-layernorms, row-parallel biases."""
+    """The non-TP grads of a GPT-like stack: layernorm weights/biases, qk-layernorms, row-parallel biases."""
     specs: list[TensorSpec] = []
     for layer in range(num_layers):
         prefix = f"decoder.layers.{layer}"
@@ -104,11 +104,11 @@ def populations() -> st.SearchStrategy[list[TensorSpec]]:
 
 @st.composite
 def budgets_for(draw: st.DrawFn, specs: list[TensorSpec]) -> int:
-    """A positive budget: on or next to a size, the sum of two neighbours or a running sum, or anywhere up to beyond the total."""
+    """A positive budget: on or next to a size, two neighbours' sum or a running sum, or anywhere past the total."""
     sizes = [s.nbytes() for s in specs]
     boundaries = {1}
     running = 0
-    for size, following in zip(sizes, [*sizes[1:], 0]):
+    for size, following in zip(sizes, [*sizes[1:], 0], strict=True):
         running += size
         boundaries.update((size, size + following, running))
     total = max(running, 1)
@@ -167,6 +167,8 @@ def fake_module_populations(draw: st.DrawFn, max_params: int = 12) -> Population
 def budgets_for_population(draw: st.DrawFn, population: Population) -> int:
     """1 byte, around one grad's size, or beyond the whole population."""
     sizes = [
-        s.numel * torch.empty((), dtype=PARAM_DTYPES[s.dtype]).element_size() for chunk in population.chunks for s in chunk
+        s.numel * torch.empty((), dtype=PARAM_DTYPES[s.dtype]).element_size()
+        for chunk in population.chunks
+        for s in chunk
     ]
     return draw(st.one_of(st.just(1), st.sampled_from(sizes), st.integers(1, 2 * sum(sizes) + 1)))

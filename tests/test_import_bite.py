@@ -11,7 +11,10 @@ from tests.pytest_helpers import SEEDED, run_cases
 SESSION = "megatron-0.15"
 FINALIZE = "megatron.core.distributed.finalize_model_grads"
 SEEDED_BREAKS = {
-    "import_patches_megatron": ("test_importing_the_adapter_with_", f"module-attribute {FINALIZE}._allreduce_layernorm_grads"),
+    "import_patches_megatron": (
+        "test_importing_the_adapter_with_",
+        f"module-attribute {FINALIZE}._allreduce_layernorm_grads",
+    ),
     "import_reads_env": ("test_importing_the_adapter_with_", "env-read ADAPTER_CHUNK_BYTES"),
     "import_logs": ("test_importing_the_adapter_with_", "log-record adapter.seeded"),
     "import_sets_logger_level": ("test_importing_the_adapter_with_", "logger-config megatron.core"),

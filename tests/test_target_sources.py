@@ -43,7 +43,17 @@ def _run_nox(tmp_path: Path, targets: list[dict[str, object]], sessions: list[st
 
 def _download_wheel(directory: Path) -> Path:
     subprocess.run(
-        [sys.executable, "-m", "pip", "download", "--no-deps", "-q", "-d", str(directory), f"megatron-core=={MEGATRON_VERSION}"],
+        [
+            sys.executable,
+            "-m",
+            "pip",
+            "download",
+            "--no-deps",
+            "-q",
+            "-d",
+            str(directory),
+            f"megatron-core=={MEGATRON_VERSION}",
+        ],
         check=True,
         timeout=600,
     )
@@ -85,4 +95,6 @@ def test_uninstallable_pin_ends_with_one_clear_line(tmp_path: Path) -> None:
     completed = _run_nox(tmp_path, targets, ["megatron-bogus"])
     assert completed.returncode != 0
     output = completed.stdout + completed.stderr
-    assert "target megatron-bogus: could not install its pins (pip install megatron-core==0.0.999" in output, output[-4000:]
+    assert "target megatron-bogus: could not install its pins (pip install megatron-core==0.0.999" in output, output[
+        -4000:
+    ]

@@ -66,12 +66,14 @@ def allreduce_non_tensor_model_parallel_grads(model: list[torch.nn.Module], conf
     for op, (params, grads, fsdp_flags) in selected.items():
         if not grads:
             continue
-        use_fsdp_of = dict(zip(map(id, params), fsdp_flags))
+        use_fsdp_of = dict(zip(map(id, params), fsdp_flags, strict=True))
         dtype = functools.reduce(torch.promote_types, (g.dtype for g in grads))
         for chunk_params, chunk_grads in split_into_chunks(params, grads, budget):
             coalesced = _flatten_as(chunk_grads, dtype)
             torch.distributed.all_reduce(coalesced, op=op, group=group)
-            for param, buf, synced in zip(chunk_params, chunk_grads, _unflatten_dense_tensors(coalesced, chunk_grads)):
+            for param, buf, synced in zip(
+                chunk_params, chunk_grads, _unflatten_dense_tensors(coalesced, chunk_grads), strict=True
+            ):
                 buf.copy_(synced)
                 use_fsdp = use_fsdp_of[id(param)]
                 attr = _grad_attr(module, param, use_fsdp, flag_in_getter)

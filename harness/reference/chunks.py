@@ -45,7 +45,7 @@ def split_into_chunks(
     chunk_params: list[P] = []
     chunk_grads: list[torch.Tensor] = []
     chunk_bytes = 0
-    for param, grad in zip(params, grads):
+    for param, grad in zip(params, grads, strict=True):
         size = tensor_bytes(grad)
         if chunk_grads and chunk_bytes + size > budget:
             chunks.append((chunk_params, chunk_grads))

@@ -50,9 +50,7 @@ def wrap_model_provider(provider: Callable[..., Any], args: Any) -> Callable[...
     def wrapped_provider(pre_process: bool, post_process: bool, **kwargs: Any) -> Any:
         forwarded = {k: v for k, v in kwargs.items() if accepted is None or k in accepted}
         model = provider(pre_process=pre_process, post_process=post_process, **forwarded)
-        freeze_by_patterns(
-            model, getattr(args, "freeze_patterns", None), getattr(args, "train_only_patterns", None)
-        )
+        freeze_by_patterns(model, getattr(args, "freeze_patterns", None), getattr(args, "train_only_patterns", None))
         return model
 
     wrapped_provider.__name__ = getattr(provider, "__name__", "wrapped_provider")
