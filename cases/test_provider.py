@@ -150,13 +150,12 @@ def test_returns_the_inner_model_with_freeze_rules_applied(
         assert inner.returned and model is inner.returned[-1], on_call(
             target, shape, "return value", f"the wrapper returned {model!r}, not the inner provider's model"
         )
-        wrongly_frozen, wrongly_trainable = freeze_mismatch(model, frozen)
-        assert not wrongly_frozen and not wrongly_trainable, on_call(
+        mismatch = freeze_mismatch(model, frozen)
+        assert mismatch is None, on_call(
             target,
             shape,
             "freeze rules",
-            f"{len(frozen)} of {len(GPT_PARAMETER_NAMES)} parameters must be frozen; wrongly frozen "
-            f"{wrongly_frozen}, wrongly left trainable {wrongly_trainable}; {described}",
+            f"{len(frozen)} of {len(GPT_PARAMETER_NAMES)} parameters must be frozen; {mismatch}; {described}",
         )
 
 
@@ -238,46 +237,41 @@ def test_real_gpt_model_through_the_wrapper(
         known[pg_keyword] = derived[1].use_mpu_process_groups()
     unknown = [k for k in keywords if k not in (*known, "pre_process", "post_process")]
     assert not unknown, f"[{target.session}] provider call shape '{call_shape}': no real value known for {unknown}"
-    problems = []
+    problems: dict[str, None] = {}
     for (pre_process, post_process), (freeze, train_only) in itertools.product(STAGES, REAL_RULES):
-        values = {**known, "pre_process": pre_process, "post_process": post_process}
-        passed = {k: values[k] for k in keywords}
+        passed = {k: {**known, "pre_process": pre_process, "post_process": post_process}[k] for k in keywords}
         args.freeze_patterns, args.train_only_patterns = freeze, train_only
         provider.built.clear()
         try:
             model = wrapped(**passed)
         except Exception as err:
-            problems.append(call_failure(target, call_shape, passed, err, bool(provider.built)))
+            problems[call_failure(target, call_shape, passed, err, bool(provider.built))] = None
             continue
         if not provider.built or model is not provider.built[-1]:
-            problems.append(on_call(target, call_shape, "return value", f"{model!r} is not the GPTModel built"))
+            problems[on_call(target, call_shape, "return value", f"{model!r} is not the GPTModel built")] = None
             continue
-        reached = {
-            "pre_process": model.pre_process is pre_process,
-            "post_process": model.post_process is post_process,
-            "vp_stage": model.vp_stage == passed.get("vp_stage"),
-            "config": "config" not in passed or model.config is caller_config,
-        }
-        if pg_keyword in passed:
-            reached[pg_keyword] = getattr(model, derived[0]) is passed[pg_keyword]
-        problems.extend(
-            on_call(
-                target, call_shape, f"keyword '{k}'", f"the caller passed {passed.get(k)!r}; GPTModel did not get it"
-            )
-            for k, ok in reached.items()
-            if not ok
-        )
-        names = [name for name, _ in model.named_parameters()]
-        frozen = expected_frozen(names, [(freeze, train_only)])
-        wrongly_frozen, wrongly_trainable = freeze_mismatch(model, frozen)
-        if wrongly_frozen or wrongly_trainable:
-            problems.append(
-                on_call(
-                    target,
-                    call_shape,
-                    "freeze rules",
-                    f"on GPTModel(pre_process={pre_process}, post_process={post_process}) with freeze={freeze} "
-                    f"train_only={train_only}: wrongly frozen {wrongly_frozen}, wrongly trainable {wrongly_trainable}",
-                )
-            )
+        for keyword, got in model_received(model, passed, derived).items():
+            if got is not passed.get(keyword):
+                detail = f"the caller passed {passed.get(keyword)!r}; the GPTModel built has {got!r}"
+                problems[on_call(target, call_shape, f"keyword '{keyword}'", detail)] = None
+        frozen = expected_frozen([name for name, _ in model.named_parameters()], [(freeze, train_only)])
+        mismatch = freeze_mismatch(model, frozen)
+        if mismatch:
+            built = f"GPTModel(pre_process={pre_process}, post_process={post_process})"
+            detail = f"freeze={freeze} train_only={train_only} on {built}: {mismatch}"
+            problems[on_call(target, call_shape, "freeze rules", detail)] = None
     assert not problems, "\n".join(problems)
+
+
+def model_received(model: Any, passed: dict[str, Any], derived: tuple[str, type] | None) -> dict[str, Any]:
+    """What the built ``GPTModel`` holds for each keyword that must reach it (``None`` standing for "not passed")."""
+    received = {
+        "pre_process": model.pre_process,
+        "post_process": model.post_process,
+        "vp_stage": model.vp_stage,
+    }
+    if "config" in passed:
+        received["config"] = model.config
+    if derived and derived[0] in passed:
+        received[derived[0]] = getattr(model, derived[0])
+    return received

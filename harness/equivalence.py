@@ -219,27 +219,27 @@ def compare_task(
     upstream = getattr(module, megatron_ranks.UPSTREAM_NAME)
     fsdp_flag = megatron_ranks.upstream_fsdp_flag()
     config = SimpleNamespace(sequence_parallel=population.sequence_parallel, qk_layernorm=population.qk_layernorm)
-    with megatron_ranks.model_parallel(tensor_parallel):
-        reference, report.upstream_raised, report.upstream_collectives = _expected_reference(
-            population, rank, fsdp_flag, upstream, config
+    megatron_ranks.require_tensor_parallel(tensor_parallel)
+    reference, report.upstream_raised, report.upstream_collectives = _expected_reference(
+        population, rank, fsdp_flag, upstream, config
+    )
+    chunks = build_chunks(population, rank, fsdp_flag)
+    before = _snapshot(chunks)
+    group = _tp_group()
+    subject.install(budget_bytes=budget)
+    try:
+        with _CollectiveRecorder(group) as recorder:
+            subject.allreduce_non_tensor_model_parallel_grads(chunks, config)
+    finally:
+        subject.uninstall()
+    report.collectives = recorder.calls
+    if recorder.foreign_groups:
+        report.problems.append(
+            f"rank {rank}: {recorder.foreign_groups} all-reduce(s) on a group other than the TP group upstream uses"
         )
-        chunks = build_chunks(population, rank, fsdp_flag)
-        before = _snapshot(chunks)
-        group = _tp_group()
-        subject.install(budget_bytes=budget)
-        try:
-            with _CollectiveRecorder(group) as recorder:
-                subject.allreduce_non_tensor_model_parallel_grads(chunks, config)
-        finally:
-            subject.uninstall()
-        report.collectives = recorder.calls
-        if recorder.foreign_groups:
-            report.problems.append(
-                f"rank {rank}: {recorder.foreign_groups} all-reduce(s) on a group other than the TP group upstream uses"
-            )
-        truth = _float64_truth(population, torch.distributed.get_process_group_ranks(group))
-        _compare(report, reference, chunks, before, budget, bitwise, truth)
-        torch.distributed.barrier()
+    truth = _float64_truth(population, torch.distributed.get_process_group_ranks(group))
+    _compare(report, reference, chunks, before, budget, bitwise, truth)
+    torch.distributed.barrier()
     report.peak_rss_kib = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
     return report
 
@@ -345,7 +345,8 @@ def gpt_finalize_task(rank: int, world_size: int, subject_spec: str, budget: int
 
     report = RankReport(rank=rank)
     subject = _subject(subject_spec)
-    with megatron_ranks.model_parallel(world_size), cpu_gpt.cpu_workarounds():
+    megatron_ranks.require_tensor_parallel(world_size)
+    with cpu_gpt.cpu_workarounds():
         group = _tp_group()
         model, _ = cpu_gpt.build_gpt(qk_layernorm=qk_layernorm, seed=11)
         cpu_gpt.forward_backward(model, seed=5)

@@ -12,6 +12,7 @@ import inspect
 import re
 from collections.abc import Iterator
 from types import ModuleType
+from typing import Any
 
 FINALIZE_MODULE = "megatron.core.distributed.finalize_model_grads"
 UPSTREAM_NAME = "_allreduce_non_tensor_model_parallel_grads"
@@ -23,17 +24,44 @@ def finalize_module() -> ModuleType:
     return importlib.import_module(FINALIZE_MODULE)
 
 
-@contextlib.contextmanager
-def model_parallel(tensor_parallel: int) -> Iterator[None]:
-    """Megatron's model-parallel groups with the given TP size, destroyed on exit."""
+def initialize_task(rank: int, world_size: int, tensor_parallel: int) -> None:
+    """Rank-side: (re)create Megatron's model-parallel groups with the given TP size."""
     from megatron.core import parallel_state
 
     parallel_state.destroy_model_parallel()
     parallel_state.initialize_model_parallel(tensor_model_parallel_size=tensor_parallel)
+
+
+def destroy_task(rank: int, world_size: int) -> None:
+    """Rank-side: tear Megatron's model-parallel groups down."""
+    from megatron.core import parallel_state
+
+    parallel_state.destroy_model_parallel()
+
+
+def require_tensor_parallel(tensor_parallel: int) -> None:
+    """Rank-side guard: a task written for one case shape must not run under another."""
+    from megatron.core import parallel_state
+
+    initialized = parallel_state.model_parallel_is_initialized()
+    size = parallel_state.get_tensor_model_parallel_world_size() if initialized else 0
+    if size != tensor_parallel:
+        raise RuntimeError(f"task expects TP size {tensor_parallel}, the rank has {size or 'no model parallel state'}")
+
+
+@contextlib.contextmanager
+def model_parallel(pool: Any, tensor_parallel: int) -> Iterator[Any]:
+    """Megatron's model-parallel groups with TP size ``tensor_parallel`` on every rank of ``pool`` for one case.
+
+    Creating the groups costs dozens of rendezvous, so a case shape sets them up once for all its examples rather
+    than per example; they are destroyed when the case ends, also on failure (a failed pool is rebuilt anyway).
+    """
+    pool.run(initialize_task, tensor_parallel)
     try:
-        yield
+        yield pool
     finally:
-        parallel_state.destroy_model_parallel()
+        if pool.running:
+            pool.run(destroy_task)
 
 
 def upstream_fsdp_flag() -> str:

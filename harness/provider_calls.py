@@ -257,8 +257,10 @@ class InnerProvider:
         if self.spec.var_keyword:
             expected = {k: v for k, v in passed.items() if not self.spec.accepts_by_name(k)}
             for name, want in expected.items():
-                got = reception.kwargs.get(name, "nothing")
-                if got is not want:
+                if name not in reception.kwargs:
+                    problems.append((name, f"the caller passed {want!r}; the inner provider's **kwargs never got it"))
+                elif reception.kwargs[name] is not want:
+                    got = reception.kwargs[name]
                     problems.append((name, f"the caller passed {want!r}; the inner provider's **kwargs got {got!r}"))
             for name in sorted(set(reception.kwargs) - set(expected)):
                 got = reception.kwargs[name]
@@ -383,15 +385,25 @@ def expected_frozen(names: Iterable[str], rules: Iterable[tuple[list[str] | None
     return frozen
 
 
-def freeze_mismatch(model: torch.nn.Module, frozen: set[str]) -> tuple[list[str], list[str]]:
-    """Parameters of ``model`` wrongly frozen, and those wrongly left trainable, against the expected ``frozen``."""
+def freeze_mismatch(model: torch.nn.Module, frozen: set[str]) -> str | None:
+    """What differs between ``model``'s frozen parameters and the expected ``frozen`` names; None when nothing."""
     wrongly_frozen, wrongly_trainable = [], []
     for name, param in model.named_parameters():
         if name in frozen and param.requires_grad:
             wrongly_trainable.append(name)
         elif name not in frozen and not param.requires_grad:
             wrongly_frozen.append(name)
-    return wrongly_frozen, wrongly_trainable
+    found = [
+        f"{label} {_some(names)}"
+        for label, names in (("wrongly frozen", wrongly_frozen), ("wrongly left trainable", wrongly_trainable))
+        if names
+    ]
+    return "; ".join(found) or None
+
+
+def _some(names: list[str], shown: int = 4) -> str:
+    more = f", ... ({len(names)} in all)" if len(names) > shown else ""
+    return "[" + ", ".join(names[:shown]) + more + "]"
 
 
 def process_group_parameter(init: Callable[..., Any]) -> tuple[str, type] | None:
