@@ -136,12 +136,9 @@ class ProviderSpec:
         """Whether a keyword ``name`` binds to a named parameter."""
         return any(p.name == name and p.kind in BY_NAME for p in self.params)
 
-    def accepts(self, name: str) -> bool:
-        """Whether the provider can take keyword ``name`` at all, by name or through ``**kwargs``."""
-        return self.var_keyword or self.accepts_by_name(name)
-
     def signature_source(self) -> str:
         """The parameter list as written in the provider's ``def``."""
+        # ``self`` or the partial's builder leads; it joins a positional-only group, which must come first.
         leading_kind = POSITIONAL_ONLY if any(p.kind is POSITIONAL_ONLY for p in self.params) else POSITIONAL_OR_KEYWORD
         leading = {"callable": ["self"], "partial": [BUILDER_NAME]}.get(self.form, [])
         entries = [ParamSpec(name, leading_kind, False) for name in leading] + list(self.params)
@@ -195,18 +192,18 @@ class InnerProvider:
         self.defaults = {p.name: Sentinel(f"inner default of {p.name}") for p in self.spec.params if p.has_default}
         self.builder = Sentinel("builder bound by functools.partial")
         namespace: dict[str, Any] = {"_defaults": self.defaults, "_receive": self._receive}
-        body = "return _receive(locals())"
+        signature, body = self.spec.signature_source(), "return _receive(locals())"
         if self.spec.form == "callable":
-            source = f"class Provider:\n    def __call__({self.spec.signature_source()}):\n        {body}\n"
-            exec(compile(source, "<generated provider>", "exec"), namespace)
+            source = f"class Provider:\n    def __call__({signature}):\n        {body}\n"
+        else:
+            source = f"def provider({signature}):\n    {body}\n"
+        exec(compile(source, "<generated provider>", "exec"), namespace)
+        if self.spec.form == "callable":
             self.callable = namespace["Provider"]()
-            return
-        exec(
-            compile(f"def provider({self.spec.signature_source()}):\n    {body}\n", "<generated provider>", "exec"),
-            namespace,
-        )
-        function = namespace["provider"]
-        self.callable = functools.partial(function, self.builder) if self.spec.form == "partial" else function
+        elif self.spec.form == "partial":
+            self.callable = functools.partial(namespace["provider"], self.builder)
+        else:
+            self.callable = namespace["provider"]
 
     def _receive(self, local_names: dict[str, Any]) -> Any:
         hidden = ("self", VAR_POSITIONAL_NAME, VAR_KEYWORD_NAME)
@@ -247,13 +244,8 @@ class InnerProvider:
                     problems.append((param.name, f"the caller passed {want!r}; the inner provider received {lost}"))
             elif got is not default:
                 why = "takes it positionally only" if param.kind is POSITIONAL_ONLY else "was not passed it"
-                problems.append(
-                    (
-                        param.name,
-                        f"the inner provider {why} by the caller, yet received {got!r} instead of its own default: "
-                        "the wrapper invented a value",
-                    )
-                )
+                detail = f"the inner provider {why}, yet received {got!r} instead of its own default: invented"
+                problems.append((param.name, detail))
         if self.spec.var_keyword:
             expected = {k: v for k, v in passed.items() if not self.spec.accepts_by_name(k)}
             for name, want in expected.items():

@@ -1,0 +1,100 @@
+"""The model-provider family goes red for each seeded broken wrapper, naming the target, call shape and keyword.
+
+Every run is the real thing: the target's venv, its real Megatron and GPTModel, the seeded wrapper named through
+``--subject``. The fixed-signature wrapper is the breakage a downstream framework met when Megatron 0.16 began to pass
+``config=``/``pg_collection=``: it must stay green where the call shape has no such keyword and go red where it has.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import yaml
+
+from tests.pytest_helpers import ROOT, SEEDED, CaseRun, run_cases
+
+CASES = ["cases/test_provider.py"]
+PROCESS_GROUP_CASE = "cases/test_provider.py::test_matrix_records_the_installed_process_group_keyword"
+REAL_MODEL_CASE = "test_real_gpt_model_through_the_wrapper"
+
+# Seeded wrapper -> (target it is run on, what some failure message must say).
+SEEDED_BREAKS = {
+    "provider_fixed_signature": ("megatron-0.16", "[megatron-0.16] provider call shape 'plain': keyword 'config'"),
+    "provider_vp_stage_dropped": (
+        "megatron-0.15",
+        "[megatron-0.15] provider call shape 'virtual_pipeline': keyword 'vp_stage'",
+    ),
+    "provider_config_forced": ("megatron-0.16", "[megatron-0.16] provider call shape 'plain': keyword 'config'"),
+    "provider_none_invented": ("megatron-0.15", "[megatron-0.15] provider call shape 'plain': keyword 'vp_stage'"),
+    "provider_freeze_on_provider": ("megatron-0.15", "[megatron-0.15] provider call shape 'plain': freeze rules"),
+    "provider_error_replaced": ("megatron-0.15", "[megatron-0.15] provider call shape 'plain': inner provider error"),
+}
+
+
+def assert_red(run: CaseRun, label: str, session: str, message: str) -> None:
+    failed = run.failed()
+    assert run.returncode == 1, (
+        f"{label}: expected a red run on {session}, got exit {run.returncode}\n{run.output[-3000:]}"
+    )
+    named = [name for name, text in failed.items() if message in text]
+    assert named, f"{label}: no failure says {message!r}; failed: {sorted(failed)}\n{run.output[-3000:]}"
+    assert f"target {session} | contract model-provider | symbol wrap_model_provider" in run.output
+
+
+@pytest.mark.parametrize("seeded", sorted(SEEDED_BREAKS))
+def test_seeded_wrapper_turns_the_family_red(seeded: str, tmp_path: Path) -> None:
+    session, message = SEEDED_BREAKS[seeded]
+    run = run_cases(session, CASES, tmp_path, subject=SEEDED / f"{seeded}.py")
+    assert_red(run, seeded, session, message)
+    assert f"repro: MEGATRON_CONFORMANCE_SUBJECT={SEEDED / (seeded + '.py')} nox -R -s {session} -- " in run.output
+
+
+def test_fixed_signature_is_green_where_no_new_keyword_is_passed(tmp_path: Path) -> None:
+    run = run_cases("megatron-0.15", CASES, tmp_path, subject=SEEDED / "provider_fixed_signature.py")
+    assert run.returncode == 0 and not run.failed(), run.output[-3000:]
+
+
+def test_fixed_signature_breaks_only_the_encoder_decoder_shape_of_0_13(tmp_path: Path) -> None:
+    """0.13's encoder-decoder branch passes ``add_encoder``/``add_decoder``, which the fixed signature also refuses."""
+    run = run_cases("megatron-0.13", CASES, tmp_path, subject=SEEDED / "provider_fixed_signature.py")
+    assert_red(run, "provider_fixed_signature", "megatron-0.13", "call shape 'encoder_decoder': keyword 'add_encoder'")
+    for shape in ("plain", "virtual_pipeline"):
+        verdict = run.verdicts.get(f"{REAL_MODEL_CASE}[{shape}]", ("missing", ""))[0]
+        assert verdict == "passed", f"the real-model case on shape {shape!r} is {verdict}\n{run.output[-3000:]}"
+        named = [name for name, text in run.failed().items() if f"call shape '{shape}'" in text]
+        assert not named, f"failures {named} blame shape {shape!r}, which the fixed signature handles"
+
+
+@pytest.mark.parametrize("session", ["megatron-0.15", "megatron-0.16"])
+def test_reference_wrapper_is_green(session: str, tmp_path: Path) -> None:
+    run = run_cases(session, CASES, tmp_path)
+    assert run.returncode == 0 and not run.failed(), run.output[-3000:]
+
+
+def matrix_with_process_group_keyword(tmp_path: Path, session: str, keyword: str | None) -> Path:
+    """A copy of matrix.yaml, its relative paths made absolute, with ``session``'s process-group keyword replaced."""
+    document = yaml.safe_load((ROOT / "matrix.yaml").read_text())
+    for entry in document["targets"]:
+        entry["expected_failures"] = str(ROOT / entry["expected_failures"])
+        for kind in ("wheel", "tree"):
+            if kind in entry["megatron"]:
+                entry["megatron"][kind] = str(ROOT / entry["megatron"][kind])
+        if entry["session"] == session:
+            entry["provider"]["process_group_keyword"] = keyword
+    path = tmp_path / "matrix.yaml"
+    path.write_text(yaml.safe_dump(document, sort_keys=False))
+    return path
+
+
+@pytest.mark.parametrize(
+    ("session", "stale", "installed"),
+    [("megatron-0.15", "model_comm_pgs", "pg_collection"), ("megatron-0.13", "pg_collection", None)],
+)
+def test_stale_process_group_keyword_is_caught(session: str, stale: str, installed: str | None, tmp_path: Path) -> None:
+    matrix = matrix_with_process_group_keyword(tmp_path, session, stale)
+    run = run_cases(session, [PROCESS_GROUP_CASE], tmp_path, extra=[f"--matrix={matrix}"])
+    takes = repr(installed) if installed else "no process-group parameter"
+    message = f"[{session}] provider contract: process_group_keyword: the matrix records {stale!r} but the installed "
+    assert_red(run, "stale matrix", session, message)
+    assert f"GPTModel.__init__ takes {takes}" in run.output, run.output[-3000:]
