@@ -9,6 +9,7 @@ differently, collectives with another op or group, and buffers larger than the b
 from __future__ import annotations
 
 import resource
+import traceback
 from dataclasses import dataclass, field
 from types import SimpleNamespace
 from typing import Any
@@ -212,7 +213,12 @@ def compare_task(
     tensor_parallel: int,
     bitwise: bool,
 ) -> RankReport:
-    """Rank-side body of one equivalence example (sent through the rank pool)."""
+    """Rank-side body of one equivalence example (sent through the rank pool).
+
+    A subject that raises is reported as a problem of this rank rather than as a rank failure, so hypothesis can
+    shrink the example without the pool being rebuilt for every try. If it raised on some ranks only, the others wait
+    in a collective and the pool's timeout names them.
+    """
     report = RankReport(rank=rank)
     subject = _subject(subject_spec)
     module = megatron_ranks.finalize_module()
@@ -230,6 +236,9 @@ def compare_task(
     try:
         with _CollectiveRecorder(group) as recorder:
             subject.allreduce_non_tensor_model_parallel_grads(chunks, config)
+    except Exception:
+        report.problems.append(f"rank {rank}: the subject raised where upstream did not:\n{traceback.format_exc()}")
+        return report
     finally:
         subject.uninstall()
     report.collectives = recorder.calls
