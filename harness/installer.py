@@ -57,10 +57,48 @@ def uv_options(settings: dict[str, list[str]]) -> list[str]:
     return options
 
 
+def local_wheel(requirement: str, find_links: list[str]) -> Path | None:
+    """A wheel file in a local find-links directory that satisfies ``requirement`` (a ``name<spec>`` string).
+
+    uv ranks an index's release and a local wheel of the same version by its own rules; naming the file the pip
+    configuration points at (the CPU torch build on this kind of machine) leaves it nothing to choose.
+    """
+    from packaging.requirements import Requirement
+    from packaging.utils import InvalidWheelFilename, canonicalize_name, parse_wheel_filename
+
+    try:
+        req = Requirement(requirement)
+    except ValueError:
+        return None
+    candidates = []
+    for link in find_links:
+        directory = Path(link.removeprefix("file://"))
+        if not directory.is_dir():
+            continue
+        for wheel in directory.glob("*.whl"):
+            try:
+                name, version, _, tags = parse_wheel_filename(wheel.name)
+            except InvalidWheelFilename:
+                continue
+            if canonicalize_name(name) == canonicalize_name(req.name) and req.specifier.contains(version):
+                if any(tag in _supported_tags() for tag in tags):
+                    candidates.append((version, wheel))
+    return max(candidates)[1] if candidates else None
+
+
+def _supported_tags() -> set[object]:
+    from packaging.tags import sys_tags
+
+    return set(sys_tags())
+
+
 def install_command(requirements: list[str], backend: str) -> list[str]:
     """The ``session.install`` arguments for ``requirements`` under ``backend`` ('venv', 'virtualenv' or 'uv')."""
     if backend == "uv":
-        return [*uv_options(pip_settings()), *requirements]
+        settings = pip_settings()
+        links = settings.get("find-links", [])
+        pinned = [str(local_wheel(r, links) or r) if r.startswith("torch") else r for r in requirements]
+        return [*uv_options(settings), *pinned]
     return list(requirements)
 
 
