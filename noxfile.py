@@ -4,7 +4,8 @@
 """Sessions of the megatron-conformance gate, generated from matrix.yaml.
 
 One session per target (``nox -s megatron-0.15``), plus ``tests`` (the harness's own tests, which also drive
-two real targets end to end) and ``lint``. Arguments after ``--`` go to pytest; a test id or path among them
+three real targets end to end), ``lint`` and ``api-diff`` (what changed in the subject's declared Megatron symbols
+between two built targets). Arguments after ``--`` go to pytest; a test id or path among them
 replaces the default ``cases`` directory, which is what the repro lines printed on a red rely on.
 """
 
@@ -19,8 +20,10 @@ import nox
 ROOT = Path(__file__).resolve().parent
 sys.path.insert(0, str(ROOT))
 
+from harness.api_diff import ApiDiffError, compare, render_markdown, write_report  # noqa: E402
 from harness.installer import HARNESS_REQUIREMENTS, describe, install_command  # noqa: E402
 from harness.matrix import MatrixError, Target, load_matrix  # noqa: E402
+from harness.subject import subject_spec  # noqa: E402
 
 try:
     MATRIX = load_matrix(os.environ.get("MEGATRON_CONFORMANCE_MATRIX", ROOT / "matrix.yaml"))
@@ -28,7 +31,7 @@ except MatrixError as err:
     raise SystemExit(f"megatron-conformance: {err}") from None
 REPORTS = Path(os.environ.get("MEGATRON_CONFORMANCE_REPORTS", ROOT / "reports"))
 DEFAULT_TARGETS = ("megatron-0.13", "megatron-0.15")
-TESTS_TARGETS = DEFAULT_TARGETS
+TESTS_TARGETS = (*DEFAULT_TARGETS, "megatron-0.16")
 KNOWN = {t.session: t for t in MATRIX.targets}
 HARNESS_TARGET = KNOWN.get(TESTS_TARGETS[0], MATRIX.targets[0])
 
@@ -89,7 +92,7 @@ for _target in MATRIX.targets:
 
 @nox.session(python=HARNESS_TARGET.python)
 def tests(session: nox.Session) -> None:
-    """The harness's own tests; first runs megatron-0.13 and megatron-0.15 end to end (reusing their venvs)."""
+    """The harness's own tests; first runs megatron-0.13, -0.15 and -0.16 end to end (reusing their venvs)."""
     torch_pin = f"torch{HARNESS_TARGET.torch}"
     session.install(*install_command([*HARNESS_REQUIREMENTS, "nox", "ruff", torch_pin], session.venv_backend))
     session.run("nox", "-f", str(ROOT / "noxfile.py"), "--reuse-venv=yes", "-s", *TESTS_TARGETS)
@@ -109,3 +112,25 @@ def lint(session: nox.Session) -> None:
     session.install("ruff")
     session.run("ruff", "check", ".")
     session.run("ruff", "format", "--check", ".")
+
+
+@nox.session(name="api-diff", venv_backend="none")
+def api_diff(session: nox.Session) -> None:
+    """Diff the subject's declared Megatron symbols between two built targets: -- megatron-0.13 megatron-0.16."""
+    if len(session.posargs) != 2 or len(set(session.posargs)) != 2:
+        session.error("name two different targets: nox -s api-diff -- megatron-0.13 megatron-0.16")
+    pythons = {}
+    for name in session.posargs:
+        if name not in KNOWN:
+            session.error(f"no target named {name!r} in {MATRIX.path.name} (known: {', '.join(KNOWN)})")
+        python = ROOT / ".nox" / name.replace(".", "-") / "bin" / "python"
+        if not python.exists():
+            session.error(f"target {name}: its venv {python.parent.parent} is not built; build it with: nox -s {name}")
+        pythons[name] = python
+    try:
+        report = compare(pythons, subject_spec(), REPORTS / ".fingerprints")
+    except ApiDiffError as err:
+        session.error(str(err))
+    markdown, data = write_report(report, REPORTS / "api-diff")
+    print(render_markdown(report))
+    session.log(f"wrote {markdown} and {data}")
