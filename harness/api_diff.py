@@ -1,0 +1,260 @@
+"""What changed in the subject's declared Megatron symbols between two targets.
+
+``nox -s api-diff -- megatron-0.13 megatron-0.16`` runs :mod:`harness.fingerprint` with each target's own
+interpreter (the two concurrently; each answers from its cache when that install was fingerprinted before) and diffs
+the results: symbols added or removed, parameters added, removed or renamed, defaults, kinds and positions changed,
+an alternative group that now resolves to another member (a renamed flag), dataclass fields added or removed, and
+normalised function bodies that changed. A changed body of a function the subject *replaces* means the subject's copy
+may have fallen behind upstream, so it heads the report under "Review your copy". The report is written as
+``reports/api-diff/<a>__<b>.md`` and ``.json``.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import tempfile
+from pathlib import Path
+from typing import Any
+
+from harness.fingerprint import Declared, resolved_member, signature_text
+
+ROOT = Path(__file__).resolve().parent.parent
+FINGERPRINT_TIMEOUT_S = 600
+
+
+class ApiDiffError(RuntimeError):
+    """A target could not be fingerprinted; the message names it and carries its error output."""
+
+
+def fingerprint_targets(pythons: dict[str, Path], subject: str, cache_dir: Path) -> dict[str, dict[str, Any]]:
+    """Each target's fingerprint of the subject's declared symbols, made by that target's interpreter."""
+    if Path(subject).exists():
+        subject = str(Path(subject).resolve())
+    environment = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))}
+    with tempfile.TemporaryDirectory(prefix="api-diff-") as scratch:
+        running = {}
+        for session, python in pythons.items():
+            out = Path(scratch) / f"{session}.json"
+            command = [str(python), "-m", "harness.fingerprint", "--session", session, "--subject", subject]
+            command += ["--cache-dir", str(cache_dir), "--out", str(out)]
+            process = subprocess.Popen(
+                command, cwd=ROOT, env=environment, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
+            )
+            running[session] = (process, out)
+        results = {}
+        for session, (process, out) in running.items():
+            output, _ = process.communicate(timeout=FINGERPRINT_TIMEOUT_S)
+            if process.returncode != 0:
+                raise ApiDiffError(
+                    f"target {session}: fingerprinting failed (exit {process.returncode}) with "
+                    f"{pythons[session]}:\n{output[-4000:]}"
+                )
+            results[session] = json.loads(out.read_text())
+    return results
+
+
+def diff(declaration: list[Declared], before: dict[str, Any], after: dict[str, Any]) -> list[dict[str, Any]]:
+    """One row per change of a declared symbol: symbol, usage, change, detail, and whether to review a copy."""
+    rows: list[dict[str, Any]] = []
+    for entry in declaration:
+        for member in entry.members:
+            for change, detail in symbol_changes(before[member], after[member]):
+                review = entry.usage == "replaces" and change == "body changed"
+                rows.append(
+                    {"symbol": member, "usage": entry.usage, "change": change, "detail": detail, "review": review}
+                )
+        if len(entry.members) > 1:
+            rows += _alternative_rows(entry, before, after)
+    return rows
+
+
+def _alternative_rows(entry: Declared, before: dict[str, Any], after: dict[str, Any]) -> list[dict[str, Any]]:
+    old, new = resolved_member(entry, before), resolved_member(entry, after)
+    if old == new:
+        return []
+    if new is None:
+        change, detail = "no alternative left", f"was `{_name(old)}`" if old else ""
+    elif old is None:
+        change, detail = "alternative appeared", f"`{_name(new)}`"
+    else:
+        change = "renamed" if not after[old]["exists"] else "alternative switched"
+        gone = "is gone" if not after[old]["exists"] else "still exists; the subject now uses the new one"
+        detail = f"`{_name(old)}` → `{_name(new)}` (`{_name(old)}` {gone})"
+    return [{"symbol": entry.key, "usage": entry.usage, "change": change, "detail": detail, "review": False}]
+
+
+def _name(symbol: str) -> str:
+    return symbol.rsplit(":", 1)[-1].rsplit(".", 1)[-1]
+
+
+def symbol_changes(before: dict[str, Any], after: dict[str, Any]) -> list[tuple[str, str]]:
+    """``(change, detail)`` pairs between two fingerprints of one symbol."""
+    if not before["exists"] or not after["exists"]:
+        if before["exists"] == after["exists"]:
+            return []
+        return [("added", after["kind"])] if after["exists"] else [("removed", after["missing"])]
+    changes: list[tuple[str, str]] = []
+    if before["kind"] != after["kind"]:
+        return [("kind changed", f"{before['kind']} → {after['kind']}")]
+    if before.get("module") != after.get("module"):
+        changes.append(("defining module changed", f"`{before.get('module')}` → `{after.get('module')}`"))
+    if before.get("parameters") is not None and after.get("parameters") is not None:
+        changes += parameter_changes(before["parameters"], after["parameters"])
+    if "fields" in before:
+        changes += field_changes(before["fields"], after["fields"])
+    for key in ("type", "default", "value"):
+        if before.get(key) != after.get(key):
+            changes.append((f"{key} changed", f"`{before.get(key)}` → `{after.get(key)}`"))
+    if before.get("body_hash") and after.get("body_hash") and before["body_hash"] != after["body_hash"]:
+        changes.append(("body changed", f"normalised body {before['body_hash']} → {after['body_hash']}"))
+    return changes
+
+
+def parameter_changes(before: list[dict[str, Any]], after: list[dict[str, Any]]) -> list[tuple[str, str]]:
+    """Parameters added, removed or renamed, and kinds, defaults, annotations and positions changed.
+
+    A removed and an added parameter at the same position with the same kind, default and annotation are one
+    rename; anything else stays a removal plus an addition.
+    """
+    old_names = [p["name"] for p in before]
+    new_names = [p["name"] for p in after]
+    removed = [(i, p) for i, p in enumerate(before) if p["name"] not in new_names]
+    added = [(i, p) for i, p in enumerate(after) if p["name"] not in old_names]
+    changes: list[tuple[str, str]] = []
+    for i, old in list(removed):
+        same = ("kind", "default", "annotation")
+        match = next(((j, new) for j, new in added if j == i and all(new[k] == old[k] for k in same)), None)
+        if match is not None:
+            removed.remove((i, old))
+            added.remove(match)
+            changes.append(("parameter renamed", f"`{old['name']}` → `{match[1]['name']}` (position {i + 1})"))
+    changes += [("parameter removed", f"`{_parameter(p)}` (was position {i + 1})") for i, p in removed]
+    changes += [("parameter added", f"`{_parameter(p)}` at position {j + 1}") for j, p in added]
+    for old in before:
+        if old["name"] not in new_names:
+            continue
+        new = after[new_names.index(old["name"])]
+        name = old["name"]
+        if old["kind"] != new["kind"]:
+            changes.append(("parameter kind changed", f"`{name}`: {old['kind']} → {new['kind']}"))
+        if old["default"] != new["default"]:
+            changes.append(("default changed", f"`{name}`: `{old['default']}` → `{new['default']}`"))
+        if old["annotation"] != new["annotation"]:
+            changes.append(("annotation changed", f"`{name}`: `{old['annotation']}` → `{new['annotation']}`"))
+        positional = ("POSITIONAL_ONLY", "POSITIONAL_OR_KEYWORD")
+        if new["kind"] in positional and old_names.index(name) != new_names.index(name):
+            position = f"{old_names.index(name) + 1} → {new_names.index(name) + 1}"
+            changes.append(("parameter moved", f"`{name}`: position {position}"))
+    return changes
+
+
+def field_changes(before: list[dict[str, Any]], after: list[dict[str, Any]]) -> list[tuple[str, str]]:
+    """Dataclass fields added and removed (one row each, listing them), and defaults and types changed."""
+    old = {f["name"]: f for f in before}
+    new = {f["name"]: f for f in after}
+    changes: list[tuple[str, str]] = []
+    gone = [_field(f) for name, f in old.items() if name not in new]
+    came = [_field(f) for name, f in new.items() if name not in old]
+    if gone:
+        changes.append(("fields removed", ", ".join(gone)))
+    if came:
+        changes.append(("fields added", ", ".join(came)))
+    for name in (n for n in old if n in new):
+        for key in ("default", "type"):
+            if old[name][key] != new[name][key]:
+                changes.append((f"field {key} changed", f"`{name}`: `{old[name][key]}` → `{new[name][key]}`"))
+    return changes
+
+
+def _parameter(p: dict[str, Any]) -> str:
+    return signature_text([p])[1:-1]
+
+
+def _field(f: dict[str, Any]) -> str:
+    return f"`{f['name']}`" if f["default"] is None else f"`{f['name']}={f['default']}`"
+
+
+def build_report(before: dict[str, Any], after: dict[str, Any]) -> dict[str, Any]:
+    """The report of two fingerprints written by :func:`fingerprint_targets` (the first one's declaration)."""
+    declaration = [Declared(**{**e, "members": tuple(e["members"])}) for e in before["declaration"]]
+    rows = diff(declaration, before["symbols"], after["symbols"])
+    changed = {row["symbol"] for row in rows}
+    review = [
+        {
+            **row,
+            "replacement": entry.replacement,
+            "source": after["symbols"][row["symbol"]].get("source"),
+        }
+        for row in rows
+        if row["review"]
+        for entry in declaration
+        if row["symbol"] in entry.members
+    ]
+    return {
+        "targets": [_target(before), _target(after)],
+        "subject": before["subject"],
+        "changes": rows,
+        "review": review,
+        "unchanged": [s for e in declaration for s in e.members if s not in changed],
+    }
+
+
+def _target(fingerprint: dict[str, Any]) -> dict[str, Any]:
+    keys = ("session", "megatron_core", "origin", "key", "cached")
+    return {key: fingerprint[key] for key in keys}
+
+
+def render_markdown(report: dict[str, Any]) -> str:
+    """The report as Markdown: targets, the review list, then one table row per change."""
+    a, b = report["targets"]
+    lines = [
+        f"# Megatron API diff: {a['session']} → {b['session']}",
+        "",
+        f"Subject `{report['subject']}`; only the symbols it declares in `MEGATRON_SYMBOLS` are compared.",
+        "",
+        f"| | {a['session']} | {b['session']} |",
+        "|---|---|---|",
+        f"| megatron-core | {a['megatron_core']} | {b['megatron_core']} |",
+        f"| origin | {a['origin'] or 'package index'} | {b['origin'] or 'package index'} |",
+        f"| install key | {a['key']} | {b['key']} |",
+        "",
+    ]
+    if report["review"]:
+        lines += ["## Review your copy", ""]
+        for row in report["review"]:
+            lines.append(
+                f"- **`{row['symbol']}`**: upstream's body changed between {a['session']} and {b['session']}, and the "
+                f"subject replaces it with its own `{row['replacement']}`. Compare your copy with upstream's "
+                f"`{row['source']}`."
+            )
+        lines.append("")
+    lines += ["## Changes", ""]
+    if report["changes"]:
+        lines += ["| symbol | usage | change | detail |", "|---|---|---|---|"]
+        for row in report["changes"]:
+            change = f"**{row['change']}: review your copy**" if row["review"] else row["change"]
+            lines.append(f"| `{row['symbol']}` | {row['usage']} | {change} | {row['detail']} |")
+    else:
+        lines.append("No declared symbol changed.")
+    if report["unchanged"]:
+        lines += ["", "Unchanged: " + ", ".join(f"`{s}`" for s in report["unchanged"])]
+    return "\n".join(lines) + "\n"
+
+
+def write_report(report: dict[str, Any], directory: Path) -> tuple[Path, Path]:
+    """``<a>__<b>.md`` and ``<a>__<b>.json`` under ``directory``."""
+    directory.mkdir(parents=True, exist_ok=True)
+    stem = "__".join(target["session"] for target in report["targets"])
+    markdown, data = directory / f"{stem}.md", directory / f"{stem}.json"
+    markdown.write_text(render_markdown(report))
+    data.write_text(json.dumps(report, indent=2) + "\n")
+    return markdown, data
+
+
+def compare(pythons: dict[str, Path], subject: str, cache_dir: Path) -> dict[str, Any]:
+    """Fingerprint the two targets named in ``pythons`` (in order) and build their report."""
+    fingerprints = fingerprint_targets(pythons, subject, cache_dir)
+    first, second = (fingerprints[session] for session in pythons)
+    return build_report(first, second)
