@@ -18,7 +18,7 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-from harness.fingerprint import Declared, resolved_member, signature_text
+from harness.fingerprint import Declared, resolved_member
 
 ROOT = Path(__file__).resolve().parent.parent
 FINGERPRINT_TIMEOUT_S = 600
@@ -43,13 +43,19 @@ def fingerprint_targets(pythons: dict[str, Path], subject: str, cache_dir: Path)
                 command, cwd=ROOT, env=environment, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
             )
             running[session] = (process, out)
+        outputs = {}
+        for session, (process, _) in running.items():
+            try:
+                outputs[session] = process.communicate(timeout=FINGERPRINT_TIMEOUT_S)[0]
+            except subprocess.TimeoutExpired:
+                process.kill()
+                outputs[session] = process.communicate()[0] + f"\n(killed after {FINGERPRINT_TIMEOUT_S} s)"
         results = {}
         for session, (process, out) in running.items():
-            output, _ = process.communicate(timeout=FINGERPRINT_TIMEOUT_S)
             if process.returncode != 0:
                 raise ApiDiffError(
                     f"target {session}: fingerprinting failed (exit {process.returncode}) with "
-                    f"{pythons[session]}:\n{output[-4000:]}"
+                    f"{pythons[session]}:\n{outputs[session][-4000:]}"
                 )
             results[session] = json.loads(out.read_text())
     return results
@@ -130,8 +136,8 @@ def parameter_changes(before: list[dict[str, Any]], after: list[dict[str, Any]])
             removed.remove((i, old))
             added.remove(match)
             changes.append(("parameter renamed", f"`{old['name']}` → `{match[1]['name']}` (position {i + 1})"))
-    changes += [("parameter removed", f"`{_parameter(p)}` (was position {i + 1})") for i, p in removed]
-    changes += [("parameter added", f"`{_parameter(p)}` at position {j + 1}") for j, p in added]
+    changes += [("parameter removed", f"{_parameter(p)} (was position {i + 1})") for i, p in removed]
+    changes += [("parameter added", f"{_parameter(p)} at position {j + 1}") for j, p in added]
     for old in before:
         if old["name"] not in new_names:
             continue
@@ -169,7 +175,10 @@ def field_changes(before: list[dict[str, Any]], after: list[dict[str, Any]]) -> 
 
 
 def _parameter(p: dict[str, Any]) -> str:
-    return signature_text([p])[1:-1]
+    """A parameter as the report shows it: `tp_group=None`, `*args`, or `force=False` (keyword-only)."""
+    name = {"VAR_POSITIONAL": "*", "VAR_KEYWORD": "**"}.get(p["kind"], "") + p["name"]
+    text = f"`{name}`" if p["default"] is None else f"`{name}={p['default']}`"
+    return f"{text} (keyword-only)" if p["kind"] == "KEYWORD_ONLY" else text
 
 
 def _field(f: dict[str, Any]) -> str:
@@ -235,7 +244,8 @@ def render_markdown(report: dict[str, Any]) -> str:
         lines += ["| symbol | usage | change | detail |", "|---|---|---|---|"]
         for row in report["changes"]:
             change = f"**{row['change']}: review your copy**" if row["review"] else row["change"]
-            lines.append(f"| `{row['symbol']}` | {row['usage']} | {change} | {row['detail']} |")
+            cells = (f"`{row['symbol']}`", row["usage"], change, row["detail"])
+            lines.append("| " + " | ".join(cell.replace("|", "\\|") for cell in cells) + " |")
     else:
         lines.append("No declared symbol changed.")
     if report["unchanged"]:

@@ -48,7 +48,7 @@ from pathlib import Path
 from types import ModuleType
 from typing import Any
 
-from harness.installed import megatron_origin
+from harness.installed import installed_versions, megatron_origin
 from harness.subject import SubjectError, load_subject
 
 DECLARATION_NAME = "MEGATRON_SYMBOLS"
@@ -63,7 +63,7 @@ _USAGE = re.compile(r"^(?P<usage>[a-z]+)(?: with (?P<replacement>[A-Za-z_]\w*))?
 _ADDRESS = re.compile(r" at 0x[0-9A-Fa-f]+")
 _REPR_LIMIT = 200
 _POSITIONAL = ("POSITIONAL_ONLY", "POSITIONAL_OR_KEYWORD")
-_ATTRIBUTE_BUILTINS = ("getattr", "hasattr", "setattr", "delattr")
+_ATTRIBUTE_BUILTINS = ("hasattr", "setattr", "delattr")
 
 
 class DeclarationError(ValueError):
@@ -166,7 +166,6 @@ class CallSite:
 class SourceScan:
     """What the subject's files reach in Megatron."""
 
-    files: tuple[Path, ...]
     uses: tuple[Use, ...]
     calls: tuple[CallSite, ...]
 
@@ -189,18 +188,19 @@ def subject_files(subject: ModuleType) -> list[Path]:
     return list(files)
 
 
-def scan_sources(files: Iterable[Path], root: str = MEGATRON_ROOT) -> SourceScan:
-    """Every use of ``root`` in ``files``, and every call of a ``root`` function with its shape.
+def scan_sources(files: Iterable[Path]) -> SourceScan:
+    """Every use of Megatron in ``files``, and every call of a Megatron function with its shape.
 
-    Followed: ``import``/``from ... import`` of ``root``; ``importlib.import_module``, ``__import__`` and
+    Followed: ``import``/``from ... import`` of ``megatron``; ``importlib.import_module``, ``__import__`` and
     ``sys.modules[...]`` with a string literal or a module-level string constant; names bound to such modules (also
-    through helper functions that return them, and across files); attribute chains on them; ``getattr``,
-    ``hasattr``, ``setattr`` and ``delattr`` with a literal name. Binding is by name and flow-insensitive: a name
-    counts as a Megatron alias only when every binding of it in the files binds Megatron, and a function parameter
-    of that name is taken to be the same object. Not followed: attribute names computed at run time.
+    through helper functions that return them, and across files); attribute chains on them, read or assigned;
+    ``getattr``, ``hasattr``, ``setattr`` and ``delattr`` with a literal name or a module-level string constant.
+    Binding is by name and flow-insensitive: a name counts as a Megatron alias only when every binding of it in the
+    files binds Megatron, and a function parameter of that name is taken to be the same object. Not followed:
+    attribute names computed at run time (``getattr(module, name)`` over a loop variable).
     """
     trees = {path: ast.parse(path.read_text(), str(path)) for path in files}
-    resolver = _Resolver(root, _string_constants(trees.values(), root))
+    resolver = _Resolver(_string_constants(trees.values()))
     for _ in range(10):
         aliases, returns = _bindings(trees.values(), resolver)
         if (aliases, returns) == (resolver.aliases, resolver.returns):
@@ -213,7 +213,7 @@ def scan_sources(files: Iterable[Path], root: str = MEGATRON_ROOT) -> SourceScan
         collector.visit(tree)
         uses += collector.uses
         calls += collector.calls
-    return SourceScan(tuple(trees), tuple(uses), tuple(calls))
+    return SourceScan(tuple(uses), tuple(calls))
 
 
 def undeclared_uses(scan: SourceScan, declaration: Iterable[Declared]) -> list[Use]:
@@ -226,8 +226,9 @@ def undeclared_uses(scan: SourceScan, declaration: Iterable[Declared]) -> list[U
     return [use for use in scan.uses if not any(covered(path) for path in use.paths)]
 
 
-def _string_constants(trees: Iterable[ast.Module], root: str) -> dict[str, str]:
-    constants: dict[str, str] = {}
+def _string_constants(trees: Iterable[ast.Module]) -> dict[str, str]:
+    """Module-level ``NAME = "..."`` of all files; a name given different values in two files is left out."""
+    values: dict[str, set[str]] = {}
     for tree in trees:
         for node in tree.body:
             if (
@@ -236,21 +237,19 @@ def _string_constants(trees: Iterable[ast.Module], root: str) -> dict[str, str]:
                 and isinstance(node.targets[0], ast.Name)
                 and isinstance(node.value, ast.Constant)
                 and isinstance(node.value.value, str)
-                and _under(node.value.value, root)
             ):
-                constants[node.targets[0].id] = node.value.value
-    return constants
+                values.setdefault(node.targets[0].id, set()).add(node.value.value)
+    return {name: found.pop() for name, found in values.items() if len(found) == 1}
 
 
-def _under(path: str, root: str) -> bool:
-    return path == root or path.startswith(root + ".")
+def _under_megatron(path: str) -> bool:
+    return path == MEGATRON_ROOT or path.startswith(MEGATRON_ROOT + ".")
 
 
 class _Resolver:
     """Which Megatron paths an expression denotes, given the names bound so far."""
 
-    def __init__(self, root: str, constants: dict[str, str]) -> None:
-        self.root = root
+    def __init__(self, constants: dict[str, str]) -> None:
         self.constants = constants
         self.aliases: dict[str, frozenset[str]] = {}
         self.returns: dict[str, frozenset[str]] = {}
@@ -266,7 +265,7 @@ class _Resolver:
 
     def module_named(self, node: ast.expr) -> frozenset[str]:
         name = self.string(node)
-        return frozenset([name]) if name is not None and _under(name, self.root) else frozenset()
+        return frozenset([name]) if name is not None and _under_megatron(name) else frozenset()
 
     def paths(self, node: ast.expr) -> frozenset[str]:
         if isinstance(node, ast.Name):
@@ -319,20 +318,27 @@ def _bindings(
             tainted.add(name)
 
     def taint(target: ast.AST) -> None:
-        tainted.update(n.id for n in ast.walk(target) if isinstance(n, ast.Name))
+        """Names a target rebinds: ``a`` and ``b`` in ``a, *b = ...``, none in ``a.x = ...`` or ``a[0] = ...``."""
+        if isinstance(target, ast.Name):
+            tainted.add(target.id)
+        elif isinstance(target, ast.Tuple | ast.List):
+            for element in target.elts:
+                taint(element)
+        elif isinstance(target, ast.Starred):
+            taint(target.value)
 
     for tree in trees:
         for node in ast.walk(tree):
             if isinstance(node, ast.Import):
                 for alias in node.names:
                     if alias.asname:
-                        bind(alias.asname, [alias.name] if _under(alias.name, resolver.root) else [])
+                        bind(alias.asname, [alias.name] if _under_megatron(alias.name) else [])
                     else:
                         top = alias.name.split(".")[0]
-                        bind(top, [top] if top == resolver.root else [])
+                        bind(top, [top] if top == MEGATRON_ROOT else [])
             elif isinstance(node, ast.ImportFrom):
                 module = node.module or ""
-                megatron = node.level == 0 and _under(module, resolver.root)
+                megatron = node.level == 0 and _under_megatron(module)
                 for alias in node.names:
                     if alias.name != "*":
                         bind(alias.asname or alias.name, [f"{module}.{alias.name}"] if megatron else [])
@@ -343,6 +349,8 @@ def _bindings(
                         bind(target.id, resolver.paths(node.value))
                     else:
                         taint(target)
+            elif isinstance(node, ast.NamedExpr):
+                bind(node.target.id, resolver.paths(node.value))
             elif isinstance(node, ast.AugAssign | ast.For | ast.AsyncFor | ast.comprehension):
                 taint(node.target)
             elif isinstance(node, ast.withitem) and node.optional_vars is not None:
@@ -390,11 +398,11 @@ class _Collector(ast.NodeVisitor):
             self.uses.append(Use(paths, self.file, getattr(node, "lineno", 0)))
 
     def visit_Import(self, node: ast.Import) -> None:
-        self._use((a.name for a in node.names if _under(a.name, self.resolver.root)), node)
+        self._use((a.name for a in node.names if _under_megatron(a.name)), node)
 
     def visit_ImportFrom(self, node: ast.ImportFrom) -> None:
         module = node.module or ""
-        if node.level == 0 and _under(module, self.resolver.root):
+        if node.level == 0 and _under_megatron(module):
             self._use((f"{module}.{a.name}" for a in node.names if a.name != "*"), node)
 
     def visit_Name(self, node: ast.Name) -> None:
@@ -403,7 +411,7 @@ class _Collector(ast.NodeVisitor):
 
     def visit_Attribute(self, node: ast.Attribute) -> None:
         paths = self.resolver.paths(node)
-        if paths and isinstance(node.ctx, ast.Load):
+        if paths:
             self._use(paths, node)
         else:
             self.generic_visit(node)
@@ -497,13 +505,13 @@ def body_hash(func: Any) -> str | None:
     """Hash of the function's decorators and body as ``ast.dump`` (no positions), without any docstring.
 
     Comments and whitespace never reach the AST, so only a change of what the code does moves the hash. ``None``
-    when the source is not available (builtins, generated code).
+    when the source is not available (builtins, generated code) or does not parse on its own (a lambda inside an
+    expression).
     """
     try:
-        source = inspect.getsource(func)
-    except (OSError, TypeError):
+        tree = ast.parse(textwrap.dedent(inspect.getsource(func)))
+    except (OSError, TypeError, SyntaxError):
         return None
-    tree = ast.parse(textwrap.dedent(source))
     for node in ast.walk(tree):
         body = getattr(node, "body", None)
         if isinstance(body, list) and body and isinstance(body[0], ast.Expr):
@@ -625,10 +633,10 @@ def replacement_problems(upstream: list[dict[str, Any]], replacement: list[dict[
     if "VAR_KEYWORD" in up_kinds and not takes_kwargs:
         problems.append("upstream takes **kwargs, the replacement does not")
     upstream_names = {p["name"] for p in upstream}
-    extra_positional = rep_positional[len(up_positional) :]
+    extra_positional = [p for p in rep_positional[len(up_positional) :] if p["name"] not in upstream_names]
     extra_keyword = [p for p in replacement if p["kind"] == "KEYWORD_ONLY" and p["name"] not in upstream_names]
     for rep in extra_positional + extra_keyword:
-        if rep["default"] is None and rep["name"] not in upstream_names:
+        if rep["default"] is None:
             problems.append(f"the replacement requires {rep['name']!r}, which upstream's callers do not pass")
     return problems
 
@@ -663,14 +671,14 @@ def unbound_calls(params: list[dict[str, Any]], calls: Iterable[CallSite]) -> li
 # --- the installed Megatron and the cache -----------------------------------------------------------------------
 
 
-def install_key(distribution: str = DISTRIBUTION) -> str | None:
+def install_key() -> str | None:
     """``<version>-<digest of the installed .py files>``; ``None`` when the distribution lists no Python files.
 
     The digest is over the files pip installed (from the distribution's RECORD), so an index install, a local
     wheel, a local tree or an edited site-packages of the same version never share a key.
     """
     try:
-        dist = importlib.metadata.distribution(distribution)
+        dist = importlib.metadata.distribution(DISTRIBUTION)
     except importlib.metadata.PackageNotFoundError:
         return None
     files = sorted((f for f in dist.files or [] if f.suffix == ".py"), key=str)
@@ -701,17 +709,17 @@ def cached_fingerprint(symbols: list[str], session: str, cache_dir: Path) -> dic
         "session": session,
         "key": key,
         "harness": HARNESS_DIGEST,
-        "megatron_core": importlib.metadata.version(DISTRIBUTION),
+        "megatron_core": installed_versions()[DISTRIBUTION],
         "origin": megatron_origin(),
         "symbols": known,
     }
     if path is not None and missing:
-        _write_json(path, record)
+        write_json(path, record)
     return {**record, "symbols": {s: known[s] for s in symbols}, "cached": not missing}
 
 
-def _write_json(path: Path, data: object) -> None:
-    """Write atomically: two sessions filling the same cache never leave half a file."""
+def write_json(path: Path, data: object) -> None:
+    """Write atomically: two processes writing the same file never leave half of it."""
     path.parent.mkdir(parents=True, exist_ok=True)
     handle, temporary = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")
     with os.fdopen(handle, "w") as stream:
@@ -736,7 +744,7 @@ def main(argv: list[str] | None = None) -> int:
     record = cached_fingerprint(declared_symbols(declaration), args.session, args.cache_dir)
     record["subject"] = args.subject
     record["declaration"] = [dataclasses.asdict(entry) for entry in declaration]
-    _write_json(args.out, record)
+    write_json(args.out, record)
     return 0
 
 

@@ -1,0 +1,599 @@
+"""The API fingerprint: declaration, source scan, fingerprints and diff on small synthetic modules; then the real
+thing, a candidate wheel of megatron-core 0.15.3 with one parameter renamed, which the api-diff must report and the
+api-fingerprint case must turn red on; and seeded subjects that forget a symbol or keep a stale signature.
+"""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import importlib
+import itertools
+import os
+import re
+import subprocess
+import sys
+import textwrap
+import uuid
+import zipfile
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from harness.api_diff import build_report, compare, diff, parameter_changes, render_markdown
+from harness.fingerprint import (
+    CallSite,
+    DeclarationError,
+    body_hash,
+    fingerprint_symbols,
+    parameters,
+    parse_declaration,
+    replacement_problems,
+    scan_sources,
+    signature_text,
+    unbound_calls,
+    undeclared_uses,
+)
+from tests.pytest_helpers import ROOT, SEEDED, CaseRun, _verdicts, run_cases, target_python
+
+FINALIZE = "megatron.core.distributed.finalize_model_grads"
+UPSTREAM = f"{FINALIZE}:_allreduce_non_tensor_model_parallel_grads"
+ALIAS = f"{FINALIZE}:_allreduce_layernorm_grads"
+BASE = "megatron-0.15"
+BASE_VERSION = "0.15.3"
+CANDIDATE = "megatron-candidate"
+RENAMED = ("tp_group", "tp_process_group")
+
+
+# --- declaration ------------------------------------------------------------------------------------------------
+
+
+def test_declaration_forms() -> None:
+    entries = parse_declaration(
+        {
+            "m.a:f": "calls",
+            "m.a:g": "replaces with my_g",
+            "m.a:h": "calls, optional",
+            "m.a:C.x | m.a:C.y": "reads",
+        }
+    )
+    assert [(e.members, e.usage, e.optional, e.replacement) for e in entries] == [
+        (("m.a:f",), "calls", False, None),
+        (("m.a:g",), "replaces", False, "my_g"),
+        (("m.a:h",), "calls", True, None),
+        (("m.a:C.x", "m.a:C.y"), "reads", False, None),
+    ]
+
+
+@pytest.mark.parametrize(
+    ("raw", "message"),
+    [
+        ({"m.a.f": "calls"}, "'m.a.f' is not of the form module:qualname"),
+        ({"m.a:f": "uses"}, "expected one of imports, calls, reads, replaces, relies"),
+        ({"m.a:f": "replaces"}, "'with <subject name>' goes with 'replaces'"),
+        ({"m.a:f": "calls with g"}, "'with <subject name>' goes with 'replaces'"),
+        ({"m.a:f": "calls", "m.a:g | m.a:f": "reads"}, "m.a:f is already declared by 'm.a:f'"),
+        ({}, "must be a non-empty dict"),
+    ],
+)
+def test_declaration_errors_name_the_entry(raw: dict[str, str], message: str) -> None:
+    with pytest.raises(DeclarationError, match=re.escape(message)):
+        parse_declaration(raw)
+
+
+# --- fingerprints of synthetic modules --------------------------------------------------------------------------
+
+
+@pytest.fixture
+def versions(tmp_path: Path) -> Callable[[str, list[str]], dict[str, dict[str, Any]]]:
+    """Fingerprint one release of a synthetic module: each call installs its source under the same module name."""
+    name = f"synthetic_{uuid.uuid4().hex[:8]}"
+    releases = itertools.count()
+
+    def fingerprint(source: str, qualnames: list[str]) -> dict[str, dict[str, Any]]:
+        directory = tmp_path / f"release{next(releases)}"
+        directory.mkdir()
+        (directory / f"{name}.py").write_text(textwrap.dedent(source))
+        sys.path.insert(0, str(directory))
+        importlib.invalidate_caches()
+        try:
+            prints = fingerprint_symbols(f"{name}:{q}" for q in qualnames)
+        finally:
+            sys.path.remove(str(directory))
+            sys.modules.pop(name, None)
+        return {f"m:{symbol.split(':', 1)[1]}": fp for symbol, fp in prints.items()}
+
+    return fingerprint
+
+
+def test_body_hash_ignores_docstrings_comments_and_layout(
+    versions: Callable[[str, list[str]], dict[str, dict[str, Any]]],
+) -> None:
+    plain = versions("def f(x):\n    y = x + 1\n    return y\n", ["f"])
+    noisy = versions(
+        '''
+        def f(x):
+            """Adds one."""
+            # a comment
+            y = (x +
+                 1)
+
+            return y  # done
+        ''',
+        ["f"],
+    )
+    changed = versions("def f(x):\n    y = x + 2\n    return y\n", ["f"])
+    assert plain["m:f"]["body_hash"] == noisy["m:f"]["body_hash"]
+    assert plain["m:f"]["body_hash"] != changed["m:f"]["body_hash"]
+    assert body_hash(len) is None
+
+
+def test_fingerprint_records_kind_module_signature_and_fields(
+    versions: Callable[[str, list[str]], dict[str, dict[str, Any]]],
+) -> None:
+    prints = versions(
+        """
+        import dataclasses
+
+        @dataclasses.dataclass
+        class Config:
+            flag: bool = False
+            items: list = dataclasses.field(default_factory=list)
+            required: int = dataclasses.field(default=0, kw_only=True)
+
+        def f(a, /, b: int, c=None, *args, d, e=object(), **kwargs):
+            return a
+        """,
+        ["f", "Config", "Config.flag", "Config.items", "Config.missing", "nothing"],
+    )
+    function = prints["m:f"]
+    assert function["kind"] == "function" and function["exists"]
+    assert signature_text(function["parameters"]) == "(a, /, b, c=None, *args, d, e=<object object>, **kwargs)"
+    assert function["parameters"][1] == {
+        "name": "b",
+        "kind": "POSITIONAL_OR_KEYWORD",
+        "default": None,
+        "annotation": "int",
+    }
+    assert prints["m:Config"]["kind"] == "dataclass"
+    assert [(f["name"], f["default"]) for f in prints["m:Config"]["fields"]] == [
+        ("flag", "False"),
+        ("items", "factory list"),
+        ("required", "0"),
+    ]
+    assert prints["m:Config.flag"] == {
+        "exists": True,
+        "kind": "dataclass-field",
+        "module": prints["m:Config"]["module"],
+        "name": "flag",
+        "type": "bool",
+        "default": "False",
+    }
+    assert prints["m:Config.items"]["kind"] == "dataclass-field"
+    assert (
+        not prints["m:Config.missing"]["exists"]
+        and "has no attribute 'missing'" in prints["m:Config.missing"]["missing"]
+    )
+    assert not prints["m:nothing"]["exists"]
+    assert not fingerprint_symbols(["no_such_module_xyz:f"])["no_such_module_xyz:f"]["exists"]
+
+
+RELEASE_1 = """
+import dataclasses
+
+@dataclasses.dataclass
+class Config:
+    use_custom_flag: bool = False
+    old_field: int = 1
+
+def _reduce(model, config):
+    \"\"\"All-reduce.\"\"\"
+    return model
+
+def _grad_attr(param, use_custom_flag: bool = False):
+    return "main_grad"
+
+def _helper(x, flag: bool = False):
+    return x
+
+def finalize(model, num_tokens=None, groups: "OldGroups" = None):
+    return _reduce(model, None)
+"""
+
+RELEASE_2 = """
+import dataclasses
+
+@dataclasses.dataclass
+class Config:
+    use_new_flag: bool = False
+    items: list = dataclasses.field(default_factory=list)
+
+def _reduce(model, config, group=None):
+    return [model]
+
+def _grad_attr(param):
+    return "main_grad"
+
+def _helper(x, switch: bool = False):
+    return x
+
+def finalize(model, num_tokens=None, collection: "NewCollection" = None, force=False):
+    return _reduce(model, None)
+"""
+
+SYNTHETIC_DECLARATION = {
+    "m:_reduce": "replaces with reduce",
+    "m:_grad_attr": "calls",
+    "m:_helper": "calls",
+    "m:finalize": "relies",
+    "m:Config": "reads",
+    "m:Config.use_new_flag | m:Config.use_custom_flag": "reads",
+}
+
+
+def test_diff_of_two_releases(versions: Callable[[str, list[str]], dict[str, dict[str, Any]]]) -> None:
+    declaration = parse_declaration(SYNTHETIC_DECLARATION)
+    qualnames = [m.split(":")[1] for e in declaration for m in e.members]
+    before, after = versions(RELEASE_1, qualnames), versions(RELEASE_2, qualnames)
+    rows = {
+        (
+            row["symbol"],
+            row["change"],
+            "" if row["change"] in ("body changed", "removed") else row["detail"],
+            row["review"],
+        )
+        for row in diff(declaration, before, after)
+    }
+    assert rows == {
+        ("m:_reduce", "parameter added", "`group=None` at position 3", False),
+        ("m:_reduce", "body changed", "", True),
+        ("m:_grad_attr", "parameter removed", "`use_custom_flag=False` (was position 2)", False),
+        ("m:_helper", "parameter renamed", "`flag` → `switch` (position 2)", False),
+        ("m:finalize", "parameter removed", "`groups=None` (was position 3)", False),
+        ("m:finalize", "parameter added", "`collection=None` at position 3", False),
+        ("m:finalize", "parameter added", "`force=False` at position 4", False),
+        ("m:Config", "fields removed", "`use_custom_flag=False`, `old_field=1`", False),
+        ("m:Config", "fields added", "`use_new_flag=False`, `items=factory list`", False),
+        ("m:Config.use_new_flag", "added", "dataclass-field", False),
+        ("m:Config.use_custom_flag", "removed", "", False),
+        (
+            "m:Config.use_new_flag | m:Config.use_custom_flag",
+            "renamed",
+            "`use_custom_flag` → `use_new_flag` (`use_custom_flag` is gone)",
+            False,
+        ),
+    }
+
+    meta = {"megatron_core": "1", "origin": None, "key": "k", "cached": False, "subject": "s"}
+    declared = [{**e.__dict__, "members": list(e.members)} for e in declaration]
+    report = build_report(
+        {**meta, "session": "a", "symbols": before, "declaration": declared},
+        {**meta, "session": "b", "symbols": after, "declaration": declared},
+    )
+    markdown = render_markdown(report)
+    assert "## Review your copy" in markdown and "its own `reduce`" in markdown
+    assert "| `m:Config.use_new_flag \\| m:Config.use_custom_flag` | reads | renamed |" in markdown
+
+
+def test_a_changed_annotation_is_not_a_rename() -> None:
+    def param(name: str, annotation: str) -> dict[str, Any]:
+        return {"name": name, "kind": "POSITIONAL_OR_KEYWORD", "default": "None", "annotation": annotation}
+
+    changes = parameter_changes([param("groups", "Old")], [param("collection", "New")])
+    assert [c for c, _ in changes] == ["parameter removed", "parameter added"]
+    assert [c for c, _ in parameter_changes([param("a", "T")], [param("b", "T")])] == ["parameter renamed"]
+
+
+# --- signature checks -------------------------------------------------------------------------------------------
+
+
+def _params(func: Callable[..., Any]) -> list[dict[str, Any]]:
+    found = parameters(func)
+    assert found is not None
+    return found
+
+
+def _upstream(model: object, config: object, tp_group: object = None) -> None: ...
+
+
+@pytest.mark.parametrize(
+    ("replacement", "problem"),
+    [
+        (lambda model, config, tp_group=None: None, None),
+        (lambda model, config, tp_group=None, budget=1: None, None),
+        (lambda *args, **kwargs: None, None),
+        (lambda model, config: None, "upstream's parameter 3 'tp_group' has no counterpart"),
+        (lambda model, config, group=None: None, "upstream's parameter 3 'tp_group' is named 'group'"),
+        (lambda model, config, tp_group: None, "'tp_group' has a default (None), the replacement requires it"),
+        (lambda model, config, tp_group=None, *, budget: None, "the replacement requires 'budget'"),
+        (lambda model, /, config, tp_group=None: None, "'model' is positional-only in the replacement"),
+        (lambda model, config, *args: None, "'tp_group' cannot be passed by keyword"),
+    ],
+)
+def test_replacement_must_accept_every_call_upstream_accepts(replacement: Callable[..., Any], problem: str) -> None:
+    problems = replacement_problems(_params(_upstream), _params(replacement))
+    if problem is None:
+        assert problems == []
+    else:
+        assert any(problem in p for p in problems), problems
+
+
+def test_one_binding_call_shape_is_enough() -> None:
+    def two(param: object, flag: bool = False) -> None: ...
+
+    def one(param: object) -> None: ...
+
+    shapes = [CallSite("x", 2, (), "a.py", 1), CallSite("x", 1, (), "a.py", 2)]
+    assert unbound_calls(_params(two), shapes) == []
+    assert unbound_calls(_params(one), shapes) == []
+    failures = unbound_calls(_params(one), shapes[:1])
+    assert [(call.line, "too many positional arguments" in why) for call, why in failures] == [(1, True)]
+
+
+# --- the source scan --------------------------------------------------------------------------------------------
+
+
+def _write(directory: Path, files: dict[str, str]) -> list[Path]:
+    directory.mkdir()
+    for name, source in files.items():
+        (directory / name).write_text(textwrap.dedent(source))
+    return sorted(directory.glob("*.py"))
+
+
+SUBJECT_FILES = {
+    "api.py": """
+        import importlib
+
+        FINALIZE = "megatron.core.distributed.finalize_model_grads"
+
+        def finalize_module():
+            return importlib.import_module(FINALIZE)
+
+        def takes_flag(module):
+            return module._get_main_grad_attr
+        """,
+    "impl.py": """
+        from megatron.core import parallel_state
+        from megatron.core.utils import get_attr_wrapped_model as wrapped
+        from . import api
+
+        ALIAS = "_allreduce_layernorm"
+
+        def run(model, *extra):
+            module = api.finalize_module()
+            module._allreduce(model, None)
+            module._allreduce(*extra)
+            resolver = getattr(module, "get_group", None)
+            parallel_state.get_tp_group()
+            wrapped(model, attr="named_parameters")
+            if hasattr(module, ALIAS):
+                module._legacy = run
+            return resolver, module.__name__
+        """,
+}
+
+
+def test_scan_follows_imports_constants_helpers_and_getattr(tmp_path: Path) -> None:
+    scan = scan_sources(_write(tmp_path / "subject", SUBJECT_FILES))
+    paths = {path for use in scan.uses for path in use.paths}
+    assert paths == {
+        FINALIZE,
+        f"{FINALIZE}._get_main_grad_attr",
+        f"{FINALIZE}._allreduce",
+        f"{FINALIZE}.get_group",
+        f"{FINALIZE}._allreduce_layernorm",
+        f"{FINALIZE}._legacy",
+        "megatron.core.parallel_state",
+        "megatron.core.parallel_state.get_tp_group",
+        "megatron.core.utils.get_attr_wrapped_model",
+    }
+    shapes = {(c.path.rsplit(".", 1)[1], c.positional, c.keywords, c.file) for c in scan.calls}
+    assert shapes == {
+        ("_allreduce", 2, (), "impl.py"),
+        ("get_tp_group", 0, (), "impl.py"),
+        ("get_attr_wrapped_model", 1, ("attr",), "impl.py"),
+    }
+    declaration = parse_declaration(
+        {
+            f"{FINALIZE}:_allreduce": "replaces with allreduce",
+            f"{FINALIZE}:_allreduce_layernorm": "replaces with allreduce, optional",
+            f"{FINALIZE}:_legacy": "replaces with allreduce, optional",
+            f"{FINALIZE}:get_group | megatron.core.parallel_state:get_tp_group": "calls",
+            "megatron.core.utils:get_attr_wrapped_model": "calls",
+        }
+    )
+    undeclared = undeclared_uses(scan, declaration)
+    assert {(use.paths, use.file) for use in undeclared} == {((f"{FINALIZE}._get_main_grad_attr",), "api.py")}
+
+
+def test_scan_stops_following_a_name_bound_to_something_else(tmp_path: Path) -> None:
+    files = {
+        **SUBJECT_FILES,
+        "other.py": """
+            def weights(model):
+                for module in model.modules():
+                    module.weight.zero_()
+            """,
+    }
+    paths = {path for use in scan_sources(_write(tmp_path / "subject", files)).uses for path in use.paths}
+    assert f"{FINALIZE}.weight" not in paths
+    assert f"{FINALIZE}._get_main_grad_attr" not in paths
+    assert "megatron.core.parallel_state.get_tp_group" in paths
+
+
+# --- real targets -----------------------------------------------------------------------------------------------
+
+
+SEEDED_BREAKS = {
+    "fingerprint_undeclared_symbol": (
+        "test_declaration_covers_every_megatron_use_in_the_source",
+        f"{FINALIZE}._get_main_grad_attr (at allreduce.py:",
+    ),
+    "fingerprint_replacement_without_tp_group": (
+        "test_replacements_accept_every_call_upstream_accepts",
+        f"{UPSTREAM.split(':')[1]} (model, config, tp_group=None) replaced by allreduce_non_tensor_model_parallel_grads"
+        "(model, config): upstream's parameter 3 'tp_group' has no counterpart",
+    ),
+}
+
+
+@pytest.mark.parametrize("seeded", sorted(SEEDED_BREAKS))
+def test_seeded_subject_turns_the_family_red(seeded: str, tmp_path: Path) -> None:
+    run = run_cases(BASE, ["cases/test_fingerprint.py"], tmp_path, subject=SEEDED / f"{seeded}.py")
+    case, named = SEEDED_BREAKS[seeded]
+    failed = run.failed()
+    assert run.returncode == 1, f"{seeded}: expected a red run, got exit {run.returncode}\n{run.output[-3000:]}"
+    assert list(failed) == [case], f"{seeded}: expected only {case} to fail, failed: {sorted(failed)}"
+    assert named in failed[case] and f"[{BASE}] api-fingerprint" in failed[case], failed[case][-3000:]
+    assert "contract api-fingerprint | symbol MEGATRON_SYMBOLS" in run.output
+
+
+def _rename_parameter(source: str) -> str:
+    """Rename ``tp_group`` inside ``_allreduce_non_tensor_model_parallel_grads`` only, as an upstream rename would."""
+    start = source.index("def _allreduce_non_tensor_model_parallel_grads(")
+    end = source.index("\n\n\n", start)
+    function = re.sub(rf"\b{RENAMED[0]}\b", RENAMED[1], source[start:end])
+    assert function != source[start:end], "upstream no longer has tp_group: the candidate tests nothing"
+    return source[:start] + function + source[end:]
+
+
+def _rewrite_wheel(source: Path, target: Path, member: str, edit: Callable[[str], str]) -> None:
+    """Copy the wheel with one file edited and its RECORD line updated, so pip installs it as a valid wheel."""
+    with zipfile.ZipFile(source) as original, zipfile.ZipFile(target, "w") as rewritten:
+        data = edit(original.read(member).decode()).encode()
+        digest = base64.urlsafe_b64encode(hashlib.sha256(data).digest()).rstrip(b"=").decode()
+        for info in original.infolist():
+            content = original.read(info.filename)
+            if info.filename == member:
+                content = data
+            elif info.filename.endswith(".dist-info/RECORD"):
+                lines = content.decode().splitlines()
+                content = "\n".join(
+                    f"{member},sha256={digest},{len(data)}" if line.startswith(f"{member},") else line for line in lines
+                ).encode()
+            rewritten.writestr(info, content)
+
+
+def _site_packages(python: Path) -> Path:
+    code = "import sysconfig; print(sysconfig.get_paths()['purelib'])"
+    return Path(subprocess.run([str(python), "-c", code], capture_output=True, text=True, check=True).stdout.strip())
+
+
+@dataclass(frozen=True)
+class Candidate:
+    """A candidate target: its interpreter, the wheel it was installed from, and a matrix naming that wheel."""
+
+    python: Path
+    wheel: Path
+    matrix: Path
+
+
+@pytest.fixture(scope="module")
+def candidate(tmp_path_factory: pytest.TempPathFactory) -> Candidate:
+    """A venv holding megatron-core 0.15.3 rebuilt with the parameter renamed, and a matrix naming it as a wheel.
+
+    Only the candidate wheel is installed into the venv; torch, numpy and pytest come from the megatron-0.15 venv
+    through a ``.pth`` file, which keeps the build at seconds.
+    """
+    work = tmp_path_factory.mktemp("candidate")
+    base = target_python(BASE)
+    download = work / "download"
+    subprocess.run(
+        [str(base), "-m", "pip", "download", "--no-deps", "-q", "-d", str(download), f"megatron-core=={BASE_VERSION}"],
+        check=True,
+        timeout=600,
+    )
+    original = next(download.glob("megatron_core-*.whl"))
+    (work / "wheel").mkdir()
+    wheel = work / "wheel" / original.name
+    _rewrite_wheel(original, wheel, "megatron/core/distributed/finalize_model_grads.py", _rename_parameter)
+    venv = work / "venv"
+    subprocess.run([str(base), "-m", "venv", "--without-pip", str(venv)], check=True, timeout=120)
+    python = venv / "bin" / "python"
+    install = [str(base), "-m", "pip", "--python", str(python), "install", "--no-deps", "-q", str(wheel)]
+    subprocess.run(install, check=True, timeout=600)
+    (_site_packages(python) / "megatron_conformance_base.pth").write_text(f"{_site_packages(base)}\n")
+    entry = {
+        "session": CANDIDATE,
+        "megatron": {"wheel": str(wheel), "version": f"=={BASE_VERSION}"},
+        "python": "3.11",
+        "torch": "==2.13.0",
+        "numpy": "<2",
+        "expected_failures": str(ROOT / f"cases/expected_failures/{BASE}.txt"),
+        "provider": {"process_group_keyword": "pg_collection", "calls": {"plain": ["pre_process", "post_process"]}},
+    }
+    matrix = work / "matrix.yaml"
+    matrix.write_text(yaml.safe_dump({"targets": [entry]}))
+    return Candidate(python, wheel, matrix)
+
+
+def test_api_diff_reports_the_renamed_parameter_and_asks_for_a_review(candidate: Candidate, tmp_path: Path) -> None:
+    pythons = {BASE: target_python(BASE), CANDIDATE: candidate.python}
+    report = compare(pythons, "harness.reference", tmp_path / "cache")
+    renamed = f"`{RENAMED[0]}` → `{RENAMED[1]}` (position 3)"
+    changes = {
+        (row["symbol"], row["change"], row["detail"] if row["change"] != "body changed" else "")
+        for row in report["changes"]
+    }
+    assert changes == {
+        (UPSTREAM, "parameter renamed", renamed),
+        (ALIAS, "parameter renamed", renamed),
+        (UPSTREAM, "body changed", ""),
+        (ALIAS, "body changed", ""),
+    }
+    assert {row["symbol"] for row in report["review"]} == {UPSTREAM, ALIAS}
+    base, changed = report["targets"]
+    assert base["megatron_core"] == changed["megatron_core"] == BASE_VERSION and base["key"] != changed["key"]
+    assert changed["origin"] == str(candidate.wheel)
+    assert "## Review your copy" in render_markdown(report)
+
+    again = compare(pythons, "harness.reference", tmp_path / "cache")
+    assert [target["cached"] for target in again["targets"]] == [True, True]
+    assert again["changes"] == report["changes"]
+
+
+def test_fingerprint_case_goes_red_on_the_candidate_naming_symbol_and_mismatch(
+    candidate: Candidate, tmp_path: Path
+) -> None:
+    junit = tmp_path / "junit.xml"
+    command = [str(candidate.python), "-m", "pytest", "-p", "no:cacheprovider", f"--target={CANDIDATE}"]
+    command += [f"--matrix={candidate.matrix}"]
+    command += [f"--report-dir={tmp_path}", f"--junitxml={junit}", "cases/test_fingerprint.py"]
+    completed = subprocess.run(command, cwd=ROOT, env=dict(os.environ), capture_output=True, text=True, timeout=600)
+    run = CaseRun(completed.returncode, completed.stdout + completed.stderr, _verdicts(junit))
+    failed = run.failed()
+    case = "test_replacements_accept_every_call_upstream_accepts"
+    assert run.returncode == 1 and list(failed) == [case], (
+        f"exit {run.returncode}, failed {sorted(failed)}\n" + (run.output[-4000:])
+    )
+    for symbol in (UPSTREAM, ALIAS):
+        assert (
+            f"{symbol} (model, config, {RENAMED[1]}=None) replaced by allreduce_non_tensor_model_parallel_grads"
+            f"(model, config, {RENAMED[0]}=None): upstream's parameter 3 '{RENAMED[1]}' is named '{RENAMED[0]}'"
+        ) in failed[case], failed[case][-3000:]
+    assert f"[{CANDIDATE}] api-fingerprint" in failed[case]
+    assert f"target {CANDIDATE} | contract api-fingerprint | symbol MEGATRON_SYMBOLS" in run.output
+
+
+def test_api_diff_tells_how_to_build_a_missing_target(tmp_path: Path) -> None:
+    entry = {
+        "session": "megatron-unbuilt",
+        "megatron": {"pypi": "megatron-core==0.15.3"},
+        "python": "3.11",
+        "torch": "==2.13.0",
+        "expected_failures": str(ROOT / f"cases/expected_failures/{BASE}.txt"),
+        "provider": {"process_group_keyword": None, "calls": {"plain": ["pre_process", "post_process"]}},
+    }
+    matrix = tmp_path / "matrix.yaml"
+    matrix.write_text(yaml.safe_dump({"targets": [entry]}))
+    env = {**os.environ, "MEGATRON_CONFORMANCE_MATRIX": str(matrix), "MEGATRON_CONFORMANCE_REPORTS": str(tmp_path)}
+    command = [sys.executable, "-m", "nox", "-f", str(ROOT / "noxfile.py"), "-s", "api-diff", "--"]
+    completed = subprocess.run(
+        [*command, "megatron-unbuilt", "megatron-0.15"], env=env, capture_output=True, text=True, timeout=120
+    )
+    assert completed.returncode != 0
+    assert "build it with: nox -s megatron-unbuilt" in completed.stdout + completed.stderr
