@@ -4,9 +4,10 @@
 """Sessions of the megatron-conformance gate, generated from matrix.yaml.
 
 One session per target (``nox -s megatron-0.15``), plus ``tests`` (the harness's own tests, which also drive
-three real targets end to end), ``lint`` and ``api-diff`` (what changed in the subject's declared Megatron symbols
-between two built targets). Arguments after ``--`` go to pytest; a test id or path among them
-replaces the default ``cases`` directory, which is what the repro lines printed on a red rely on.
+three real targets end to end), ``lint``, ``api-diff`` (what changed in the subject's declared Megatron symbols
+between two built targets), ``report`` (every target's results merged into one compatibility matrix).
+Arguments after ``--`` go to pytest; a test id or path among them replaces the default ``cases`` directory, which
+is what the repro lines printed on a red rely on.
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ sys.path.insert(0, str(ROOT))
 from harness.api_diff import ApiDiffError, compare, render_markdown, write_report  # noqa: E402
 from harness.installer import HARNESS_REQUIREMENTS, describe, install_command  # noqa: E402
 from harness.matrix import MatrixError, Target, load_matrix  # noqa: E402
+from harness.report import ReportError, headline, write_reports  # noqa: E402
 from harness.subject import subject_spec  # noqa: E402
 
 try:
@@ -94,7 +96,8 @@ for _target in MATRIX.targets:
 def tests(session: nox.Session) -> None:
     """The harness's own tests; first runs megatron-0.13, -0.15 and -0.16 end to end (reusing their venvs)."""
     torch_pin = f"torch{HARNESS_TARGET.torch}"
-    session.install(*install_command([*HARNESS_REQUIREMENTS, "nox", "ruff", torch_pin], session.venv_backend))
+    tools = ["nox", "ruff", "check-jsonschema"]
+    session.install(*install_command([*HARNESS_REQUIREMENTS, *tools, torch_pin], session.venv_backend))
     session.run("nox", "-f", str(ROOT / "noxfile.py"), "--reuse-venv=yes", "-s", *TESTS_TARGETS)
     session.run(
         "python",
@@ -134,3 +137,14 @@ def api_diff(session: nox.Session) -> None:
     markdown, data = write_report(report, REPORTS / "api-diff")
     print(render_markdown(report))
     session.log(f"wrote {markdown} and {data}")
+
+
+@nox.session(venv_backend="none")
+def report(session: nox.Session) -> None:
+    """Merge every target's reports/<session>/ into reports/compatibility.md (PR comment) and .html."""
+    try:
+        matrix, markdown, page = write_reports(REPORTS, ROOT, KNOWN)
+    except ReportError as err:
+        session.error(str(err))
+    session.log(headline(matrix))
+    session.log(f"wrote {markdown} and {page}")
