@@ -5,9 +5,10 @@
 
 One session per target (``nox -s megatron-0.15``), plus ``tests`` (the harness's own tests, which also drive
 three real targets end to end), ``lint``, ``api-diff`` (what changed in the subject's declared Megatron symbols
-between two built targets), ``report`` (every target's results merged into one compatibility matrix).
-Arguments after ``--`` go to pytest; a test id or path among them replaces the default ``cases`` directory, which
-is what the repro lines printed on a red rely on.
+between two built targets), ``report`` (every target's results merged into one compatibility matrix) and
+``sensitivity`` (the mutant catalogue against built targets: does each family still bite). Arguments after ``--``
+go to pytest; a test id or path among them replaces the default ``cases`` directory, which is what the repro lines
+printed on a red rely on.
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ import nox
 ROOT = Path(__file__).resolve().parent
 sys.path.insert(0, str(ROOT))
 
+from harness import mutation  # noqa: E402
 from harness.api_diff import ApiDiffError, compare, render_markdown, write_report  # noqa: E402
 from harness.installer import HARNESS_REQUIREMENTS, describe, install_command  # noqa: E402
 from harness.matrix import MatrixError, Target, load_matrix  # noqa: E402
@@ -148,3 +150,29 @@ def report(session: nox.Session) -> None:
         session.error(str(err))
     session.log(headline(matrix))
     session.log(f"wrote {markdown} and {page}")
+
+
+@nox.session(venv_backend="none")
+def sensitivity(session: nox.Session) -> None:
+    """Mutants of Megatron and of the subject against built targets: -- --targets megatron-0.13 megatron-0.16."""
+    options = mutation.parse_arguments(session.posargs, DEFAULT_TARGETS)
+    pythons = {}
+    for name in options.targets:
+        if name not in KNOWN:
+            session.error(f"no target named {name!r} in {MATRIX.path.name} (known: {', '.join(KNOWN)})")
+        python = mutation.venv_python(name)
+        if not python.exists():
+            session.error(f"target {name}: its venv {python.parent.parent} is not built; build it with: nox -s {name}")
+        pythons[name] = python
+    try:
+        mutants = mutation.select(mutation.load_catalogue(mutation.CATALOGUE, KNOWN), options.mutants)
+        results = mutation.run_sensitivity(mutants, pythons, subject_spec(), options.workers, session.log)
+    except (mutation.CatalogueError, mutation.MutationError) as err:
+        session.error(str(err))
+    markdown, data = mutation.write_report(results, REPORTS / "sensitivity")
+    session.log(f"wrote {markdown} and {data}")
+    failures = results.failures()
+    if failures:
+        listed = "; ".join(f"{o.verdict}: {o.mutant} on {o.target}" for o in failures)
+        session.error(f"{mutation.summary_line(results)}: {listed}")
+    session.log(mutation.summary_line(results))

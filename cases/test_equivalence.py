@@ -99,7 +99,6 @@ def test_largest_buffer_is_bounded_by_the_budget(target: Target, subject_name: s
     total = 64 * 16_384 * 4
     ours = max(size for _, size, _ in reports[0].collectives)
     theirs = max(size for _, size, _ in reports[0].upstream_collectives)
-    assert theirs == total, f"[{target.session}] upstream coalesced {theirs} bytes, expected all {total}"
     assert ours <= budget, (
         f"[{target.session}] memory property of {SYMBOL}: largest coalesced buffer {ours} bytes > budget {budget}"
     )

@@ -156,6 +156,35 @@ class _CollectiveRecorder:
         torch.distributed.distributed_c10d.all_reduce = self._original
 
 
+class _CallCounter:
+    """Counts the calls ``finalize_model_grads`` makes to whatever ``install()`` bound in upstream's place.
+
+    Counting calls, rather than comparing the number of collectives with upstream's, keeps the check true when
+    upstream itself reduces in several buffers.
+    """
+
+    def __init__(self, module: Any, upstream: Any) -> None:
+        self.module = module
+        self.upstream = upstream
+        self.calls = 0
+        self.replaced_upstream = False
+
+    def __enter__(self) -> _CallCounter:
+        installed = getattr(self.module, megatron_ranks.UPSTREAM_NAME)
+        self._installed = installed
+        self.replaced_upstream = installed is not self.upstream
+
+        def counting(*args: Any, **kwargs: Any) -> Any:
+            self.calls += 1
+            return installed(*args, **kwargs)
+
+        setattr(self.module, megatron_ranks.UPSTREAM_NAME, counting)
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        setattr(self.module, megatron_ranks.UPSTREAM_NAME, self._installed)
+
+
 def _without_none_grads(population: Population) -> Population:
     """The population as upstream sees it when it skips ``None`` grads: those params excluded from selection."""
     chunks = tuple(
@@ -347,8 +376,8 @@ def gpt_finalize_task(rank: int, world_size: int, subject_spec: str, budget: int
     """``finalize_model_grads`` on a real GPTModel step, upstream vs subject installed; bitwise comparison per param.
 
     Both runs build the same model from the same seed and take the same step, so any difference comes from the
-    all-reduce. The subject must also really have run: it is installed with a small budget, so it makes more
-    collectives than upstream's single buffer per op.
+    all-reduce. The subject must also really have run: ``install()`` must have bound its replacement in upstream's
+    place, and ``finalize_model_grads`` must have called it.
     """
     from harness import cpu_gpt
 
@@ -364,18 +393,21 @@ def gpt_finalize_task(rank: int, world_size: int, subject_spec: str, budget: int
         expected = cpu_gpt.main_grads(model)
         model, _ = cpu_gpt.build_gpt(qk_layernorm=qk_layernorm, seed=11)
         cpu_gpt.forward_backward(model, seed=5)
+        module = megatron_ranks.finalize_module()
+        upstream = getattr(module, megatron_ranks.UPSTREAM_NAME)
         subject.install(budget_bytes=budget)
         try:
-            with _CollectiveRecorder(group) as recorder:
+            with _CollectiveRecorder(group) as recorder, _CallCounter(module, upstream) as counter:
                 cpu_gpt.finalize(model)
         finally:
             subject.uninstall()
         got = cpu_gpt.main_grads(model)
     report.collectives, report.upstream_collectives = recorder.calls, upstream_recorder.calls
-    if len(recorder.calls) <= len(upstream_recorder.calls):
+    if not counter.replaced_upstream or counter.calls == 0:
+        what = "was never called" if counter.replaced_upstream else "left upstream in place"
         report.problems.append(
-            f"rank {rank}: with the subject installed finalize_model_grads made {len(recorder.calls)} all-reduces, "
-            f"upstream {len(upstream_recorder.calls)}: the chunked replacement did not run"
+            f"rank {rank}: with the subject installed finalize_model_grads ran, but the replacement of "
+            f"{megatron_ranks.UPSTREAM_NAME} {what}: the chunked all-reduce did not run"
         )
     for name, value in expected.items():
         if not torch.equal(_bits(got[name]), _bits(value)):

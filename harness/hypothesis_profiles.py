@@ -2,6 +2,8 @@
 
 ``ci`` is derandomized (a red in CI replays identically on a laptop), has no deadline (shared 2-core machines make
 per-example timing meaningless) and prints the ``@reproduce_failure`` blob; ``dev`` is quicker, ``thorough`` digs.
+``fail-fast`` is ``ci`` without shrinking: the sensitivity session only needs to know that a mutant turns a case red,
+and shrinking an example that fails on every draw re-runs a rank task dozens of times.
 """
 
 from __future__ import annotations
@@ -9,12 +11,13 @@ from __future__ import annotations
 import os
 
 import pytest
-from hypothesis import HealthCheck, settings
+from hypothesis import HealthCheck, Phase, settings
 
 PROFILES = {
     "ci": {"max_examples": 200, "derandomize": True},
     "dev": {"max_examples": 50},
     "thorough": {"max_examples": 2000},
+    "fail-fast": {"max_examples": 200, "derandomize": True, "phases": (Phase.explicit, Phase.generate)},
 }
 
 
