@@ -6,15 +6,18 @@
 One session per target (``nox -s megatron-0.15``), plus ``tests`` (the harness's own tests, which also drive
 three real targets end to end), ``lint``, ``api-diff`` (what changed in the subject's declared Megatron symbols
 between two built targets), ``report`` (every target's results merged into one compatibility matrix) and
-``sensitivity`` (the mutant catalogue against built targets: does each family still bite). Arguments after ``--``
-go to pytest; a test id or path among them replaces the default ``cases`` directory, which is what the repro lines
-printed on a red rely on.
+``sensitivity`` (the mutant catalogue against built targets: does each family still bite) and ``bench`` (chunked
+vs upstream all-reduce, and the gate's own costs). Arguments after ``--`` go to pytest; a test id or path among
+them replaces the default ``cases`` directory, which is what the repro lines printed on a red rely on.
 """
 
 from __future__ import annotations
 
+import json
 import os
+import subprocess
 import sys
+import time
 from pathlib import Path
 
 import nox
@@ -98,7 +101,7 @@ for _target in MATRIX.targets:
 def tests(session: nox.Session) -> None:
     """The harness's own tests; first runs megatron-0.13, -0.15 and -0.16 end to end (reusing their venvs)."""
     torch_pin = f"torch{HARNESS_TARGET.torch}"
-    tools = ["nox", "ruff", "check-jsonschema"]
+    tools = ["nox", "ruff", "check-jsonschema", "matplotlib"]
     session.install(*install_command([*HARNESS_REQUIREMENTS, *tools, torch_pin], session.venv_backend))
     session.run("nox", "-f", str(ROOT / "noxfile.py"), "--reuse-venv=yes", "-s", *TESTS_TARGETS)
     session.run(
@@ -176,3 +179,45 @@ def sensitivity(session: nox.Session) -> None:
         listed = "; ".join(f"{o.verdict}: {o.mutant} on {o.target}" for o in failures)
         session.error(f"{mutation.summary_line(results)}: {listed}")
     session.log(mutation.summary_line(results))
+
+
+BENCH_TARGET = "megatron-0.15"
+
+
+def _time_gate(session: nox.Session, out: Path) -> None:
+    """Wall time of the default targets' gate on built venvs, as a user runs it; writes ``gate.json``."""
+    command = ["nox", "-R", "-s", *DEFAULT_TARGETS]
+    run = [sys.executable, "-m", "nox", "-f", str(ROOT / "noxfile.py"), "-R", "-s", *DEFAULT_TARGETS]
+    unbuilt = [name for name in DEFAULT_TARGETS if not mutation.venv_python(name).exists()]
+    if unbuilt:
+        session.log(f"building {', '.join(unbuilt)} first, so that the timed run is warm")
+        subprocess.run(run, cwd=ROOT, check=True)
+    started = time.monotonic()
+    completed = subprocess.run(run, cwd=ROOT)
+    wall = time.monotonic() - started
+    if completed.returncode != 0:
+        session.error(f"the timed gate run failed (exit {completed.returncode}): {' '.join(command)}")
+    profile = "ci" if os.environ.get("CI", "").lower() == "true" else "dev"
+    document = {"command": " ".join(command), "wall_s": wall, "profile": profile}
+    (out / "gate.json").write_text(json.dumps(document, indent=2) + "\n")
+    session.log(f"warm gate: {wall:.0f} s")
+
+
+@nox.session(python=KNOWN[BENCH_TARGET].python if BENCH_TARGET in KNOWN else None)
+def bench(session: nox.Session) -> None:
+    """Chunked vs upstream all-reduce on gloo, and the gate's costs: -- [--skip-gate] [harness.bench options]."""
+    if BENCH_TARGET not in KNOWN:
+        session.error(f"the bench runs on {BENCH_TARGET}, which is not in {MATRIX.path.name}")
+    target = KNOWN[BENCH_TARGET]
+    requirements = [*target.requirements(), *HARNESS_REQUIREMENTS, "matplotlib"]
+    session.install(*install_command(requirements, session.venv_backend))
+    out = REPORTS / "bench"
+    out.mkdir(parents=True, exist_ok=True)
+    options = [a for a in session.posargs if a != "--skip-gate"]
+    if "--skip-gate" in session.posargs:
+        (out / "gate.json").unlink(missing_ok=True)
+    else:
+        _time_gate(session, out)
+    session.run("python", "-m", "harness.bench", "--out", str(out), *options)
+    command = " ".join(["nox -s bench", *(["--", *session.posargs] if session.posargs else [])])
+    session.run("python", "-m", "harness.bench_report", str(out), command)

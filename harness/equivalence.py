@@ -122,7 +122,7 @@ def _bits(tensor: torch.Tensor) -> torch.Tensor:
     return tensor.detach().contiguous().view(torch.uint8)
 
 
-class _CollectiveRecorder:
+class CollectiveRecorder:
     """Wraps ``torch.distributed.all_reduce`` to log each call's op, buffer bytes and element size, and its group.
 
     A subject that binds ``all_reduce`` under another name at import escapes the recorder; the case then sees no
@@ -135,7 +135,7 @@ class _CollectiveRecorder:
         self.foreign_groups = 0
         self._original = torch.distributed.all_reduce
 
-    def __enter__(self) -> _CollectiveRecorder:
+    def __enter__(self) -> CollectiveRecorder:
         original = self._original
 
         def recording_all_reduce(
@@ -202,8 +202,8 @@ def _expected_reference(
 ) -> tuple[list[torch.nn.Module], str | None, list]:
     """Run upstream; where it fails on ``None`` grads (versions before the skip), run it without them."""
     chunks = build_chunks(population, rank, fsdp_flag)
-    group = _tp_group()
-    with _CollectiveRecorder(group) as recorder:
+    group = tp_group()
+    with CollectiveRecorder(group) as recorder:
         try:
             upstream(chunks, config)
             return chunks, None, recorder.calls
@@ -212,12 +212,12 @@ def _expected_reference(
                 raise
             raised = f"{type(err).__name__}: {err}"
     chunks = build_chunks(_without_none_grads(population), rank, fsdp_flag)
-    with _CollectiveRecorder(group) as recorder:
+    with CollectiveRecorder(group) as recorder:
         upstream(chunks, config)
     return chunks, raised, recorder.calls
 
 
-def _tp_group() -> Any:
+def tp_group() -> Any:
     from megatron.core import parallel_state
 
     return parallel_state.get_tensor_model_parallel_group()
@@ -226,7 +226,7 @@ def _tp_group() -> Any:
 _subjects: dict[str, Any] = {}
 
 
-def _subject(spec: str) -> Any:
+def subject_once(spec: str) -> Any:
     """The subject loaded once per rank process (a file subject would otherwise be re-executed per example)."""
     if spec not in _subjects:
         _subjects[spec] = load_subject(spec)
@@ -249,7 +249,7 @@ def compare_task(
     in a collective and the pool's timeout names them.
     """
     report = RankReport(rank=rank)
-    subject = _subject(subject_spec)
+    subject = subject_once(subject_spec)
     module = megatron_ranks.finalize_module()
     upstream = getattr(module, megatron_ranks.UPSTREAM_NAME)
     fsdp_flag = megatron_ranks.upstream_fsdp_flag()
@@ -260,10 +260,10 @@ def compare_task(
     )
     chunks = build_chunks(population, rank, fsdp_flag)
     before = _snapshot(chunks)
-    group = _tp_group()
+    group = tp_group()
     subject.install(budget_bytes=budget)
     try:
-        with _CollectiveRecorder(group) as recorder:
+        with CollectiveRecorder(group) as recorder:
             subject.allreduce_non_tensor_model_parallel_grads(chunks, config)
     except Exception:
         report.problems.append(f"rank {rank}: the subject raised where upstream did not:\n{traceback.format_exc()}")
@@ -382,13 +382,13 @@ def gpt_finalize_task(rank: int, world_size: int, subject_spec: str, budget: int
     from harness import cpu_gpt
 
     report = RankReport(rank=rank)
-    subject = _subject(subject_spec)
+    subject = subject_once(subject_spec)
     megatron_ranks.require_tensor_parallel(world_size)
     with cpu_gpt.cpu_workarounds():
-        group = _tp_group()
+        group = tp_group()
         model, _ = cpu_gpt.build_gpt(qk_layernorm=qk_layernorm, seed=11)
         cpu_gpt.forward_backward(model, seed=5)
-        with _CollectiveRecorder(group) as upstream_recorder:
+        with CollectiveRecorder(group) as upstream_recorder:
             cpu_gpt.finalize(model)
         expected = cpu_gpt.main_grads(model)
         model, _ = cpu_gpt.build_gpt(qk_layernorm=qk_layernorm, seed=11)
@@ -397,7 +397,7 @@ def gpt_finalize_task(rank: int, world_size: int, subject_spec: str, budget: int
         upstream = getattr(module, megatron_ranks.UPSTREAM_NAME)
         subject.install(budget_bytes=budget)
         try:
-            with _CollectiveRecorder(group) as recorder, _CallCounter(module, upstream) as counter:
+            with CollectiveRecorder(group) as recorder, _CallCounter(module, upstream) as counter:
                 cpu_gpt.finalize(model)
         finally:
             subject.uninstall()

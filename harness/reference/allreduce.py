@@ -3,8 +3,9 @@
 Upstream flattens every selected grad into one buffer per reduce op. This version selects exactly the same grads,
 with the same rules, ops and group, but all-reduces them in chunks of at most the configured byte budget, so the
 largest temporary buffer is ``max(budget, largest grad)`` instead of the sum of all grads (scaled by the promotion to
-the op's widest dtype when grads of different dtypes are reduced together, as upstream does). SUM and AVG are
-element-wise, so the result is bitwise identical to upstream's.
+the op's widest dtype when grads of different dtypes are reduced together, as upstream does). Every chunk is
+flattened in that op-wide dtype, the one upstream's single buffer gets, so an fp16 grad reduced next to fp32 ones is
+rounded as upstream rounds it. SUM and AVG are element-wise, so the result is bitwise identical to upstream's.
 """
 
 from __future__ import annotations
@@ -13,7 +14,6 @@ import functools
 from typing import Any
 
 import torch
-from torch._utils import _unflatten_dense_tensors
 
 from . import megatron_api
 from .chunks import split_into_chunks
@@ -68,13 +68,18 @@ def allreduce_non_tensor_model_parallel_grads(model: list[torch.nn.Module], conf
             continue
         use_fsdp_of = dict(zip(map(id, params), fsdp_flags, strict=True))
         dtype = functools.reduce(torch.promote_types, (g.dtype for g in grads))
-        for chunk_params, chunk_grads in split_into_chunks(params, grads, budget):
-            coalesced = _flatten_as(chunk_grads, dtype)
-            torch.distributed.all_reduce(coalesced, op=op, group=group)
-            for param, buf, synced in zip(
-                chunk_params, chunk_grads, _unflatten_dense_tensors(coalesced, chunk_grads), strict=True
-            ):
-                buf.copy_(synced)
+        chunks = split_into_chunks(params, grads, budget)
+        staging = _staging_buffer(chunks, dtype)
+        for chunk_params, chunk_grads in chunks:
+            if _reducible_in_place(chunk_grads, dtype):
+                torch.distributed.all_reduce(chunk_grads[0], op=op, group=group)
+            else:
+                flat = staging[: sum(g.numel() for g in chunk_grads)]
+                torch.cat([g.reshape(-1).to(dtype) for g in chunk_grads], out=flat)
+                torch.distributed.all_reduce(flat, op=op, group=group)
+                for buf, synced in zip(chunk_grads, flat.split([g.numel() for g in chunk_grads]), strict=True):
+                    buf.copy_(synced.view_as(buf))
+            for param, buf in zip(chunk_params, chunk_grads, strict=True):
                 use_fsdp = use_fsdp_of[id(param)]
                 attr = _grad_attr(module, param, use_fsdp, flag_in_getter)
                 original = getattr(param, attr)
@@ -82,16 +87,23 @@ def allreduce_non_tensor_model_parallel_grads(model: list[torch.nn.Module], conf
                     setattr(param, attr, original)
                 else:
                     setattr(param, attr, module._reshard_if_dtensor(buf, original))
-            del coalesced
+        del staging
 
 
-def _flatten_as(grads: list[torch.Tensor], dtype: torch.dtype) -> torch.Tensor:
-    """One flat buffer in ``dtype``: the dtype upstream's single buffer gets by promoting *all* grads of the op.
+def _reducible_in_place(chunk_grads: list[torch.Tensor], dtype: torch.dtype) -> bool:
+    """A chunk of one contiguous grad already in the op's dtype is reduced where it lies: copying it into a buffer
+    and back would give the same bits at twice the memory traffic."""
+    return len(chunk_grads) == 1 and chunk_grads[0].dtype == dtype and chunk_grads[0].is_contiguous()
 
-    Reducing a chunk of fp16 grads in fp16 while upstream reduced them promoted to fp32 (because some other grad of
-    the op was fp32) could change the rounding; flattening every chunk in the op-wide dtype keeps it bitwise.
+
+def _staging_buffer(chunks: list[tuple[list, list[torch.Tensor]]], dtype: torch.dtype) -> torch.Tensor:
+    """One buffer, sized for the largest chunk that needs copying, that every chunk of the op reuses.
+
+    Allocating a fresh buffer per chunk would touch (and fault in) new pages for every chunk, and leaves the
+    allocator holding several budgets' worth of freed memory; one buffer costs one budget, once.
     """
-    return torch.cat([g.contiguous().view(-1).to(dtype) for g in grads])
+    sizes = [sum(g.numel() for g in grads) for _, grads in chunks if not _reducible_in_place(grads, dtype)]
+    return torch.empty(max(sizes, default=0), dtype=dtype)
 
 
 def _grad_attr(module: Any, param: torch.nn.Parameter, use_fsdp: bool, flag_in_getter: bool) -> str:

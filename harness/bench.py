@@ -1,0 +1,261 @@
+"""Benchmark of the subject's chunked all-reduce against upstream's, on real gloo ranks, plus the gate's overheads.
+
+Both run side by side in the same rank processes, on the same grads, interleaved repeat by repeat, so drift of a
+shared machine hits them alike. Per run each rank records wall time (between two barriers), the collectives it made
+and its peak RSS above the level before the call (the kernel's high-water mark is reset first, ``clear_refs``).
+Run in a target's venv: ``python -m harness.bench --out reports/bench`` (``nox -s bench`` does this).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import re
+import statistics
+import time
+from collections.abc import Callable
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from types import SimpleNamespace
+from typing import Any
+
+from harness import megatron_ranks
+from harness.rank_pool import RankPool
+from harness.subject import REFERENCE_SUBJECT
+
+MIB = 1 << 20
+DEFAULT_WORLD_SIZES = (2, 4)
+DEFAULT_POPULATIONS_MIB = (64, 256, 512, 1024)
+DEFAULT_BUDGETS_MIB = (16, 64, 256, 1024)
+DEFAULT_TENSORS = 64
+DEFAULT_REPEATS = 5
+UPSTREAM = "upstream"
+# A 1 GiB all-reduce on four ranks sharing two cores takes tens of seconds; the pool's default would cut it short.
+TASK_TIMEOUT_S = 1800.0
+
+
+@dataclass
+class Sample:
+    """One method on one population: every repeat's wall time, and what the collectives and memory looked like."""
+
+    world_size: int
+    population_bytes: int
+    method: str
+    budget_bytes: int | None
+    seconds: list[float] = field(default_factory=list)
+    collectives: int = 0
+    largest_buffer_bytes: int = 0
+    peak_extra_rss_bytes: int = 0
+
+    @property
+    def median_s(self) -> float:
+        return statistics.median(self.seconds)
+
+
+# --- rank side ------------------------------------------------------------------------------------------------------
+
+_model: list[Any] = []
+
+
+def _status_kib(field_name: str) -> int:
+    status = Path("/proc/self/status").read_text()
+    return int(re.search(rf"^{field_name}:\s+(\d+) kB", status, re.MULTILINE).group(1))
+
+
+def allocate_task(rank: int, world_size: int, population_bytes: int, tensors: int) -> int:
+    """Build one model chunk of ``tensors`` fp32 sequence-parallel params holding ``population_bytes`` of main_grad."""
+    import torch
+
+    _model.clear()
+    chunk = torch.nn.Module()
+    chunk.ddp_config = SimpleNamespace(**{megatron_ranks.upstream_fsdp_flag(): False})
+    numel = population_bytes // tensors // 4
+    for index in range(tensors):
+        param = torch.nn.Parameter(torch.empty(0))
+        param.sequence_parallel = True
+        param.main_grad = torch.full((numel,), float(rank + 1))
+        chunk.register_parameter(f"p{index}", param)
+    _model.append(chunk)
+    return _status_kib("VmRSS")
+
+
+def free_task(rank: int, world_size: int) -> None:
+    _model.clear()
+
+
+def time_task(rank: int, world_size: int, method: str, budget_bytes: int | None, subject_spec: str) -> dict:
+    """One timed call of upstream's all-reduce or the subject's on the allocated chunk."""
+    import torch
+
+    from harness.equivalence import CollectiveRecorder, subject_once, tp_group
+
+    config = SimpleNamespace(sequence_parallel=True, qk_layernorm=False)
+    for param in _model[0].parameters():
+        param.main_grad.fill_(float(rank + 1))
+    if method == UPSTREAM:
+        call = getattr(megatron_ranks.finalize_module(), megatron_ranks.UPSTREAM_NAME)
+    else:
+        subject = subject_once(subject_spec)
+        subject.install(budget_bytes=budget_bytes)
+        call = subject.allreduce_non_tensor_model_parallel_grads
+    try:
+        Path("/proc/self/clear_refs").write_text("5")
+        before = _status_kib("VmRSS")
+        with CollectiveRecorder(tp_group()) as recorder:
+            torch.distributed.barrier()
+            started = time.perf_counter()
+            call(_model, config)
+            torch.distributed.barrier()
+            seconds = time.perf_counter() - started
+        peak = _status_kib("VmHWM")
+    finally:
+        if method != UPSTREAM:
+            subject.uninstall()
+    return {
+        "seconds": seconds,
+        "collectives": len(recorder.calls),
+        "largest_buffer_bytes": max((size for _, size, _ in recorder.calls), default=0),
+        "peak_extra_rss_bytes": max(0, peak - before) * 1024,
+    }
+
+
+# --- main side ------------------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class BenchPlan:
+    """What to measure; the defaults cover the goals in the README."""
+
+    world_sizes: tuple[int, ...] = DEFAULT_WORLD_SIZES
+    populations_mib: tuple[int, ...] = DEFAULT_POPULATIONS_MIB
+    budgets_mib: tuple[int, ...] = DEFAULT_BUDGETS_MIB
+    tensors: int = DEFAULT_TENSORS
+    repeats: int = DEFAULT_REPEATS
+    subject: str = REFERENCE_SUBJECT
+
+    def methods(self) -> list[tuple[str, int | None]]:
+        return [(UPSTREAM, None), *((f"budget {b} MiB", b * MIB) for b in self.budgets_mib)]
+
+
+def measure_allreduce(plan: BenchPlan, progress: Callable[[str], object] = print) -> list[Sample]:
+    """Every method on every population and world size; one warm-up round per population is not recorded."""
+    samples: list[Sample] = []
+    for world_size in plan.world_sizes:
+        pool = RankPool(world_size, "gloo", timeout_s=TASK_TIMEOUT_S)
+        try:
+            with megatron_ranks.model_parallel(pool, world_size):
+                for population_mib in plan.populations_mib:
+                    population = population_mib * MIB
+                    pool.run(allocate_task, population, plan.tensors)
+                    rows = {m: Sample(world_size, population, m, b) for m, b in plan.methods()}
+                    for repeat in range(plan.repeats + 1):
+                        for method, budget in plan.methods():
+                            results = pool.run(time_task, method, budget, plan.subject)
+                            if repeat == 0:
+                                continue
+                            row = rows[method]
+                            row.seconds.append(max(r["seconds"] for r in results))
+                            row.collectives = results[0]["collectives"]
+                            row.largest_buffer_bytes = max(r["largest_buffer_bytes"] for r in results)
+                            row.peak_extra_rss_bytes = max(
+                                row.peak_extra_rss_bytes, *(r["peak_extra_rss_bytes"] for r in results)
+                            )
+                    pool.run(free_task)
+                    samples.extend(rows.values())
+                    upstream = rows[UPSTREAM].median_s
+                    progress(
+                        f"world {world_size}, {population_mib} MiB: upstream {upstream:.3f} s; "
+                        + ", ".join(f"{m} {r.median_s / upstream:.2f}x" for m, r in rows.items() if m != UPSTREAM)
+                    )
+        finally:
+            pool.close()
+    return samples
+
+
+def _init_only_task(rank: int, world_size: int) -> None:
+    megatron_ranks.initialize_task(rank, world_size, world_size)
+    megatron_ranks.destroy_task(rank, world_size)
+
+
+def _noop_task(rank: int, world_size: int) -> None:
+    return None
+
+
+def measure_pool_overhead(world_size: int = 2, repeats: int = 3, tasks: int = 200) -> dict[str, float]:
+    """What a case pays for its ranks: a fresh pool per case (spawn, import, rendezvous, model-parallel groups) vs a
+    warm pool (model-parallel groups per case, then a task round trip)."""
+    spawn = []
+    for _ in range(repeats):
+        started = time.perf_counter()
+        pool = RankPool(world_size, "gloo")
+        try:
+            pool.run(_init_only_task)
+        finally:
+            pool.close()
+        spawn.append(time.perf_counter() - started)
+    pool = RankPool(world_size, "gloo")
+    try:
+        pool.run(_init_only_task)
+        per_case = []
+        for _ in range(repeats):
+            started = time.perf_counter()
+            pool.run(_init_only_task)
+            per_case.append(time.perf_counter() - started)
+        started = time.perf_counter()
+        for _ in range(tasks):
+            pool.run(_noop_task)
+        per_task = (time.perf_counter() - started) / tasks
+    finally:
+        pool.close()
+    return {
+        "world_size": world_size,
+        "spawn_per_case_s": statistics.median(spawn),
+        "pool_per_case_s": statistics.median(per_case),
+        "pool_per_task_s": per_task,
+    }
+
+
+def parse_arguments(argv: list[str] | None = None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(prog="python -m harness.bench", description=__doc__.splitlines()[0])
+    parser.add_argument("--out", type=Path, required=True, help="directory for bench.json")
+    parser.add_argument("--world-sizes", type=int, nargs="+", default=list(DEFAULT_WORLD_SIZES))
+    parser.add_argument("--populations-mib", type=int, nargs="+", default=list(DEFAULT_POPULATIONS_MIB))
+    parser.add_argument("--budgets-mib", type=int, nargs="+", default=list(DEFAULT_BUDGETS_MIB))
+    parser.add_argument("--tensors", type=int, default=DEFAULT_TENSORS)
+    parser.add_argument("--repeats", type=int, default=DEFAULT_REPEATS)
+    parser.add_argument("--subject", default=REFERENCE_SUBJECT)
+    return parser.parse_args(argv)
+
+
+def main(argv: list[str] | None = None) -> Path:
+    """Measure and write ``bench.json`` (samples, pool overhead, versions) under ``--out``."""
+    import megatron.core
+    import torch
+
+    options = parse_arguments(argv)
+    plan = BenchPlan(
+        tuple(options.world_sizes),
+        tuple(options.populations_mib),
+        tuple(options.budgets_mib),
+        options.tensors,
+        options.repeats,
+        options.subject,
+    )
+    started = time.perf_counter()
+    samples = measure_allreduce(plan)
+    overhead = measure_pool_overhead()
+    options.out.mkdir(parents=True, exist_ok=True)
+    document = {
+        "plan": asdict(plan),
+        "versions": {"torch": torch.__version__, "megatron-core": megatron.core.__version__},
+        "samples": [{**asdict(s), "median_s": s.median_s} for s in samples],
+        "pool_overhead": overhead,
+        "wall_time_s": time.perf_counter() - started,
+    }
+    path = options.out / "bench.json"
+    path.write_text(json.dumps(document, indent=2) + "\n")
+    return path
+
+
+if __name__ == "__main__":
+    print(f"wrote {main()}")

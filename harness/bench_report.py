@@ -1,0 +1,168 @@
+"""The bench's Markdown table and PNG plot, from ``bench.json`` (and ``gate.json`` when the gate was timed).
+
+The goals are the figures of an existing downstream chunked patch, measured on 2 gloo ranks with 512 MiB of fp32
+grads in 64 tensors: they are reported against, never asserted.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+MIB = 1 << 20
+GOAL_WORLD_SIZE = 2
+GOAL_POPULATION_MIB = 512
+# Budget in MiB -> the downstream patch's time as a fraction of upstream's.
+GOAL_RATIOS = {16: 0.63, 64: 0.77, 256: 0.79, 1024: 1.00}
+GOAL_GATE_S = 45.0
+UPSTREAM = "upstream"
+
+
+def _ratio_rows(samples: list[dict[str, Any]]) -> dict[tuple[int, int], dict[str, Any]]:
+    """Samples grouped by (world size, population bytes), with upstream's median under ``UPSTREAM``."""
+    groups: dict[tuple[int, int], dict[str, Any]] = {}
+    for sample in samples:
+        groups.setdefault((sample["world_size"], sample["population_bytes"]), {})[sample["method"]] = sample
+    return groups
+
+
+def ratio(group: dict[str, Any], method: str) -> float:
+    """The method's median time as a fraction of upstream's in the same group."""
+    return group[method]["median_s"] / group[UPSTREAM]["median_s"]
+
+
+def _mib(value: int) -> str:
+    return f"{value / MIB:.0f}" if value >= MIB else f"{value / MIB:.2f}"
+
+
+def goal_rows(document: dict[str, Any]) -> list[tuple[int, float | None, float, bool | None]]:
+    """Per goal budget: the measured ratio (None when that budget or population was not run), the goal, met."""
+    groups = _ratio_rows(document["samples"])
+    group = groups.get((GOAL_WORLD_SIZE, GOAL_POPULATION_MIB * MIB))
+    rows = []
+    for budget, goal in GOAL_RATIOS.items():
+        method = f"budget {budget} MiB"
+        if group is None or method not in group:
+            rows.append((budget, None, goal, None))
+        else:
+            measured = ratio(group, method)
+            rows.append((budget, measured, goal, measured <= goal))
+    return rows
+
+
+def render_markdown(document: dict[str, Any], gate: dict[str, Any] | None, command: str) -> str:
+    plan = document["plan"]
+    versions = document["versions"]
+    lines = [
+        "# Bench: the subject's chunked all-reduce against upstream's",
+        "",
+        f"`{command}`; torch {versions['torch']}, megatron-core {versions['megatron-core']}, subject "
+        f"`{plan['subject']}`; gloo; fp32 grads in {plan['tensors']} tensors; median of {plan['repeats']} repeats "
+        f"(after one warm-up), upstream and subject interleaved; bench wall time {document['wall_time_s']:.0f} s.",
+        "",
+        f"## Against the goals ({GOAL_WORLD_SIZE} ranks, {GOAL_POPULATION_MIB} MiB of grads)",
+        "",
+        "| budget | subject / upstream time | goal | met |",
+        "|---:|---:|---:|:---:|",
+    ]
+    for budget, measured, goal, met in goal_rows(document):
+        shown = "not run" if measured is None else f"{measured:.2f}x"
+        verdict = "n/a" if met is None else ("yes" if met else "**no**")
+        lines.append(f"| {budget} MiB | {shown} | ≤ {goal:.2f}x | {verdict} |")
+    lines += [
+        "",
+        "## Every measurement",
+        "",
+        "Largest buffer: the largest all-reduced tensor. Peak extra RSS: the largest rise of a rank's resident set "
+        "during the call, over all ranks and repeats.",
+        "",
+        "| ranks | grads MiB | method | median s | x upstream | collectives | largest buffer MiB "
+        "| peak extra RSS MiB |",
+        "|---:|---:|---|---:|---:|---:|---:|---:|",
+    ]
+    for (world_size, population), group in sorted(_ratio_rows(document["samples"]).items()):
+        for method, sample in group.items():
+            lines.append(
+                f"| {world_size} | {_mib(population)} | {method} | {sample['median_s']:.3f} | "
+                f"{ratio(group, method):.2f} | {sample['collectives']} | {_mib(sample['largest_buffer_bytes'])} | "
+                f"{_mib(sample['peak_extra_rss_bytes'])} |"
+            )
+    overhead = document["pool_overhead"]
+    lines += [
+        "",
+        "## The gate's own costs",
+        "",
+        "| what | measured |",
+        "|---|---:|",
+    ]
+    if gate is not None:
+        met = "met" if gate["wall_s"] <= GOAL_GATE_S else "**not met**"
+        lines.append(
+            f"| warm `{gate['command']}` (hypothesis profile `{gate['profile']}`) | {gate['wall_s']:.0f} s "
+            f"(goal ≤ {GOAL_GATE_S:.0f} s: {met}) |"
+        )
+    world = overhead["world_size"]
+    lines += [
+        f"| a case on fresh ranks ({world} spawned, torch + Megatron imported, groups built) | "
+        f"{overhead['spawn_per_case_s']:.1f} s |",
+        f"| a case on the warm rank pool (model-parallel groups built and destroyed) | "
+        f"{overhead['pool_per_case_s'] * 1000:.0f} ms |",
+        f"| one task round trip on the warm pool | {overhead['pool_per_task_s'] * 1000:.2f} ms |",
+        "",
+    ]
+    return "\n".join(lines)
+
+
+def plot(document: dict[str, Any], path: Path) -> None:
+    """Time ratio and peak extra RSS against the budget, one line per (ranks, grads); upstream's peak dashed."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    figure, (times, memory) = plt.subplots(1, 2, figsize=(12, 4.5))
+    for index, ((world_size, population), group) in enumerate(sorted(_ratio_rows(document["samples"]).items())):
+        budgets = [(s["budget_bytes"] / MIB, m) for m, s in group.items() if s["budget_bytes"] is not None]
+        budgets.sort()
+        x = [b for b, _ in budgets]
+        label = f"{world_size} ranks, {_mib(population)} MiB"
+        color = f"C{index % 10}"
+        times.plot(x, [ratio(group, m) for _, m in budgets], "o-", color=color, label=label)
+        memory.plot(x, [group[m]["peak_extra_rss_bytes"] / MIB for _, m in budgets], "o-", color=color, label=label)
+        memory.axhline(group[UPSTREAM]["peak_extra_rss_bytes"] / MIB, color=color, linestyle="--", linewidth=0.8)
+    goals = sorted(GOAL_RATIOS.items())
+    times.plot([b for b, _ in goals], [g for _, g in goals], "k*", markersize=10, label="goal (2 ranks, 512 MiB)")
+    times.axhline(1.0, color="grey", linewidth=0.8)
+    times.set(xscale="log", xlabel="budget (MiB)", ylabel="time / upstream's", title="All-reduce time vs upstream")
+    memory.set(
+        xscale="log",
+        yscale="log",
+        xlabel="budget (MiB)",
+        ylabel="peak extra RSS (MiB)",
+        title="Peak memory (dashed: upstream)",
+    )
+    for axes in (times, memory):
+        axes.set_xticks([b for b, _ in goals], [str(b) for b, _ in goals])
+        axes.grid(True, which="both", alpha=0.3)
+    times.legend(fontsize=8)
+    figure.tight_layout()
+    figure.savefig(path, dpi=110)
+    plt.close(figure)
+
+
+def write(directory: Path, command: str) -> tuple[Path, Path]:
+    """``bench.md`` and ``bench.png`` next to ``bench.json`` (and ``gate.json``) in ``directory``."""
+    document = json.loads((directory / "bench.json").read_text())
+    gate_file = directory / "gate.json"
+    gate = json.loads(gate_file.read_text()) if gate_file.exists() else None
+    markdown, image = directory / "bench.md", directory / "bench.png"
+    markdown.write_text(render_markdown(document, gate, command))
+    plot(document, image)
+    return markdown, image
+
+
+if __name__ == "__main__":
+    written = write(Path(sys.argv[1]), sys.argv[2] if len(sys.argv) > 2 else "nox -s bench")
+    print("wrote " + " and ".join(map(str, written)))

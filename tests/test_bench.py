@@ -1,0 +1,91 @@
+"""The bench measures what it says: a small real run on gloo ranks in a target venv, then its table and plot.
+
+Times are not asserted (they belong to ``nox -s bench`` and the README); what is checked is that the figures the
+bench reports are the right ones: the number of collectives and the largest buffer each method makes, and that the
+peak-RSS measurement sees upstream's single buffer and the chunked one's budget.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from harness import bench_report
+from tests.pytest_helpers import ROOT, target_python
+
+MIB = 1 << 20
+SESSION = "megatron-0.15"
+
+
+@pytest.fixture(scope="module")
+def small_bench(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """32 MiB of grads in 8 tensors on 2 ranks; upstream vs budgets of 4 and 8 MiB, one repeat."""
+    out = tmp_path_factory.mktemp("bench")
+    command = [
+        str(target_python(SESSION)),
+        "-m",
+        "harness.bench",
+        "--out",
+        str(out),
+        "--world-sizes",
+        "2",
+        "--populations-mib",
+        "32",
+        "--budgets-mib",
+        "4",
+        "8",
+        "--tensors",
+        "8",
+        "--repeats",
+        "1",
+    ]
+    completed = subprocess.run(command, cwd=ROOT, capture_output=True, text=True, timeout=600)
+    assert completed.returncode == 0, completed.stdout[-2000:] + completed.stderr[-4000:]
+    return out
+
+
+def samples(out: Path) -> dict[str, dict]:
+    return {s["method"]: s for s in json.loads((out / "bench.json").read_text())["samples"]}
+
+
+def test_collectives_and_largest_buffer_per_method(small_bench: Path) -> None:
+    measured = samples(small_bench)
+    assert (measured["upstream"]["collectives"], measured["upstream"]["largest_buffer_bytes"]) == (1, 32 * MIB)
+    # 4 MiB tensors: a 4 MiB budget reduces each in place, an 8 MiB budget pairs them.
+    assert (measured["budget 4 MiB"]["collectives"], measured["budget 4 MiB"]["largest_buffer_bytes"]) == (8, 4 * MIB)
+    assert (measured["budget 8 MiB"]["collectives"], measured["budget 8 MiB"]["largest_buffer_bytes"]) == (4, 8 * MIB)
+    assert all(len(s["seconds"]) == 1 and s["median_s"] > 0 for s in measured.values())
+
+
+def test_peak_rss_sees_each_methods_buffer(small_bench: Path) -> None:
+    measured = samples(small_bench)
+    upstream = measured["upstream"]["peak_extra_rss_bytes"]
+    assert upstream >= 30 * MIB, f"upstream's 32 MiB buffer should show in the peak RSS, saw {upstream / MIB:.1f} MiB"
+    for method in ("budget 4 MiB", "budget 8 MiB"):
+        chunked = measured[method]["peak_extra_rss_bytes"]
+        assert chunked < upstream / 2, f"{method}: peak extra RSS {chunked / MIB:.1f} MiB vs upstream {upstream / MIB}"
+
+
+def test_table_and_plot_are_written(small_bench: Path) -> None:
+    markdown, image = bench_report.write(small_bench, "nox -s bench -- --populations-mib 32")
+    text = markdown.read_text()
+    assert "`nox -s bench -- --populations-mib 32`" in text
+    assert "| 2 | 32 | budget 8 MiB |" in text
+    assert "| 16 MiB | not run | ≤ 0.63x | n/a |" in text, "a goal not measured must say so, not pass"
+    assert image.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and image.stat().st_size > 10_000
+
+
+def test_goal_rows_compare_the_ratio_with_the_goal() -> None:
+    def sample(method: str, budget: int | None, median: float) -> dict:
+        return {"world_size": 2, "population_bytes": 512 * MIB, "method": method, "budget_bytes": budget,
+                "median_s": median}  # fmt: skip
+
+    document = {"samples": [sample("upstream", None, 2.0), sample("budget 16 MiB", 16 * MIB, 1.2),
+                            sample("budget 64 MiB", 64 * MIB, 1.6)]}  # fmt: skip
+    rows = {budget: (measured, met) for budget, measured, _, met in bench_report.goal_rows(document)}
+    assert rows[16] == (0.6, True)
+    assert rows[64] == (0.8, False)
+    assert rows[1024] == (None, None)
