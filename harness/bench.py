@@ -9,6 +9,9 @@ Run in a target's venv: ``python -m harness.bench --out reports/bench`` (``nox -
 from __future__ import annotations
 
 import argparse
+import ctypes
+import ctypes.util
+import itertools
 import json
 import re
 import statistics
@@ -27,7 +30,8 @@ MIB = 1 << 20
 DEFAULT_WORLD_SIZES = (2, 4)
 DEFAULT_POPULATIONS_MIB = (64, 256, 512, 1024)
 DEFAULT_BUDGETS_MIB = (16, 64, 256, 1024)
-DEFAULT_TENSORS = 64
+# 64 tensors: the goals' shape, every grad large enough to be reduced in place; 4096: small grads, packed in chunks.
+DEFAULT_TENSORS = (64, 4096)
 DEFAULT_REPEATS = 5
 UPSTREAM = "upstream"
 # A 1 GiB all-reduce on four ranks sharing two cores takes tens of seconds; the pool's default would cut it short.
@@ -40,6 +44,7 @@ class Sample:
 
     world_size: int
     population_bytes: int
+    tensors: int
     method: str
     budget_bytes: int | None
     seconds: list[float] = field(default_factory=list)
@@ -55,6 +60,20 @@ class Sample:
 # --- rank side ------------------------------------------------------------------------------------------------------
 
 _model: list[Any] = []
+_M_MMAP_THRESHOLD = -3
+MMAP_THRESHOLD_BYTES = 1 << 20
+
+
+def _map_large_allocations() -> None:
+    """Serve every allocation from 1 MiB up by its own mapping, returned to the kernel when freed.
+
+    glibc otherwise raises its mmap threshold (up to 32 MiB) after the first large free and serves later buffers from
+    a heap whose freed pages stay resident, so a chunk buffer could reuse pages an earlier call left behind and never
+    show in the RSS rise. Upstream and subject run under the same setting.
+    """
+    libc = ctypes.CDLL(ctypes.util.find_library("c"))
+    if libc.mallopt(_M_MMAP_THRESHOLD, MMAP_THRESHOLD_BYTES) != 1:
+        raise RuntimeError("mallopt(M_MMAP_THRESHOLD) failed: peak RSS figures would not be comparable")
 
 
 def _status_kib(field_name: str) -> int:
@@ -66,6 +85,7 @@ def allocate_task(rank: int, world_size: int, population_bytes: int, tensors: in
     """Build one model chunk of ``tensors`` fp32 sequence-parallel params holding ``population_bytes`` of main_grad."""
     import torch
 
+    _map_large_allocations()
     _model.clear()
     chunk = torch.nn.Module()
     chunk.ddp_config = SimpleNamespace(**{megatron_ranks.upstream_fsdp_flag(): False})
@@ -129,7 +149,7 @@ class BenchPlan:
     world_sizes: tuple[int, ...] = DEFAULT_WORLD_SIZES
     populations_mib: tuple[int, ...] = DEFAULT_POPULATIONS_MIB
     budgets_mib: tuple[int, ...] = DEFAULT_BUDGETS_MIB
-    tensors: int = DEFAULT_TENSORS
+    tensors: tuple[int, ...] = DEFAULT_TENSORS
     repeats: int = DEFAULT_REPEATS
     subject: str = REFERENCE_SUBJECT
 
@@ -144,12 +164,15 @@ def measure_allreduce(plan: BenchPlan, progress: Callable[[str], object] = print
         pool = RankPool(world_size, "gloo", timeout_s=TASK_TIMEOUT_S)
         try:
             with megatron_ranks.model_parallel(pool, world_size):
-                for population_mib in plan.populations_mib:
+                for population_mib, tensors in itertools.product(plan.populations_mib, plan.tensors):
                     population = population_mib * MIB
-                    pool.run(allocate_task, population, plan.tensors)
-                    rows = {m: Sample(world_size, population, m, b) for m, b in plan.methods()}
+                    pool.run(allocate_task, population, tensors)
+                    rows = {m: Sample(world_size, population, tensors, m, b) for m, b in plan.methods()}
+                    methods = plan.methods()
                     for repeat in range(plan.repeats + 1):
-                        for method, budget in plan.methods():
+                        # Each repeat starts one method later, so no method always runs right after the same one.
+                        shift = repeat % len(methods)
+                        for method, budget in methods[shift:] + methods[:shift]:
                             results = pool.run(time_task, method, budget, plan.subject)
                             if repeat == 0:
                                 continue
@@ -164,7 +187,7 @@ def measure_allreduce(plan: BenchPlan, progress: Callable[[str], object] = print
                     samples.extend(rows.values())
                     upstream = rows[UPSTREAM].median_s
                     progress(
-                        f"world {world_size}, {population_mib} MiB: upstream {upstream:.3f} s; "
+                        f"world {world_size}, {population_mib} MiB in {tensors} tensors: upstream {upstream:.3f} s; "
                         + ", ".join(f"{m} {r.median_s / upstream:.2f}x" for m, r in rows.items() if m != UPSTREAM)
                     )
         finally:
@@ -221,7 +244,7 @@ def parse_arguments(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--world-sizes", type=int, nargs="+", default=list(DEFAULT_WORLD_SIZES))
     parser.add_argument("--populations-mib", type=int, nargs="+", default=list(DEFAULT_POPULATIONS_MIB))
     parser.add_argument("--budgets-mib", type=int, nargs="+", default=list(DEFAULT_BUDGETS_MIB))
-    parser.add_argument("--tensors", type=int, default=DEFAULT_TENSORS)
+    parser.add_argument("--tensors", type=int, nargs="+", default=list(DEFAULT_TENSORS))
     parser.add_argument("--repeats", type=int, default=DEFAULT_REPEATS)
     parser.add_argument("--subject", default=REFERENCE_SUBJECT)
     return parser.parse_args(argv)
@@ -237,7 +260,7 @@ def main(argv: list[str] | None = None) -> Path:
         tuple(options.world_sizes),
         tuple(options.populations_mib),
         tuple(options.budgets_mib),
-        options.tensors,
+        tuple(options.tensors),
         options.repeats,
         options.subject,
     )

@@ -14,17 +14,19 @@ from typing import Any
 MIB = 1 << 20
 GOAL_WORLD_SIZE = 2
 GOAL_POPULATION_MIB = 512
+GOAL_TENSORS = 64
 # Budget in MiB -> the downstream patch's time as a fraction of upstream's.
 GOAL_RATIOS = {16: 0.63, 64: 0.77, 256: 0.79, 1024: 1.00}
 GOAL_GATE_S = 45.0
 UPSTREAM = "upstream"
 
 
-def _ratio_rows(samples: list[dict[str, Any]]) -> dict[tuple[int, int], dict[str, Any]]:
-    """Samples grouped by (world size, population bytes), with upstream's median under ``UPSTREAM``."""
-    groups: dict[tuple[int, int], dict[str, Any]] = {}
+def _ratio_rows(samples: list[dict[str, Any]]) -> dict[tuple[int, int, int], dict[str, Any]]:
+    """Samples grouped by (world size, population bytes, tensors), with upstream's under ``UPSTREAM``."""
+    groups: dict[tuple[int, int, int], dict[str, Any]] = {}
     for sample in samples:
-        groups.setdefault((sample["world_size"], sample["population_bytes"]), {})[sample["method"]] = sample
+        key = (sample["world_size"], sample["population_bytes"], sample["tensors"])
+        groups.setdefault(key, {})[sample["method"]] = sample
     return groups
 
 
@@ -40,7 +42,7 @@ def _mib(value: int) -> str:
 def goal_rows(document: dict[str, Any]) -> list[tuple[int, float | None, float, bool | None]]:
     """Per goal budget: the measured ratio (None when that budget or population was not run), the goal, met."""
     groups = _ratio_rows(document["samples"])
-    group = groups.get((GOAL_WORLD_SIZE, GOAL_POPULATION_MIB * MIB))
+    group = groups.get((GOAL_WORLD_SIZE, GOAL_POPULATION_MIB * MIB, GOAL_TENSORS))
     rows = []
     for budget, goal in GOAL_RATIOS.items():
         method = f"budget {budget} MiB"
@@ -59,10 +61,11 @@ def render_markdown(document: dict[str, Any], gate: dict[str, Any] | None, comma
         "# Bench: the subject's chunked all-reduce against upstream's",
         "",
         f"`{command}`; torch {versions['torch']}, megatron-core {versions['megatron-core']}, subject "
-        f"`{plan['subject']}`; gloo; fp32 grads in {plan['tensors']} tensors; median of {plan['repeats']} repeats "
-        f"(after one warm-up), upstream and subject interleaved; bench wall time {document['wall_time_s']:.0f} s.",
+        f"`{plan['subject']}`; gloo; fp32 grads split evenly into {' or '.join(map(str, plan['tensors']))} tensors; "
+        f"median of {plan['repeats']} repeats (after one warm-up), upstream and subject interleaved in a rotating "
+        f"order; bench wall time {document['wall_time_s']:.0f} s.",
         "",
-        f"## Against the goals ({GOAL_WORLD_SIZE} ranks, {GOAL_POPULATION_MIB} MiB of grads)",
+        f"## Against the goals ({GOAL_WORLD_SIZE} ranks, {GOAL_POPULATION_MIB} MiB of grads in {GOAL_TENSORS} tensors)",
         "",
         "| budget | subject / upstream time | goal | met |",
         "|---:|---:|---:|:---:|",
@@ -78,14 +81,14 @@ def render_markdown(document: dict[str, Any], gate: dict[str, Any] | None, comma
         "Largest buffer: the largest all-reduced tensor. Peak extra RSS: the largest rise of a rank's resident set "
         "during the call, over all ranks and repeats.",
         "",
-        "| ranks | grads MiB | method | median s | x upstream | collectives | largest buffer MiB "
+        "| ranks | grads MiB | tensors | method | median s | x upstream | collectives | largest buffer MiB "
         "| peak extra RSS MiB |",
-        "|---:|---:|---|---:|---:|---:|---:|---:|",
+        "|---:|---:|---:|---|---:|---:|---:|---:|---:|",
     ]
-    for (world_size, population), group in sorted(_ratio_rows(document["samples"]).items()):
+    for (world_size, population, tensors), group in sorted(_ratio_rows(document["samples"]).items()):
         for method, sample in group.items():
             lines.append(
-                f"| {world_size} | {_mib(population)} | {method} | {sample['median_s']:.3f} | "
+                f"| {world_size} | {_mib(population)} | {tensors} | {method} | {sample['median_s']:.3f} | "
                 f"{ratio(group, method):.2f} | {sample['collectives']} | {_mib(sample['largest_buffer_bytes'])} | "
                 f"{_mib(sample['peak_extra_rss_bytes'])} |"
             )
@@ -116,29 +119,32 @@ def render_markdown(document: dict[str, Any], gate: dict[str, Any] | None, comma
 
 
 def plot(document: dict[str, Any], path: Path) -> None:
-    """Time ratio and peak extra RSS against the budget, one line per (ranks, grads); upstream's peak dashed."""
+    """Time ratio and peak extra RSS against the budget, one line per (ranks, grads, tensors); upstream's dashed."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
     figure, (times, memory) = plt.subplots(1, 2, figsize=(12, 4.5))
-    for index, ((world_size, population), group) in enumerate(sorted(_ratio_rows(document["samples"]).items())):
+    groups = sorted(_ratio_rows(document["samples"]).items())
+    for index, ((world_size, population, tensors), group) in enumerate(groups):
         budgets = [(s["budget_bytes"] / MIB, m) for m, s in group.items() if s["budget_bytes"] is not None]
         budgets.sort()
         x = [b for b, _ in budgets]
-        label = f"{world_size} ranks, {_mib(population)} MiB"
+        label = f"{world_size} ranks, {_mib(population)} MiB / {tensors}"
         color = f"C{index % 10}"
-        times.plot(x, [ratio(group, m) for _, m in budgets], "o-", color=color, label=label)
-        memory.plot(x, [group[m]["peak_extra_rss_bytes"] / MIB for _, m in budgets], "o-", color=color, label=label)
+        style = "o-" if tensors == GOAL_TENSORS else "s:"
+        times.plot(x, [ratio(group, m) for _, m in budgets], style, color=color, label=label)
+        memory.plot(x, [group[m]["peak_extra_rss_bytes"] / MIB for _, m in budgets], style, color=color, label=label)
         memory.axhline(group[UPSTREAM]["peak_extra_rss_bytes"] / MIB, color=color, linestyle="--", linewidth=0.8)
     goals = sorted(GOAL_RATIOS.items())
-    times.plot([b for b, _ in goals], [g for _, g in goals], "k*", markersize=10, label="goal (2 ranks, 512 MiB)")
+    goal_label = f"goal ({GOAL_WORLD_SIZE} ranks, {GOAL_POPULATION_MIB} MiB / {GOAL_TENSORS})"
+    times.plot([b for b, _ in goals], [g for _, g in goals], "k*", markersize=10, label=goal_label)
     times.axhline(1.0, color="grey", linewidth=0.8)
     times.set(xscale="log", xlabel="budget (MiB)", ylabel="time / upstream's", title="All-reduce time vs upstream")
+    memory.set_yscale("symlog", linthresh=1)
     memory.set(
         xscale="log",
-        yscale="log",
         xlabel="budget (MiB)",
         ylabel="peak extra RSS (MiB)",
         title="Peak memory (dashed: upstream)",
@@ -146,7 +152,7 @@ def plot(document: dict[str, Any], path: Path) -> None:
     for axes in (times, memory):
         axes.set_xticks([b for b, _ in goals], [str(b) for b, _ in goals])
         axes.grid(True, which="both", alpha=0.3)
-    times.legend(fontsize=8)
+    times.legend(fontsize=7, ncol=2)
     figure.tight_layout()
     figure.savefig(path, dpi=110)
     plt.close(figure)

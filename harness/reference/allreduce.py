@@ -16,8 +16,10 @@ from typing import Any
 import torch
 
 from . import megatron_api
-from .chunks import split_into_chunks
+from .chunks import split_into_chunks, tensor_bytes
 from .patching import current_budget
+
+IN_PLACE_BYTES = 4 << 20
 
 
 def allreduce_non_tensor_model_parallel_grads(model: list[torch.nn.Module], config: Any, tp_group: Any = None) -> None:
@@ -68,7 +70,7 @@ def allreduce_non_tensor_model_parallel_grads(model: list[torch.nn.Module], conf
             continue
         use_fsdp_of = dict(zip(map(id, params), fsdp_flags, strict=True))
         dtype = functools.reduce(torch.promote_types, (g.dtype for g in grads))
-        chunks = split_into_chunks(params, grads, budget)
+        chunks = _pack(params, grads, dtype, budget)
         staging = _staging_buffer(chunks, dtype)
         for chunk_params, chunk_grads in chunks:
             if _reducible_in_place(chunk_grads, dtype):
@@ -94,6 +96,27 @@ def _reducible_in_place(chunk_grads: list[torch.Tensor], dtype: torch.dtype) -> 
     """A chunk of one contiguous grad already in the op's dtype is reduced where it lies: copying it into a buffer
     and back would give the same bits at twice the memory traffic."""
     return len(chunk_grads) == 1 and chunk_grads[0].dtype == dtype and chunk_grads[0].is_contiguous()
+
+
+def _pack(params: list, grads: list[torch.Tensor], dtype: torch.dtype, budget: int) -> list[tuple[list, list]]:
+    """The op's chunks: a large grad (contiguous, in the op's dtype) alone and in place, the others packed.
+
+    A grad is large from ``IN_PLACE_BYTES`` on, or from half the budget: coalescing exists to amortise a collective's
+    fixed cost over small grads, and above a few MiB that cost is negligible next to the transfer on gloo and NCCL
+    alike, while copying the grad into a buffer and back doubles the memory traffic. A grad of half the budget could
+    share a chunk with one other grad at most, so coalescing it saves at most one collective.
+    """
+    chunks: list[tuple[list, list]] = []
+    pending_params: list = []
+    pending_grads: list[torch.Tensor] = []
+    threshold = min(IN_PLACE_BYTES, (budget + 1) // 2)
+    for param, grad in zip(params, grads, strict=True):
+        if tensor_bytes(grad) >= threshold and _reducible_in_place([grad], dtype):
+            chunks.append(([param], [grad]))
+        else:
+            pending_params.append(param)
+            pending_grads.append(grad)
+    return chunks + split_into_chunks(pending_params, pending_grads, budget) if pending_grads else chunks
 
 
 def _staging_buffer(chunks: list[tuple[list, list[torch.Tensor]]], dtype: torch.dtype) -> torch.Tensor:
