@@ -24,10 +24,14 @@ from harness.rank_pool import backend_skip_reason, get_pool
 SYMBOL = "allreduce_non_tensor_model_parallel_grads"
 pytestmark = pytest.mark.contract("equivalence", symbol=SYMBOL)
 
+# Cases on the same world size share one xdist worker (the target sessions run ``--dist loadgroup``), so each rank
+# pool starts once per session instead of once per worker: a start imports torch and Megatron in every rank.
+ON_TWO_RANKS = pytest.mark.xdist_group("ranks-2")
+ON_FOUR_RANKS = pytest.mark.xdist_group("ranks-4")
 SHAPES = [
-    pytest.param(2, 2, True, 100, id="world2-tp2"),
-    pytest.param(4, 2, True, 50, id="world4-tp2"),
-    pytest.param(4, 4, False, 50, id="world4-tp4"),
+    pytest.param(2, 2, True, 100, id="world2-tp2", marks=ON_TWO_RANKS),
+    pytest.param(4, 2, True, 50, id="world4-tp2", marks=ON_FOUR_RANKS),
+    pytest.param(4, 4, False, 50, id="world4-tp4", marks=ON_FOUR_RANKS),
 ]
 BACKENDS = ["gloo", "nccl"]
 
@@ -91,6 +95,7 @@ LARGE = Population(
 )
 
 
+@ON_TWO_RANKS
 def test_largest_buffer_is_bounded_by_the_budget(target: Target, subject_name: str, report_dir: Path) -> None:
     budget = 256 * 1024
     with model_parallel(get_pool(2, "gloo"), 2) as pool:
@@ -118,6 +123,7 @@ def test_largest_buffer_is_bounded_by_the_budget(target: Target, subject_name: s
     )
 
 
+@ON_TWO_RANKS
 @pytest.mark.parametrize("qk_layernorm", [False, True], ids=["plain", "qk-layernorm"])
 def test_finalize_model_grads_on_a_real_gpt_model(target: Target, subject_name: str, qk_layernorm: bool) -> None:
     budget = 64

@@ -251,7 +251,8 @@ def test_no_rank_outlives_its_parent(ending: str, tmp_path: Path) -> None:
     assert survivors == [], f"rank processes {survivors} outlived a parent that ended by {ending}"
     if ending == "exit":
         # Only a clean close removes the rendezvous dir: the exit hook ran, not just the parent-death signal.
-        assert list(child_tmp.iterdir()) == []
+        # (Other entries may appear: the fork server imports torch and Megatron, which keep caches in TMPDIR.)
+        assert list(child_tmp.glob("rank-pool-*")) == []
 
 
 def test_world_size_four_reports_every_rank_that_raised() -> None:
