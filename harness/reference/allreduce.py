@@ -14,12 +14,16 @@ import functools
 from typing import Any
 
 import torch
+from torch._utils import _unflatten_dense_tensors
 
 from . import megatron_api
 from .chunks import split_into_chunks, tensor_bytes
 from .patching import current_budget
 
 IN_PLACE_BYTES = 4 << 20
+# Measured on gloo, 2 ranks, 64 grads of 8 MiB: 0.33 s with two reductions in flight, 0.38-0.44 s one at a time;
+# more in flight gained nothing.
+IN_PLACE_IN_FLIGHT = 2
 
 
 def allreduce_non_tensor_model_parallel_grads(model: list[torch.nn.Module], config: Any, tp_group: Any = None) -> None:
@@ -34,9 +38,11 @@ def allreduce_non_tensor_model_parallel_grads(model: list[torch.nn.Module], conf
     flag_name = megatron_api.fsdp_flag_name()
     flag_in_getter = megatron_api.main_grad_attr_takes_fsdp_flag(module)
 
-    selected: dict[Any, tuple[list[torch.nn.Parameter], list[torch.Tensor], list[bool]]] = {
-        torch.distributed.ReduceOp.SUM: ([], [], []),
-        torch.distributed.ReduceOp.AVG: ([], [], []),
+    local_fsdp_grads = megatron_api.fsdp_grads_are_local_tensors(flag_name)
+    # Per op: each selected param, the attribute its grad lives in (resolved once), and the tensor to reduce.
+    selected: dict[Any, tuple[list[tuple[torch.nn.Parameter, str, bool]], list[torch.Tensor]]] = {
+        torch.distributed.ReduceOp.SUM: ([], []),
+        torch.distributed.ReduceOp.AVG: ([], []),
     }
     for model_chunk in model:
         use_fsdp = bool(getattr(model_chunk.ddp_config, flag_name))
@@ -52,44 +58,43 @@ def allreduce_non_tensor_model_parallel_grads(model: list[torch.nn.Module], conf
                 op = torch.distributed.ReduceOp.SUM
             else:
                 continue
-            grad = getattr(param, _grad_attr(module, param, use_fsdp, flag_in_getter))
+            attr = _grad_attr(module, param, use_fsdp, flag_in_getter)
+            grad = getattr(param, attr)
             if grad is None:
                 continue
-            if use_fsdp and megatron_api.fsdp_grads_are_local_tensors(flag_name):
-                data = grad._local_tensor.data
-            else:
-                data = module._unshard_if_dtensor(grad).data
-            params, grads, fsdp_flags = selected[op]
-            params.append(param)
+            local = use_fsdp and local_fsdp_grads
+            data = grad._local_tensor.data if local else module._unshard_if_dtensor(grad).data
+            params, grads = selected[op]
+            params.append((param, attr, local))
             grads.append(data)
-            fsdp_flags.append(use_fsdp)
 
     budget = current_budget()
-    for op, (params, grads, fsdp_flags) in selected.items():
+    for op, (params, grads) in selected.items():
         if not grads:
             continue
-        use_fsdp_of = dict(zip(map(id, params), fsdp_flags, strict=True))
         dtype = functools.reduce(torch.promote_types, (g.dtype for g in grads))
         chunks = _pack(params, grads, dtype, budget)
         staging = _staging_buffer(chunks, dtype)
-        for chunk_params, chunk_grads in chunks:
+        in_flight: list[Any] = []
+        for _, chunk_grads in chunks:
             if _reducible_in_place(chunk_grads, dtype):
-                torch.distributed.all_reduce(chunk_grads[0], op=op, group=group)
+                # Two in-place reductions in flight: the next one is queued while the backend works on this one.
+                in_flight.append(torch.distributed.all_reduce(chunk_grads[0], op=op, group=group, async_op=True))
+                if len(in_flight) >= IN_PLACE_IN_FLIGHT:
+                    in_flight.pop(0).wait()
             else:
                 flat = staging[: sum(g.numel() for g in chunk_grads)]
-                torch.cat([g.reshape(-1).to(dtype) for g in chunk_grads], out=flat)
+                torch.cat([g.view(-1) if g.is_contiguous() else g.reshape(-1) for g in chunk_grads], out=flat)
                 torch.distributed.all_reduce(flat, op=op, group=group)
-                for buf, synced in zip(chunk_grads, flat.split([g.numel() for g in chunk_grads]), strict=True):
-                    buf.copy_(synced.view_as(buf))
-            for param, buf in zip(chunk_params, chunk_grads, strict=True):
-                use_fsdp = use_fsdp_of[id(param)]
-                attr = _grad_attr(module, param, use_fsdp, flag_in_getter)
-                original = getattr(param, attr)
-                if use_fsdp and megatron_api.fsdp_grads_are_local_tensors(flag_name):
-                    setattr(param, attr, original)
-                else:
-                    setattr(param, attr, module._reshard_if_dtensor(buf, original))
+                for buf, synced in zip(chunk_grads, _unflatten_dense_tensors(flat, chunk_grads), strict=True):
+                    buf.copy_(synced)
+        for work in in_flight:
+            work.wait()
         del staging
+        for chunk_params, chunk_grads in chunks:
+            for (param, attr, local), buf in zip(chunk_params, chunk_grads, strict=True):
+                original = getattr(param, attr)
+                setattr(param, attr, original if local else module._reshard_if_dtensor(buf, original))
 
 
 def _reducible_in_place(chunk_grads: list[torch.Tensor], dtype: torch.dtype) -> bool:
