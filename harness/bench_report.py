@@ -74,6 +74,7 @@ def render_markdown(document: dict[str, Any], gate: dict[str, Any] | None, comma
         shown = "not run" if measured is None else f"{measured:.2f}x"
         verdict = "n/a" if met is None else ("yes" if met else "**no**")
         lines.append(f"| {budget} MiB | {shown} | ≤ {goal:.2f}x | {verdict} |")
+    lines += ["", *summary_table(document)]
     lines += [
         "",
         "## Every measurement",
@@ -108,7 +109,8 @@ def render_markdown(document: dict[str, Any], gate: dict[str, Any] | None, comma
         )
     world = overhead["world_size"]
     lines += [
-        f"| a case on fresh ranks ({world} spawned, torch + Megatron imported, groups built) | "
+        f"| a case on fresh ranks ({world} forked from the preloaded fork server, process group and model-parallel "
+        "groups built; median, so the server's own start once per process is left out) | "
         f"{overhead['spawn_per_case_s']:.1f} s |",
         f"| a case on the warm rank pool (model-parallel groups built and destroyed) | "
         f"{overhead['pool_per_case_s'] * 1000:.0f} ms |",
@@ -118,43 +120,75 @@ def render_markdown(document: dict[str, Any], gate: dict[str, Any] | None, comma
     return "\n".join(lines)
 
 
+def summary_table(document: dict[str, Any]) -> list[str]:
+    """One row per (ranks, grads, tensors): upstream's median, the subject's time ratio and peak RSS per budget."""
+    budgets = document["plan"]["budgets_mib"]
+    header = " | ".join(f"{b} MiB" for b in budgets)
+    lines = [
+        "## Summary: subject time / upstream time (peak extra RSS MiB)",
+        "",
+        f"| ranks | grads MiB | tensors | upstream s (peak RSS MiB) | {header} |",
+        "|---:|---:|---:|---:|" + "---:|" * len(budgets),
+    ]
+    for (world_size, population, tensors), group in sorted(_ratio_rows(document["samples"]).items()):
+        upstream = group[UPSTREAM]
+        cells = [
+            f"{ratio(group, f'budget {b} MiB'):.2f} ({_mib(group[f'budget {b} MiB']['peak_extra_rss_bytes'])})"
+            if f"budget {b} MiB" in group
+            else "not run"
+            for b in budgets
+        ]
+        lines.append(
+            f"| {world_size} | {_mib(population)} | {tensors} | {upstream['median_s']:.3f} "
+            f"({_mib(upstream['peak_extra_rss_bytes'])}) | " + " | ".join(cells) + " |"
+        )
+    return lines
+
+
 def plot(document: dict[str, Any], path: Path) -> None:
-    """Time ratio and peak extra RSS against the budget, one line per (ranks, grads, tensors); upstream's dashed."""
+    """Per world size (columns): time ratio and peak extra RSS (rows) against the budget.
+
+    Colour is the amount of grads, solid lines the goals' 64-tensor shape, dotted the many-small-tensor shape;
+    dashed horizontal lines are upstream's peak.
+    """
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    figure, (times, memory) = plt.subplots(1, 2, figsize=(12, 4.5))
     groups = sorted(_ratio_rows(document["samples"]).items())
-    for index, ((world_size, population, tensors), group) in enumerate(groups):
-        budgets = [(s["budget_bytes"] / MIB, m) for m, s in group.items() if s["budget_bytes"] is not None]
-        budgets.sort()
-        x = [b for b, _ in budgets]
-        label = f"{world_size} ranks, {_mib(population)} MiB / {tensors}"
-        color = f"C{index % 10}"
-        style = "o-" if tensors == GOAL_TENSORS else "s:"
-        times.plot(x, [ratio(group, m) for _, m in budgets], style, color=color, label=label)
-        memory.plot(x, [group[m]["peak_extra_rss_bytes"] / MIB for _, m in budgets], style, color=color, label=label)
-        memory.axhline(group[UPSTREAM]["peak_extra_rss_bytes"] / MIB, color=color, linestyle="--", linewidth=0.8)
+    world_sizes = sorted({world for (world, _, _), _ in groups})
+    populations = sorted({population for (_, population, _), _ in groups})
+    figure, axes = plt.subplots(2, len(world_sizes), figsize=(6.5 * len(world_sizes), 8), squeeze=False)
     goals = sorted(GOAL_RATIOS.items())
-    goal_label = f"goal ({GOAL_WORLD_SIZE} ranks, {GOAL_POPULATION_MIB} MiB / {GOAL_TENSORS})"
-    times.plot([b for b, _ in goals], [g for _, g in goals], "k*", markersize=10, label=goal_label)
-    times.axhline(1.0, color="grey", linewidth=0.8)
-    times.set(xscale="log", xlabel="budget (MiB)", ylabel="time / upstream's", title="All-reduce time vs upstream")
-    memory.set_yscale("symlog", linthresh=1)
-    memory.set(
-        xscale="log",
-        xlabel="budget (MiB)",
-        ylabel="peak extra RSS (MiB)",
-        title="Peak memory (dashed: upstream)",
-    )
-    for axes in (times, memory):
-        axes.set_xticks([b for b, _ in goals], [str(b) for b, _ in goals])
-        axes.grid(True, which="both", alpha=0.3)
-    times.legend(fontsize=7, ncol=2)
+    for column, world_size in enumerate(world_sizes):
+        times, memory = axes[0][column], axes[1][column]
+        for (world, population, tensors), group in groups:
+            if world != world_size:
+                continue
+            budgets = sorted((s["budget_bytes"] / MIB, m) for m, s in group.items() if s["budget_bytes"] is not None)
+            x = [b for b, _ in budgets]
+            color = f"C{populations.index(population) % 10}"
+            style = "o-" if tensors == GOAL_TENSORS else "s:"
+            label = f"{_mib(population)} MiB in {tensors}"
+            times.plot(x, [ratio(group, m) for _, m in budgets], style, color=color, label=label)
+            peaks = [group[m]["peak_extra_rss_bytes"] / MIB for _, m in budgets]
+            memory.plot(x, peaks, style, color=color, label=label)
+            memory.axhline(group[UPSTREAM]["peak_extra_rss_bytes"] / MIB, color=color, linestyle="--", linewidth=0.8)
+        if world_size == GOAL_WORLD_SIZE:
+            goal_label = f"goal ({GOAL_POPULATION_MIB} MiB in {GOAL_TENSORS})"
+            times.plot([b for b, _ in goals], [g for _, g in goals], "k*", markersize=10, label=goal_label)
+        times.axhline(1.0, color="grey", linewidth=0.8)
+        times.set(xscale="log", ylabel="time / upstream's", title=f"{world_size} gloo ranks: time vs upstream")
+        memory.set_yscale("symlog", linthresh=1)
+        memory.set_ylim(bottom=0)
+        memory.set(xscale="log", xlabel="budget (MiB)", ylabel="peak extra RSS (MiB)", title="peak memory")
+        for axis in (times, memory):
+            axis.set_xticks([b for b, _ in goals], [str(b) for b, _ in goals])
+            axis.grid(True, which="both", alpha=0.3)
+        times.legend(fontsize=7, ncol=2)
     figure.tight_layout()
-    figure.savefig(path, dpi=110)
+    figure.savefig(path, dpi=100)
     plt.close(figure)
 
 
