@@ -51,6 +51,7 @@ STACK_DUMP_WAIT_S = 2.0
 _PR_SET_PDEATHSIG = 1
 # What every rank imports before its first task; preloaded once in the fork server.
 FORKSERVER_PRELOAD = ("torch", "torch.distributed", "megatron.core", "harness.rank_pool")
+_UNIX_SOCKET_PATH_MAX = 107
 _STACK_SIGNAL = getattr(signal, "SIGUSR1", None)
 
 _TASK_HINT = (
@@ -491,12 +492,18 @@ def _rank_context() -> multiprocessing.context.BaseContext:
     2 cores. The server is a fresh interpreter (no threads, no CUDA), started on first use; it exits when this
     process does, and ranks die with it (see ``_die_with_parent``). ``spawn`` is kept where there is no fork.
     """
-    if "forkserver" not in multiprocessing.get_all_start_methods():
+    if "forkserver" not in multiprocessing.get_all_start_methods() or not _forkserver_socket_fits():
         return multiprocessing.get_context("spawn")
     ctx = multiprocessing.get_context("forkserver")
     # The server skips a module that fails to import (Megatron is absent from the harness's own venv).
     ctx.set_forkserver_preload(list(FORKSERVER_PRELOAD))
     return ctx
+
+
+def _forkserver_socket_fits() -> bool:
+    """Whether the fork server's Unix socket, which multiprocessing makes under TMPDIR
+    (``<tmp>/pymp-XXXXXXXX/listener-XXXXXXXX``), fits the 107 bytes a socket path may have on Linux."""
+    return len(tempfile.gettempdir()) + len("/pymp-XXXXXXXX/listener-XXXXXXXX") <= _UNIX_SOCKET_PATH_MAX
 
 
 def _die_with_parent(pool_pid: int) -> None:

@@ -9,9 +9,11 @@ from __future__ import annotations
 
 import inspect
 import os
+import shutil
 import statistics
 import subprocess
 import sys
+import tempfile
 import textwrap
 import time
 from collections.abc import Iterator
@@ -20,6 +22,7 @@ from pathlib import Path
 import pytest
 import torch
 
+from harness import rank_pool
 from harness.rank_pool import (
     START_TIMEOUT_S,
     TIMEOUT_ENV_VAR,
@@ -225,12 +228,13 @@ CHILD = textwrap.dedent(
 
 
 @pytest.mark.parametrize("ending", ["exit", "sigkill"])
-def test_no_rank_outlives_its_parent(ending: str, tmp_path: Path) -> None:
+def test_no_rank_outlives_its_parent(ending: str, tmp_path: Path, request: pytest.FixtureRequest) -> None:
     if ending == "sigkill" and not sys.platform.startswith("linux"):
         pytest.skip("parent-death signals are Linux only")
     out = tmp_path / "pids"
-    child_tmp = tmp_path / "tmp"
-    child_tmp.mkdir()
+    # A short TMPDIR: the fork server's socket lives there, and pytest's tmp_path can exceed a socket path's length.
+    child_tmp = Path(tempfile.mkdtemp(prefix="rank-pool-test-"))
+    request.addfinalizer(lambda: shutil.rmtree(child_tmp, ignore_errors=True))
     with out.open("w") as stdout:
         # A file, not a pipe, so that surviving ranks cannot hold the parent's read open.
         child = subprocess.run(
@@ -316,3 +320,20 @@ def test_get_pool_keeps_one_pool_per_world_size_and_backend() -> None:
         assert get_pool(2) is not first
     finally:
         close_all_pools()
+
+
+def test_ranks_are_spawned_where_the_fork_server_socket_would_not_fit(monkeypatch: pytest.MonkeyPatch) -> None:
+    assert rank_pool._rank_context().get_start_method() == "forkserver"
+    monkeypatch.setattr(tempfile, "tempdir", "/tmp/" + "d" * 80)
+    assert rank_pool._rank_context().get_start_method() == "spawn"
+
+
+def test_a_pool_starts_under_a_long_tmpdir(tmp_path: Path) -> None:
+    """The fallback in action: a TMPDIR too long for the fork server's socket still gets working ranks."""
+    long_tmp = tmp_path / ("d" * 80)
+    long_tmp.mkdir()
+    code = "from harness.rank_pool import RankPool; import operator; print(RankPool(2).run(operator.add))"
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "TMPDIR": str(long_tmp)}
+    child = subprocess.run([sys.executable, "-c", code], cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
+    assert child.returncode == 0, child.stderr[-3000:]
+    assert child.stdout.strip().splitlines()[-1] == "[2, 3]"
