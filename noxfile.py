@@ -28,7 +28,7 @@ sys.path.insert(0, str(ROOT))
 from harness import mutation  # noqa: E402
 from harness.api_diff import ApiDiffError, compare, render_markdown, write_report  # noqa: E402
 from harness.installer import HARNESS_REQUIREMENTS, describe, install_command  # noqa: E402
-from harness.matrix import MatrixError, Target, load_matrix  # noqa: E402
+from harness.matrix import MatrixError, Target, load_matrix, venv_python  # noqa: E402
 from harness.report import ReportError, headline, write_reports  # noqa: E402
 from harness.subject import subject_spec  # noqa: E402
 
@@ -134,19 +134,25 @@ def lint(session: nox.Session) -> None:
     session.run("ruff", "format", "--check", ".")
 
 
+def _built_target_pythons(session: nox.Session, names: list[str]) -> dict[str, Path]:
+    """The venv interpreter of each named target; an unknown target or an unbuilt venv ends the session."""
+    pythons = {}
+    for name in names:
+        if name not in KNOWN:
+            session.error(f"no target named {name!r} in {MATRIX.path.name} (known: {', '.join(KNOWN)})")
+        python = venv_python(ROOT, name)
+        if not python.exists():
+            session.error(f"target {name}: its venv {python.parent.parent} is not built; build it with: nox -s {name}")
+        pythons[name] = python
+    return pythons
+
+
 @nox.session(name="api-diff", venv_backend="none")
 def api_diff(session: nox.Session) -> None:
     """Diff the subject's declared Megatron symbols between two built targets: -- megatron-0.13 megatron-0.16."""
     if len(session.posargs) != 2 or len(set(session.posargs)) != 2:
         session.error("name two different targets: nox -s api-diff -- megatron-0.13 megatron-0.16")
-    pythons = {}
-    for name in session.posargs:
-        if name not in KNOWN:
-            session.error(f"no target named {name!r} in {MATRIX.path.name} (known: {', '.join(KNOWN)})")
-        python = ROOT / ".nox" / name.replace(".", "-") / "bin" / "python"
-        if not python.exists():
-            session.error(f"target {name}: its venv {python.parent.parent} is not built; build it with: nox -s {name}")
-        pythons[name] = python
+    pythons = _built_target_pythons(session, session.posargs)
     try:
         report = compare(pythons, subject_spec(), REPORTS / ".fingerprints")
     except ApiDiffError as err:
@@ -171,14 +177,7 @@ def report(session: nox.Session) -> None:
 def sensitivity(session: nox.Session) -> None:
     """Mutants of Megatron and of the subject against built targets: -- --targets megatron-0.13 megatron-0.16."""
     options = mutation.parse_arguments(session.posargs, DEFAULT_TARGETS)
-    pythons = {}
-    for name in options.targets:
-        if name not in KNOWN:
-            session.error(f"no target named {name!r} in {MATRIX.path.name} (known: {', '.join(KNOWN)})")
-        python = mutation.venv_python(name)
-        if not python.exists():
-            session.error(f"target {name}: its venv {python.parent.parent} is not built; build it with: nox -s {name}")
-        pythons[name] = python
+    pythons = _built_target_pythons(session, options.targets)
     try:
         mutants = mutation.select(mutation.load_catalogue(mutation.CATALOGUE, KNOWN), options.mutants)
         results = mutation.run_sensitivity(mutants, pythons, subject_spec(), options.workers, session.log)
@@ -200,7 +199,7 @@ def _time_gate(session: nox.Session, out: Path) -> None:
     """Wall time of the default targets' gate on built venvs, as a user runs it; writes ``gate.json``."""
     command = ["nox", "-R", "-s", *DEFAULT_TARGETS]
     run = [sys.executable, "-m", "nox", "-f", str(ROOT / "noxfile.py"), "-R", "-s", *DEFAULT_TARGETS]
-    unbuilt = [name for name in DEFAULT_TARGETS if not mutation.venv_python(name).exists()]
+    unbuilt = [name for name in DEFAULT_TARGETS if not venv_python(ROOT, name).exists()]
     if unbuilt:
         session.log(f"building {', '.join(unbuilt)} first, so that the timed run is warm")
         subprocess.run(run, cwd=ROOT, check=True)

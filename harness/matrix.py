@@ -97,6 +97,12 @@ class Matrix:
         raise MatrixError(f"{self.path}: no target named {session!r} (known: {known})")
 
 
+def venv_python(root: Path, session: str) -> Path:
+    """The interpreter of a target's nox venv under the project ``root``: ``.nox/megatron-0-15/bin/python`` for
+    ``megatron-0.15`` (nox replaces the dots of a session name)."""
+    return root / ".nox" / session.replace(".", "-") / "bin" / "python"
+
+
 def load_matrix(path: str | Path) -> Matrix:
     """Read and validate a matrix file; raise :class:`MatrixError` on the first problem found."""
     path = Path(path).resolve()

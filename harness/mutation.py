@@ -248,19 +248,23 @@ def build_mutant_package(mutant: Mutant, package: Path, workdir: Path) -> Path:
     return site
 
 
-def installed_package(python: Path) -> Path:
-    """The ``megatron`` package directory installed in the venv of ``python`` (found, not imported)."""
+def _printed_path(python: Path, code: str, site: Path | None, timeout: float) -> tuple[Path | None, str]:
+    """Run ``code`` in the venv of ``python`` (the mutated copy, if any, on the path) and read the path it printed
+    last; ``None`` and the end of stderr when it failed."""
     completed = subprocess.run(
-        [str(python), "-c", FIND_INSTALLED],
-        env=_environment(None),
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        timeout=120,
+        [str(python), "-c", code], env=_environment(site), cwd=ROOT, capture_output=True, text=True, timeout=timeout
     )
     if completed.returncode != 0:
-        raise MutationError(f"{python}: cannot find megatron.core: {completed.stderr.strip()[-2000:]}")
-    return Path(completed.stdout.strip().splitlines()[-1])
+        return None, completed.stderr
+    return Path(completed.stdout.strip().splitlines()[-1]), ""
+
+
+def installed_package(python: Path) -> Path:
+    """The ``megatron`` package directory installed in the venv of ``python`` (found, not imported)."""
+    package, error = _printed_path(python, FIND_INSTALLED, None, timeout=120)
+    if package is None:
+        raise MutationError(f"{python}: cannot find megatron.core: {error.strip()[-2000:]}")
+    return package
 
 
 def _environment(site: Path | None) -> dict[str, str]:
@@ -273,19 +277,13 @@ def _environment(site: Path | None) -> dict[str, str]:
 
 def verify_loaded(mutant: Mutant, python: Path, site: Path) -> None:
     """Import ``megatron.core`` exactly as the run will and fail unless it comes from the mutated copy."""
-    completed = subprocess.run(
-        [str(python), "-c", PREFLIGHT],
-        env=_environment(site),
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
-    if completed.returncode != 0:
-        raise MutationError(f"mutant {mutant.id}: importing megatron.core failed:\n{completed.stderr[-3000:]}")
-    imported = Path(completed.stdout.strip().splitlines()[-1]).resolve()
-    if not imported.is_relative_to(site.resolve()):
-        raise MutationError(f"mutant {mutant.id}: megatron.core is imported from {imported}, not from the copy {site}")
+    imported, error = _printed_path(python, PREFLIGHT, site, timeout=300)
+    if imported is None:
+        raise MutationError(f"mutant {mutant.id}: importing megatron.core failed:\n{error[-3000:]}")
+    if not imported.resolve().is_relative_to(site.resolve()):
+        raise MutationError(
+            f"mutant {mutant.id}: megatron.core is imported from {imported.resolve()}, not from the copy {site}"
+        )
 
 
 # --- running the gate on a mutant --------------------------------------------------------------------------------
@@ -326,6 +324,32 @@ def failing_cases(junit: Path) -> dict[str, str]:
     return failed
 
 
+def case_command(
+    python: Path,
+    target: str,
+    selection: list[str],
+    report_dir: Path,
+    junit: Path,
+    profile: str = "ci",
+    options: list[str] | None = None,
+) -> list[str]:
+    """The pytest command that runs ``selection`` of ``cases/`` on ``target`` in the venv of ``python``, as the
+    harness drives it (no cache, reports and JUnit under ``report_dir``), with ``options`` before the selection."""
+    return [
+        str(python),
+        "-m",
+        "pytest",
+        "-p",
+        "no:cacheprovider",
+        f"--target={target}",
+        f"--report-dir={report_dir}",
+        f"--junitxml={junit}",
+        f"--hypothesis-profile={profile}",
+        *(options or []),
+        *selection,
+    ]
+
+
 def run_cases(
     python: Path,
     target: str,
@@ -341,19 +365,9 @@ def run_cases(
     mutant is caught. Without it (equivalent mutants) every case runs its full ``ci`` profile, as the gate does.
     """
     junit = report_dir / "junit.xml"
-    command = [
-        str(python),
-        "-m",
-        "pytest",
-        "-p",
-        "no:cacheprovider",
-        f"--target={target}",
-        f"--report-dir={report_dir}",
-        f"--junitxml={junit}",
-        f"--subject={subject}",
-        *(["-x", "--hypothesis-profile=fail-fast"] if first_failure else ["--hypothesis-profile=ci"]),
-        *selection,
-    ]
+    profile = "fail-fast" if first_failure else "ci"
+    options = ["-x", f"--subject={subject}"] if first_failure else [f"--subject={subject}"]
+    command = case_command(python, target, selection, report_dir, junit, profile, options)
     completed = subprocess.run(
         command, cwd=ROOT, env=_environment(site), capture_output=True, text=True, timeout=CASE_TIMEOUT_S
     )
@@ -559,8 +573,3 @@ def parse_arguments(argv: list[str], default_targets: Iterable[str]) -> argparse
     parser.add_argument("--mutants", nargs="+", default=None, metavar="ID")
     parser.add_argument("--workers", type=int, default=2)
     return parser.parse_args(argv)
-
-
-def venv_python(session: str) -> Path:
-    """The interpreter of a target's nox venv (``.nox/megatron-0-15/bin/python`` for ``megatron-0.15``)."""
-    return ROOT / ".nox" / session.replace(".", "-") / "bin" / "python"

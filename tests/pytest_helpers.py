@@ -14,13 +14,16 @@ from pathlib import Path
 
 import pytest
 
+from harness.matrix import venv_python
+from harness.mutation import case_command
+
 ROOT = Path(__file__).resolve().parent.parent
 SEEDED = Path(__file__).resolve().parent / "seeded"
 
 
 def target_python(session: str) -> Path:
     """The interpreter of ``session``'s nox venv; the test fails (not skips) when it has not been built."""
-    python = ROOT / ".nox" / session.replace(".", "-") / "bin" / "python"
+    python = venv_python(ROOT, session)
     if not python.exists():
         pytest.fail(f"target venv for {session} is missing ({python}); build it with: nox -s {session}")
     return python
@@ -38,6 +41,11 @@ class CaseRun:
         """Test ids that failed or errored, with their failure text."""
         return {name: text for name, (verdict, text) in self.verdicts.items() if verdict in ("failure", "error")}
 
+    def require_red(self, label: str) -> dict[str, str]:
+        """The failures of a run that must have gone red through failing cases (exit 1), not through a usage error."""
+        assert self.returncode == 1, f"{label}: expected a red run, got exit {self.returncode}\n{self.output[-3000:]}"
+        return self.failed()
+
 
 def run_cases(
     session: str,
@@ -50,21 +58,8 @@ def run_cases(
 ) -> CaseRun:
     """Run ``selection`` (paths or node ids under cases/) in ``session``'s venv and collect the verdicts."""
     junit = tmp_path / "junit.xml"
-    command = [
-        str(target_python(session)),
-        "-m",
-        "pytest",
-        "-p",
-        "no:cacheprovider",
-        f"--target={session}",
-        f"--report-dir={tmp_path}",
-        f"--junitxml={junit}",
-        "--hypothesis-profile=ci",
-        *selection,
-        *(extra or []),
-    ]
-    if subject is not None:
-        command.append(f"--subject={subject}")
+    options = [*(extra or []), *([f"--subject={subject}"] if subject is not None else [])]
+    command = case_command(target_python(session), session, selection, tmp_path, junit, "ci", options)
     completed = subprocess.run(
         command,
         cwd=ROOT,

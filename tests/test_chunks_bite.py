@@ -26,9 +26,8 @@ SEEDED_BREAKS = {
 @pytest.mark.parametrize("seeded", sorted(SEEDED_BREAKS))
 def test_seeded_splitter_turns_the_family_red(seeded: str, tmp_path: Path) -> None:
     run = run_cases(SESSION, ["cases/test_chunks.py"], tmp_path, subject=SEEDED / f"{seeded}.py")
-    failed = run.failed()
+    failed = run.require_red(seeded)
     prop = SEEDED_BREAKS[seeded]
-    assert run.returncode == 1, f"{seeded}: expected a red run, got exit {run.returncode}\n{run.output[-3000:]}"
     named = [name for name, text in failed.items() if f"property '{prop}' violated" in text]
     assert named, f"{seeded}: no failure names property {prop!r}; failed: {sorted(failed)}\n{run.output[-3000:]}"
     assert f"target {SESSION} | contract chunk-splitting | symbol split_into_chunks" in run.output

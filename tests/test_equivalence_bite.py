@@ -23,8 +23,7 @@ SELECTION = ["cases/test_equivalence.py::test_matches_upstream_on_generated_modu
 def test_seeded_allreduce_turns_the_family_red(seeded: str, tmp_path: Path) -> None:
     session, named = SEEDED_BREAKS[seeded]
     run = run_cases(session, SELECTION, tmp_path, subject=SEEDED / f"{seeded}.py")
-    assert run.returncode == 1, f"{seeded}: expected a red run, got exit {run.returncode}\n{run.output[-3000:]}"
-    failed = run.failed()
+    failed = run.require_red(seeded)
     assert any(named in text for text in failed.values()), f"{seeded}: no failure says {named!r}\n{run.output[-4000:]}"
     assert any("rank " in text for text in failed.values()), f"{seeded}: the failure names no rank"
     assert f"target {session} | contract equivalence | symbol allreduce_non_tensor_model_parallel_grads" in run.output
@@ -34,6 +33,5 @@ def test_a_replacement_never_installed_turns_the_gpt_case_red(tmp_path: Path) ->
     """Upstream's grads are matched exactly when nothing is replaced: only the call check can see it."""
     selection = ["cases/test_equivalence.py::test_finalize_model_grads_on_a_real_gpt_model[plain]"]
     run = run_cases("megatron-0.15", selection, tmp_path, subject=SEEDED / "allreduce_never_installed.py")
-    assert run.returncode == 1, f"expected a red run, got exit {run.returncode}\n{run.output[-3000:]}"
-    failed = run.failed()
+    failed = run.require_red("allreduce_never_installed")
     assert any("left upstream in place" in text for text in failed.values()), run.output[-4000:]

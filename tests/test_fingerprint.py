@@ -445,8 +445,7 @@ SEEDED_BREAKS = {
 def test_seeded_subject_turns_the_family_red(seeded: str, tmp_path: Path) -> None:
     run = run_cases(BASE, ["cases/test_fingerprint.py"], tmp_path, subject=SEEDED / f"{seeded}.py")
     case, named = SEEDED_BREAKS[seeded]
-    failed = run.failed()
-    assert run.returncode == 1, f"{seeded}: expected a red run, got exit {run.returncode}\n{run.output[-3000:]}"
+    failed = run.require_red(seeded)
     assert list(failed) == [case], f"{seeded}: expected only {case} to fail, failed: {sorted(failed)}"
     assert named in failed[case] and f"[{BASE}] api-fingerprint" in failed[case], failed[case][-3000:]
     assert "contract api-fingerprint | symbol MEGATRON_SYMBOLS" in run.output

@@ -32,8 +32,7 @@ SEEDED_BREAKS = {
 def test_seeded_subject_turns_the_family_red(seeded: str, tmp_path: Path) -> None:
     run = run_cases(SESSION, ["cases/test_import.py"], tmp_path, subject=SEEDED / f"{seeded}.py")
     case, named = SEEDED_BREAKS[seeded]
-    failed = run.failed()
-    assert run.returncode == 1, f"{seeded}: expected a red run, got exit {run.returncode}\n{run.output[-3000:]}"
+    failed = run.require_red(seeded)
     hits = [name for name, text in failed.items() if name.startswith(case) and named in text]
     assert hits, f"{seeded}: no failure of {case} names {named!r}; failed: {sorted(failed)}\n{run.output[-4000:]}"
     assert "contract import-side-effects | symbol ADAPTER_PACKAGE" in run.output

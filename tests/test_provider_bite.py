@@ -33,10 +33,7 @@ SEEDED_BREAKS = {
 
 
 def assert_red(run: CaseRun, label: str, session: str, message: str) -> None:
-    failed = run.failed()
-    assert run.returncode == 1, (
-        f"{label}: expected a red run on {session}, got exit {run.returncode}\n{run.output[-3000:]}"
-    )
+    failed = run.require_red(f"{label} on {session}")
     named = [name for name, text in failed.items() if message in text]
     assert named, f"{label}: no failure says {message!r}; failed: {sorted(failed)}\n{run.output[-3000:]}"
     assert f"target {session} | contract model-provider | symbol wrap_model_provider" in run.output

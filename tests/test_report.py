@@ -329,31 +329,29 @@ def test_html_is_self_contained_and_links_every_red(synthetic: Path) -> None:
     assert '<td class="xfailed">1 xfail</td>' in page and '<td class="skipped">1 skipped</td>' in page
 
 
-def test_nothing_to_report_is_an_error(tmp_path: Path) -> None:
-    (tmp_path / "api-diff").mkdir()
-    with pytest.raises(ReportError, match=r"no target session in .*run a target first"):
-        collect(tmp_path, ROOT)
-    completed = subprocess.run(
+def report_session(reports: Path) -> subprocess.CompletedProcess:
+    """``nox -s report`` on the reports directory ``reports``, as a user runs it."""
+    return subprocess.run(
         [sys.executable, "-m", "nox", "-s", "report"],
         cwd=ROOT,
-        env={**os.environ, "MEGATRON_CONFORMANCE_REPORTS": str(tmp_path)},
+        env={**os.environ, "MEGATRON_CONFORMANCE_REPORTS": str(reports)},
         capture_output=True,
         text=True,
         timeout=120,
     )
+
+
+def test_nothing_to_report_is_an_error(tmp_path: Path) -> None:
+    (tmp_path / "api-diff").mkdir()
+    with pytest.raises(ReportError, match=r"no target session in .*run a target first"):
+        collect(tmp_path, ROOT)
+    completed = report_session(tmp_path)
     assert completed.returncode != 0
     assert f"no target session in {tmp_path}" in completed.stdout + completed.stderr
 
 
 def test_report_session_writes_both_files(synthetic: Path) -> None:
-    completed = subprocess.run(
-        [sys.executable, "-m", "nox", "-s", "report"],
-        cwd=ROOT,
-        env={**os.environ, "MEGATRON_CONFORMANCE_REPORTS": str(synthetic)},
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
+    completed = report_session(synthetic)
     assert completed.returncode == 0, completed.stdout + completed.stderr
     assert "5 targets; failures on megatron-0.15 (3), megatron-0.16 (2)." in completed.stderr
     headers, rows = table((synthetic / "compatibility.md").read_text())
