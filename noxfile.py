@@ -1,5 +1,5 @@
 # /// script
-# dependencies = ["nox>=2025.2.9", "pyyaml>=6", "packaging>=23"]
+# dependencies = ["nox[uv]>=2025.2.9", "pyyaml>=6", "packaging>=23"]
 # ///
 """Sessions of the megatron-conformance gate, generated from matrix.yaml.
 
@@ -28,6 +28,7 @@ sys.path.insert(0, str(ROOT))
 from harness import mutation  # noqa: E402
 from harness.api_diff import ApiDiffError, compare, render_markdown, write_report  # noqa: E402
 from harness.installer import HARNESS_REQUIREMENTS, describe, install_command  # noqa: E402
+from harness.interpreters import find_interpreter, missing_message, running_version  # noqa: E402
 from harness.matrix import MatrixError, Target, load_matrix, venv_python  # noqa: E402
 from harness.report import ReportError, headline, write_reports  # noqa: E402
 from harness.subject import subject_spec  # noqa: E402
@@ -44,8 +45,20 @@ HARNESS_TARGET = KNOWN.get(TESTS_TARGETS[0], MATRIX.targets[0])
 
 nox.needs_version = ">=2025.2.9"
 nox.options.sessions = [name for name in DEFAULT_TARGETS if name in KNOWN]
-nox.options.default_venv_backend = "venv"
+nox.options.default_venv_backend = "uv|venv"
 nox.options.error_on_missing_interpreters = True
+if hasattr(nox.options, "download_python"):
+    nox.options.download_python = "never"
+
+
+def session_python(version: str) -> str | None:
+    """What a session's ``python=`` gets for a target's Python version: the version itself when it is the one nox
+    runs on (nox finds it), else the absolute path of an installed interpreter (nox and uv stop at a pyenv shim that
+    is not selected), else ``None``."""
+    if version == running_version():
+        return version
+    found = find_interpreter(version)
+    return str(found) if found else None
 
 
 def _pytest_selection(posargs: list[str], default: str) -> list[str]:
@@ -58,10 +71,10 @@ def _install_target(session: nox.Session, target: Target) -> None:
     requirements = [*target.requirements(), *HARNESS_REQUIREMENTS]
     backend = session.venv_backend
     try:
-        session.install(*install_command(requirements, backend))
+        session.install(*install_command(requirements, backend, target.python))
     except nox.command.CommandFailed:
         session.error(
-            f"target {target.session}: could not install its pins ({describe(requirements, backend)}); "
+            f"target {target.session}: could not install its pins ({describe(requirements, backend, target.python)}); "
             f"check the 'megatron', 'torch', 'numpy' and 'extra_packages' keys in {MATRIX.path.name}"
         )
 
@@ -102,7 +115,21 @@ def _make_target_session(target: Target) -> None:
         )
 
     run_target.__doc__ = f"Gate on {target.description}."
-    nox.session(name=target.session, python=target.python, tags=["targets"])(run_target)
+    python = session_python(target.python)
+    if python is None:
+        _register_missing_python(target.session, target.python, run_target.__doc__, ["targets"])
+        return
+    nox.session(name=target.session, python=python, tags=["targets"])(run_target)
+
+
+def _register_missing_python(name: str, version: str, doc: str, tags: list[str]) -> None:
+    """A session that only says which Python it needs: nox's own message would not name the target."""
+
+    def missing(session: nox.Session) -> None:
+        session.error(missing_message(name, version))
+
+    missing.__doc__ = f"{doc} (needs Python {version}: not found)"
+    nox.session(name=name, venv_backend="none", tags=tags)(missing)
 
 
 for _target in MATRIX.targets:
@@ -114,7 +141,7 @@ def tests(session: nox.Session) -> None:
     """The harness's own tests; first runs megatron-0.13, -0.15 and -0.16 end to end (reusing their venvs)."""
     torch_pin = f"torch{HARNESS_TARGET.torch}"
     tools = ["nox", "ruff", "check-jsonschema", "matplotlib"]
-    session.install(*install_command([*HARNESS_REQUIREMENTS, *tools, torch_pin], session.venv_backend))
+    session.install(*install_command([*HARNESS_REQUIREMENTS, *tools, torch_pin], session.venv_backend, HARNESS_TARGET.python))
     session.run("nox", "-f", str(ROOT / "noxfile.py"), "--reuse-venv=yes", "-s", *TESTS_TARGETS)
     session.run(
         "python",
@@ -221,7 +248,7 @@ def bench(session: nox.Session) -> None:
         session.error(f"the bench runs on {BENCH_TARGET}, which is not in {MATRIX.path.name}")
     target = KNOWN[BENCH_TARGET]
     requirements = [*target.requirements(), *HARNESS_REQUIREMENTS, "matplotlib"]
-    session.install(*install_command(requirements, session.venv_backend))
+    session.install(*install_command(requirements, session.venv_backend, target.python))
     out = REPORTS / "bench"
     out.mkdir(parents=True, exist_ok=True)
     options = [a for a in session.posargs if a != "--skip-gate"]

@@ -26,6 +26,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from harness.matrix import Target, load_matrix
+from harness.provider_shapes import derive_calls, installed_training_file, shape_mismatches
 from harness.provider_calls import (
     GPT_PARAMETER_NAMES,
     GPTProvider,
@@ -95,6 +96,17 @@ def test_matrix_records_the_installed_process_group_keyword(target: Target) -> N
     assert recorded == installed, (
         f"[{target.session}] provider contract: process_group_keyword: the matrix records {recorded!r} but the "
         f"installed GPTModel.__init__ takes {takes}: the matrix entry is stale"
+    )
+
+
+def test_matrix_records_the_call_shapes_megatron_makes(target: Target) -> None:
+    training = installed_training_file()
+    if training is None:
+        pytest.skip(f"[{target.session}] the installed megatron-core ships no training loop: matrix.yaml is the source")
+    calls = derive_calls(training.read_text(), str(training))
+    problems = shape_mismatches(calls, target.provider.calls, training)
+    assert not problems, f"[{target.session}] provider contract: calls: the matrix entry is stale:\n" + "\n".join(
+        problems
     )
 
 

@@ -64,6 +64,22 @@ def _current_device_is_cpu() -> Iterator[None]:
 
 
 @contextlib.contextmanager
+def _current_stream_is_cpu() -> Iterator[None]:
+    """``torch.cuda.current_stream()`` answers torch's CPU stream (whose waits are no-ops), then is restored.
+
+    From megatron-core 0.19, DDP's ``start_grad_sync`` asks for the current CUDA stream on every call, to wait for
+    grads a CUDA-graph replay may still be writing; no param carries such an event on CPU, so the stream is only asked
+    for. A CPU build of torch raises there, and so does a CUDA build without a GPU.
+    """
+    original = torch.cuda.current_stream
+    torch.cuda.current_stream = lambda device=None: torch.cpu.current_stream()
+    try:
+        yield
+    finally:
+        torch.cuda.current_stream = original
+
+
+@contextlib.contextmanager
 def _inference_rng_tracker() -> Iterator[None]:
     """Megatron's RNG tracker is the inference one, whose ``fork()`` is a no-op; the previous tracker comes back after.
 
@@ -84,12 +100,12 @@ def _inference_rng_tracker() -> Iterator[None]:
 def cpu_workarounds() -> Iterator[None]:
     """Let Megatron's GPT path run on CPU for the duration of the block; to be entered in a rank process only.
 
-    Both workarounds are process-wide (a torch attribute and Megatron's RNG tracker global), so they are refused
+    The workarounds are process-wide (a torch attribute and Megatron's RNG tracker global), so they are refused
     outside an initialised process group: in the pytest process they would leak into every other case.
     """
     if not torch.distributed.is_initialized():
         raise RuntimeError("cpu_workarounds() patches process-wide state: enter it in a rank process, after init")
-    with _current_device_is_cpu(), _inference_rng_tracker():
+    with _current_device_is_cpu(), _current_stream_is_cpu(), _inference_rng_tracker():
         yield
 
 

@@ -4,6 +4,10 @@ pip honours this machine's pip configuration (find-links to the local CPU torch 
 ignores pip's configuration, so when uv is the backend the same find-links, constraints and indexes are handed to it
 explicitly, bytecode is compiled (uv skips it and imports of torch/Megatron then cost twice as long), and the CPU
 torch build is preferred; otherwise uv would resolve torch to the multi-GB CUDA build.
+
+The local wheel must fit the *venv's* Python, not the one nox runs on: for a Python with no local torch wheel (cp312
+here) the index's build is taken, and uv's cache (hard-linked into each venv) keeps one copy of it on disk however
+many targets use it.
 """
 
 from __future__ import annotations
@@ -57,11 +61,12 @@ def uv_options(settings: dict[str, list[str]]) -> list[str]:
     return options
 
 
-def local_wheel(requirement: str, find_links: list[str]) -> Path | None:
+def local_wheel(requirement: str, find_links: list[str], python_version: str | None = None) -> Path | None:
     """A wheel file in a local find-links directory that satisfies ``requirement`` (a ``name<spec>`` string).
 
     uv ranks an index's release and a local wheel of the same version by its own rules; naming the file the pip
-    configuration points at (the CPU torch build on this kind of machine) leaves it nothing to choose.
+    configuration points at (the CPU torch build on this kind of machine) leaves it nothing to choose. The wheel must
+    install on ``python_version`` (``"3.12"``; default: the running interpreter's).
     """
     from packaging.requirements import Requirement
     from packaging.utils import InvalidWheelFilename, canonicalize_name, parse_wheel_filename
@@ -81,28 +86,32 @@ def local_wheel(requirement: str, find_links: list[str]) -> Path | None:
             except InvalidWheelFilename:
                 continue
             if canonicalize_name(name) == canonicalize_name(req.name) and req.specifier.contains(version):
-                if any(tag in _supported_tags() for tag in tags):
+                if any(tag in _supported_tags(python_version) for tag in tags):
                     candidates.append((version, wheel))
     return max(candidates)[1] if candidates else None
 
 
-def _supported_tags() -> set[object]:
-    from packaging.tags import sys_tags
+def _supported_tags(python_version: str | None) -> set[object]:
+    from packaging.tags import compatible_tags, cpython_tags, sys_tags
 
-    return set(sys_tags())
+    if python_version is None:
+        return set(sys_tags())
+    version = tuple(int(part) for part in python_version.split("."))
+    return {*cpython_tags(python_version=version), *compatible_tags(python_version=version)}
 
 
-def install_command(requirements: list[str], backend: str) -> list[str]:
-    """The ``session.install`` arguments for ``requirements`` under ``backend`` ('venv', 'virtualenv' or 'uv')."""
+def install_command(requirements: list[str], backend: str, python_version: str | None = None) -> list[str]:
+    """The ``session.install`` arguments for ``requirements`` under ``backend`` ('venv', 'virtualenv' or 'uv'), into
+    a venv of ``python_version`` (default: the running interpreter's)."""
     if backend == "uv":
         settings = pip_settings()
         links = settings.get("find-links", [])
-        pinned = [str(local_wheel(r, links) or r) if r.startswith("torch") else r for r in requirements]
+        pinned = [str(local_wheel(r, links, python_version) or r) if r.startswith("torch") else r for r in requirements]
         return [*uv_options(settings), *pinned]
     return list(requirements)
 
 
-def describe(requirements: list[str], backend: str) -> str:
+def describe(requirements: list[str], backend: str, python_version: str | None = None) -> str:
     """A one-line shell rendering of the install, for error messages."""
     tool = "uv pip install" if backend == "uv" else "pip install"
-    return f"{tool} {shlex.join(install_command(requirements, backend))}"
+    return f"{tool} {shlex.join(install_command(requirements, backend, python_version))}"

@@ -7,7 +7,10 @@ Every run is the real thing: the target's venv, its real Megatron and GPTModel, 
 
 from __future__ import annotations
 
+import re
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import pytest
 import yaml
@@ -17,6 +20,8 @@ from tests.pytest_helpers import ROOT, SEEDED, CaseRun, run_cases
 CASES = ["cases/test_provider.py"]
 PROCESS_GROUP_CASE = "cases/test_provider.py::test_matrix_records_the_installed_process_group_keyword"
 REAL_MODEL_CASE = "test_real_gpt_model_through_the_wrapper"
+CALL_SHAPES_CASE = "cases/test_provider.py::test_matrix_records_the_call_shapes_megatron_makes"
+NEWEST_TARGET = "megatron-0.19"
 
 # Seeded wrapper -> (target it is run on, what some failure message must say).
 SEEDED_BREAKS = {
@@ -69,8 +74,8 @@ def test_reference_wrapper_is_green(session: str, tmp_path: Path) -> None:
     assert run.returncode == 0 and not run.failed(), run.output[-3000:]
 
 
-def matrix_with_process_group_keyword(tmp_path: Path, session: str, keyword: str | None) -> Path:
-    """A copy of matrix.yaml, its relative paths made absolute, with ``session``'s process-group keyword replaced."""
+def matrix_with(tmp_path: Path, session: str, edit: Callable[[dict[str, Any]], None]) -> Path:
+    """A copy of matrix.yaml, its relative paths made absolute, with ``edit`` applied to ``session``'s provider."""
     document = yaml.safe_load((ROOT / "matrix.yaml").read_text())
     for entry in document["targets"]:
         entry["expected_failures"] = str(ROOT / entry["expected_failures"])
@@ -78,7 +83,7 @@ def matrix_with_process_group_keyword(tmp_path: Path, session: str, keyword: str
             if kind in entry["megatron"]:
                 entry["megatron"][kind] = str(ROOT / entry["megatron"][kind])
         if entry["session"] == session:
-            entry["provider"]["process_group_keyword"] = keyword
+            edit(entry["provider"])
     path = tmp_path / "matrix.yaml"
     path.write_text(yaml.safe_dump(document, sort_keys=False))
     return path
@@ -89,9 +94,23 @@ def matrix_with_process_group_keyword(tmp_path: Path, session: str, keyword: str
     [("megatron-0.15", "model_comm_pgs", "pg_collection"), ("megatron-0.13", "pg_collection", None)],
 )
 def test_stale_process_group_keyword_is_caught(session: str, stale: str, installed: str | None, tmp_path: Path) -> None:
-    matrix = matrix_with_process_group_keyword(tmp_path, session, stale)
+    matrix = matrix_with(tmp_path, session, lambda provider: provider.update(process_group_keyword=stale))
     run = run_cases(session, [PROCESS_GROUP_CASE], tmp_path, extra=[f"--matrix={matrix}"])
     takes = repr(installed) if installed else "no process-group parameter"
     message = f"[{session}] provider contract: process_group_keyword: the matrix records {stale!r} but the installed "
     assert_red(run, "stale matrix", session, message)
     assert f"GPTModel.__init__ takes {takes}" in run.output, run.output[-3000:]
+
+
+def drop_config_add_flag(provider: dict[str, Any]) -> None:
+    """The plain shape as 0.15 recorded it (no ``config``), plus a keyword no Megatron passes."""
+    provider["calls"]["plain"] = [k for k in provider["calls"]["plain"] if k != "config"] + ["is_first_chunk"]
+
+
+def test_stale_call_shapes_are_caught_from_megatrons_own_get_model(tmp_path: Path) -> None:
+    session = NEWEST_TARGET
+    matrix = matrix_with(tmp_path, session, drop_config_add_flag)
+    run = run_cases(session, [CALL_SHAPES_CASE], tmp_path, extra=[f"--matrix={matrix}"])
+    assert_red(run, "stale call shapes", session, f"[{session}] provider contract: calls: the matrix entry is stale")
+    assert re.search(r"training\.py:\d+: Megatron passes keyword 'config' in shape 'plain'", run.output), run.output
+    assert re.search(r"training\.py:\d+: the matrix lists keyword 'is_first_chunk' in shape 'plain'", run.output)

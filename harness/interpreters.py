@@ -1,0 +1,118 @@
+"""Finding an installed interpreter of the Python version a target asks for.
+
+Megatron releases from 0.17 on need Python 3.12 while the gate itself may run on 3.11. A user's 3.12 is often not
+on PATH under its own name: pyenv keeps every version under ``$PYENV_ROOT/versions`` and its ``python3.12`` shim
+answers "command not found" unless that version is selected; asdf, mise and uv keep theirs in directories of their
+own. Neither nox nor uv looks past a failing shim, so the gate looks in each of those places itself, runs every
+candidate to ask its version, and hands nox an absolute path. Nothing is downloaded: a missing interpreter is one
+line saying which target needs which version and how to get it.
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+import re
+import shutil
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+VERSION_PROBE = "import sys; print('%d.%d' % sys.version_info[:2])"
+PROBE_TIMEOUT_S = 15
+
+
+def running_version() -> str:
+    """The ``X.Y`` of the interpreter running the gate."""
+    return f"{sys.version_info[0]}.{sys.version_info[1]}"
+
+
+def interpreter_version(executable: Path) -> str | None:
+    """The ``X.Y`` an interpreter reports when run, or ``None`` when it does not run (a shim of an unselected
+    version, a broken link)."""
+    try:
+        completed = subprocess.run(
+            [str(executable), "-c", VERSION_PROBE],
+            capture_output=True,
+            text=True,
+            timeout=PROBE_TIMEOUT_S,
+            check=False,
+        )
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    return completed.stdout.strip() if completed.returncode == 0 else None
+
+
+def _version_dirs(root: Path, version: str) -> list[Path]:
+    """Installation directories of ``version`` (``3.12``, ``3.12.1``, ...) under a version manager's root, newest
+    patch release first; other builds (``3.12-dev``, ``3.12.1t``) are left out."""
+    if not root.is_dir():
+        return []
+    pattern = re.compile(rf"^{re.escape(version)}(?:\.(\d+))?$")
+    found = [(m, d) for d in root.iterdir() if (m := pattern.match(d.name))]
+    return [d for m, d in sorted(found, key=lambda pair: int(pair[0].group(1) or -1), reverse=True)]
+
+
+def _pyenv_root(environ: dict[str, str]) -> Path:
+    if environ.get("PYENV_ROOT"):
+        return Path(environ["PYENV_ROOT"])
+    return Path(environ.get("HOME", str(Path.home()))) / ".pyenv"
+
+
+def _uv_managed(version: str) -> Iterator[Path]:
+    """uv's own discovery, restricted to the interpreters uv installed itself (never a download)."""
+    uv = shutil.which("uv")
+    if uv is None:
+        return
+    try:
+        completed = subprocess.run(
+            [uv, "python", "find", "--managed-python", "--no-python-downloads", version],
+            capture_output=True,
+            text=True,
+            timeout=PROBE_TIMEOUT_S,
+            check=False,
+        )
+    except (OSError, subprocess.TimeoutExpired):
+        return
+    if completed.returncode == 0 and completed.stdout.strip():
+        yield Path(completed.stdout.strip())
+
+
+def candidates(version: str, environ: dict[str, str] | None = None) -> Iterator[Path]:
+    """Where an interpreter of ``version`` may be, in the order a user's shell would prefer it.
+
+    PATH first (what the user selected), then pyenv, asdf and mise installations, then uv-managed interpreters.
+    """
+    environ = dict(os.environ if environ is None else environ)
+    on_path = shutil.which(f"python{version}", path=environ.get("PATH"))
+    if on_path:
+        yield Path(on_path)
+    home = Path(environ.get("HOME", str(Path.home())))
+    managers = (
+        _pyenv_root(environ) / "versions",
+        Path(environ.get("ASDF_DATA_DIR", home / ".asdf")) / "installs" / "python",
+        Path(environ.get("MISE_DATA_DIR", home / ".local" / "share" / "mise")) / "installs" / "python",
+    )
+    for root in managers:
+        for directory in _version_dirs(root, version):
+            yield directory / "bin" / f"python{version}"
+    yield from _uv_managed(version)
+
+
+@functools.cache
+def find_interpreter(version: str) -> Path | None:
+    """An interpreter that runs and reports ``version``; ``None`` when this machine has none."""
+    for candidate in candidates(version):
+        if interpreter_version(candidate) == version:
+            return candidate
+    return None
+
+
+def missing_message(session: str, version: str) -> str:
+    """The one line a user reads when a target's Python is not installed."""
+    return (
+        f"target {session} needs Python {version}, and none was found on PATH (python{version}), under pyenv, asdf "
+        f"or mise, or among uv's interpreters: install one, e.g. `pyenv install {version}` or "
+        f"`uv python install {version}`, then run the session again"
+    )
