@@ -25,10 +25,11 @@ import nox
 ROOT = Path(__file__).resolve().parent
 sys.path.insert(0, str(ROOT))
 
+from harness import candidate as candidates  # noqa: E402
 from harness import mutation  # noqa: E402
 from harness.api_diff import ApiDiffError, compare, render_markdown, write_report  # noqa: E402
 from harness.installer import HARNESS_REQUIREMENTS, describe, install_command  # noqa: E402
-from harness.interpreters import find_interpreter, missing_message, running_version  # noqa: E402
+from harness.interpreters import expose_on_path, missing_message, running_version  # noqa: E402
 from harness.matrix import MatrixError, Target, load_matrix, venv_python  # noqa: E402
 from harness.report import ReportError, headline, write_reports  # noqa: E402
 from harness.subject import subject_spec  # noqa: E402
@@ -39,7 +40,8 @@ except MatrixError as err:
     raise SystemExit(f"megatron-conformance: {err}") from None
 REPORTS = Path(os.environ.get("MEGATRON_CONFORMANCE_REPORTS", ROOT / "reports"))
 DEFAULT_TARGETS = ("megatron-0.13", "megatron-0.15")
-TESTS_TARGETS = (*DEFAULT_TARGETS, "megatron-0.16")
+NEWEST_TARGET = MATRIX.targets[-1].session
+TESTS_TARGETS = tuple(dict.fromkeys((*DEFAULT_TARGETS, "megatron-0.16", NEWEST_TARGET)))
 KNOWN = {t.session: t for t in MATRIX.targets}
 HARNESS_TARGET = KNOWN.get(TESTS_TARGETS[0], MATRIX.targets[0])
 
@@ -51,14 +53,13 @@ if hasattr(nox.options, "download_python"):
     nox.options.download_python = "never"
 
 
-def session_python(version: str) -> str | None:
-    """What a session's ``python=`` gets for a target's Python version: the version itself when it is the one nox
-    runs on (nox finds it), else the absolute path of an installed interpreter (nox and uv stop at a pyenv shim that
-    is not selected), else ``None``."""
-    if version == running_version():
-        return version
-    found = find_interpreter(version)
-    return str(found) if found else None
+INTERPRETER_LINKS = ROOT / ".nox" / ".interpreters"
+
+
+def _python_available(version: str) -> bool:
+    """Whether nox can make a venv of ``version``: the running one, or one found on this machine and linked as
+    ``python<version>`` first on PATH (see harness.interpreters)."""
+    return version == running_version() or expose_on_path(version, INTERPRETER_LINKS)
 
 
 def _pytest_selection(posargs: list[str], default: str) -> list[str]:
@@ -115,11 +116,10 @@ def _make_target_session(target: Target) -> None:
         )
 
     run_target.__doc__ = f"Gate on {target.description}."
-    python = session_python(target.python)
-    if python is None:
+    if not _python_available(target.python):
         _register_missing_python(target.session, target.python, run_target.__doc__, ["targets"])
         return
-    nox.session(name=target.session, python=python, tags=["targets"])(run_target)
+    nox.session(name=target.session, python=target.python, tags=["targets"])(run_target)
 
 
 def _register_missing_python(name: str, version: str, doc: str, tags: list[str]) -> None:
@@ -129,7 +129,7 @@ def _register_missing_python(name: str, version: str, doc: str, tags: list[str])
         session.error(missing_message(name, version))
 
     missing.__doc__ = f"{doc} (needs Python {version}: not found)"
-    nox.session(name=name, venv_backend="none", tags=tags)(missing)
+    nox.session(name=name, python=version, venv_backend="none", tags=tags)(missing)
 
 
 for _target in MATRIX.targets:
@@ -138,10 +138,12 @@ for _target in MATRIX.targets:
 
 @nox.session(python=HARNESS_TARGET.python)
 def tests(session: nox.Session) -> None:
-    """The harness's own tests; first runs megatron-0.13, -0.15 and -0.16 end to end (reusing their venvs)."""
+    """The harness's own tests; first runs megatron-0.13, -0.15, -0.16 and the newest target end to end."""
     torch_pin = f"torch{HARNESS_TARGET.torch}"
     tools = ["nox", "ruff", "check-jsonschema", "matplotlib"]
-    session.install(*install_command([*HARNESS_REQUIREMENTS, *tools, torch_pin], session.venv_backend, HARNESS_TARGET.python))
+    session.install(
+        *install_command([*HARNESS_REQUIREMENTS, *tools, torch_pin], session.venv_backend, HARNESS_TARGET.python)
+    )
     session.run("nox", "-f", str(ROOT / "noxfile.py"), "--reuse-venv=yes", "-s", *TESTS_TARGETS)
     session.run(
         "python",
@@ -217,6 +219,67 @@ def sensitivity(session: nox.Session) -> None:
         listed = "; ".join(f"{o.verdict}: {o.mutant} on {o.target}" for o in failures)
         session.error(f"{mutation.summary_line(results)}: {listed}")
     session.log(mutation.summary_line(results))
+
+
+def _nested_nox(session: nox.Session, arguments: list[str], matrix: Path | None = None, check: bool = True) -> int:
+    """This noxfile run again in a child nox, on ``matrix`` when given; returns its exit status."""
+    env = {**os.environ, **({"MEGATRON_CONFORMANCE_MATRIX": str(matrix)} if matrix else {})}
+    command = [sys.executable, "-m", "nox", "-f", str(ROOT / "noxfile.py"), *arguments]
+    session.log(" ".join(["MEGATRON_CONFORMANCE_MATRIX=" + str(matrix)] if matrix else []) + " " + " ".join(command))
+    returncode = subprocess.run(command, cwd=ROOT, env=env).returncode
+    if check and returncode != 0:
+        session.error(f"{' '.join(arguments)} failed (exit {returncode})")
+    return returncode
+
+
+def _derived_contract(session: nox.Session, python: Path) -> dict:
+    """The provider contract the installed candidate declares itself (``python -m harness.provider_shapes``)."""
+    completed = subprocess.run([str(python), "-m", "harness.provider_shapes"], cwd=ROOT, capture_output=True, text=True)
+    if completed.returncode != 0:
+        session.error(f"candidate: reading the provider contract of the installed Megatron failed: {completed.stderr}")
+    return json.loads(completed.stdout.strip().splitlines()[-1])
+
+
+@nox.session(venv_backend="none")
+def candidate(session: nox.Session) -> None:
+    """All families on a candidate Megatron, then its drift: -- megatron-core==0.19.2 | a .whl | a tree | a git URL."""
+    if not session.posargs or session.posargs[0].startswith("-"):
+        session.error("name the candidate: nox -s candidate -- megatron-core==0.19.2 (or a .whl, a tree, a git+ URL)")
+    spec, pytest_args = session.posargs[0], session.posargs[1:]
+    out = REPORTS / "candidate"
+    try:
+        found = candidates.resolve(spec, out)
+        python = candidates.pick_python(found)
+    except candidates.CandidateError as err:
+        session.error(str(err))
+    baseline = candidates.baseline_for(found.version, MATRIX.targets)
+    entry = candidates.matrix_entry(found, python, MATRIX.targets[-1], out / "expected_failures.txt")
+    matrix = candidates.write_matrix(entry, out / "matrix.yaml")
+    session.log(f"candidate {spec}: megatron-core {found.version or '(version unknown)'} on Python {python}")
+    _nested_nox(session, ["-s", candidates.SESSION, "--install-only"], matrix)
+    entry, notes = candidates.with_derived_contract(
+        entry, _derived_contract(session, venv_python(ROOT, candidates.SESSION))
+    )
+    for note in notes:
+        session.log(f"candidate: {note}")
+    candidates.write_matrix(entry, matrix)
+    gate = _nested_nox(session, ["-R", "-s", candidates.SESSION, "--", *pytest_args], matrix, check=False)
+    if not venv_python(ROOT, baseline.session).exists():
+        _nested_nox(session, ["-s", baseline.session, "--install-only"])
+    pythons = {
+        baseline.session: venv_python(ROOT, baseline.session),
+        candidates.SESSION: venv_python(ROOT, candidates.SESSION),
+    }
+    try:
+        drift = compare(pythons, subject_spec(), REPORTS / ".fingerprints")
+    except ApiDiffError as err:
+        session.error(str(err))
+    markdown, data = write_report(drift, REPORTS / "api-diff")
+    print(render_markdown(drift))
+    session.log(f"drift from {baseline.session}: wrote {markdown} and {data}")
+    if gate != 0:
+        session.error(f"candidate {spec}: the gate is red (exit {gate}); reports/{candidates.SESSION}/ has the details")
+    session.log(f"candidate {spec}: every family green")
 
 
 BENCH_TARGET = "megatron-0.15"

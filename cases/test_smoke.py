@@ -34,3 +34,13 @@ def test_megatron_is_imported_from_the_installed_distribution(target: Target) ->
         f"target {target.session}: megatron.core is imported from {imported_path}, "
         f"not from the installed {MEGATRON_DISTRIBUTION} at {installed_path}"
     )
+
+
+def test_torch_build_is_recorded_as_torch_reports_it(target: Target) -> None:
+    import torch
+
+    recorded = installed_versions()["torch"]
+    assert recorded == torch.__version__, (
+        f"target {target.session}: summary.json would record torch {recorded}, but the torch imported is "
+        f"{torch.__version__}: the build label (+cpu, +cu130, ...) is not read from the installed torch"
+    )

@@ -4,9 +4,14 @@
 interpreter (the two concurrently; each answers from its cache when that install was fingerprinted before) and diffs
 the results: symbols added or removed, parameters added, removed or renamed, defaults, kinds and positions changed,
 an alternative group that now resolves to another member (a renamed flag), dataclass fields added or removed, and
-normalised function bodies that changed. A changed body of a function the subject *replaces* means the subject's copy
-may have fallen behind upstream, so it heads the report under "Review your copy". The report is written as
-``reports/api-diff/<a>__<b>.md`` and ``.json``.
+normalised function bodies that changed. For a function it also diffs what the body does: module-level functions it
+calls (added, removed) and model-config attributes it reads (new, no longer read).
+
+Two kinds of change head the report under "Review your copy": a changed body (or changed calls or config reads) of a
+function the subject *replaces*, since the subject's copy may have fallen behind upstream; and a function that now
+calls a same-module *coalesced reduction* (one flat buffer, all-reduced) after its call of a replaced function, since
+that reduction runs outside the subject's replacement and whatever the replacement does to bound memory or
+communication does not reach it. The report is written as ``reports/api-diff/<a>__<b>.md`` and ``.json``.
 """
 
 from __future__ import annotations
@@ -22,6 +27,19 @@ from harness.fingerprint import Declared, resolved_member
 
 ROOT = Path(__file__).resolve().parent.parent
 FINGERPRINT_TIMEOUT_S = 600
+BODY_CHANGED = "body changed"
+CALLS_ADDED = "calls added"
+CALLS_REMOVED = "calls removed"
+READS_ADDED = "reads new config attributes"
+READS_REMOVED = "no longer reads config attributes"
+NEW_REDUCTION = "new coalesced reduction after the patched call"
+_BODY_CHANGES = (BODY_CHANGED, CALLS_ADDED, CALLS_REMOVED, READS_ADDED, READS_REMOVED)
+_PHRASES = {
+    CALLS_ADDED: "now calls",
+    CALLS_REMOVED: "no longer calls",
+    READS_ADDED: "reads new config attributes:",
+    READS_REMOVED: "no longer reads config attributes:",
+}
 
 
 class ApiDiffError(RuntimeError):
@@ -63,11 +81,14 @@ def fingerprint_targets(pythons: dict[str, Path], subject: str, cache_dir: Path)
 
 def diff(declaration: list[Declared], before: dict[str, Any], after: dict[str, Any]) -> list[dict[str, Any]]:
     """One row per change of a declared symbol: symbol, usage, change, detail, and whether to review a copy."""
+    replaced = {
+        member: entry.replacement for entry in declaration if entry.usage == "replaces" for member in entry.members
+    }
     rows: list[dict[str, Any]] = []
     for entry in declaration:
         for member in entry.members:
-            for change, detail in symbol_changes(before[member], after[member]):
-                review = entry.usage == "replaces" and change == "body changed"
+            for change, detail in symbol_changes(before[member], after[member], replaced):
+                review = change == NEW_REDUCTION or (entry.usage == "replaces" and change in _BODY_CHANGES)
                 rows.append(
                     {"symbol": member, "usage": entry.usage, "change": change, "detail": detail, "review": review}
                 )
@@ -95,8 +116,14 @@ def _name(symbol: str) -> str:
     return symbol.rsplit(":", 1)[-1].rsplit(".", 1)[-1]
 
 
-def symbol_changes(before: dict[str, Any], after: dict[str, Any]) -> list[tuple[str, str]]:
-    """``(change, detail)`` pairs between two fingerprints of one symbol."""
+def symbol_changes(
+    before: dict[str, Any], after: dict[str, Any], replaced: dict[str, str | None] | None = None
+) -> list[tuple[str, str]]:
+    """``(change, detail)`` pairs between two fingerprints of one symbol.
+
+    ``replaced`` maps each symbol the subject replaces to its replacement, so that calls of them can be found in
+    the bodies of other functions (see :func:`call_changes`).
+    """
     if not before["exists"] or not after["exists"]:
         if before["exists"] == after["exists"]:
             return []
@@ -114,7 +141,103 @@ def symbol_changes(before: dict[str, Any], after: dict[str, Any]) -> list[tuple[
         if before.get(key) != after.get(key):
             changes.append((f"{key} changed", f"`{before.get(key)}` → `{after.get(key)}`"))
     if before.get("body_hash") and after.get("body_hash") and before["body_hash"] != after["body_hash"]:
-        changes.append(("body changed", f"normalised body {before['body_hash']} → {after['body_hash']}"))
+        changes.append((BODY_CHANGED, f"normalised body {before['body_hash']} → {after['body_hash']}"))
+    if before.get("calls") is not None and after.get("calls") is not None:
+        changes += call_changes(before["calls"], after["calls"], replaced or {}, after)
+    if before.get("config_reads") is not None and after.get("config_reads") is not None:
+        changes += config_read_changes(before["config_reads"], after["config_reads"])
+    return changes
+
+
+def call_changes(
+    before: list[dict[str, Any]],
+    after: list[dict[str, Any]],
+    replaced: dict[str, str | None],
+    function: dict[str, Any],
+) -> list[tuple[str, str]]:
+    """Callees added and removed (by name as written), and each coalesced reduction that is new after the call of a
+    replaced function.
+
+    An added callee is annotated with where it runs relative to the patched call and whether it is a coalesced
+    reduction. A coalesced reduction counts as new after the patched call when ``before`` did not call it there
+    (not at all, or only before the patched call); ``function`` is ``after``'s fingerprint of the caller, for its
+    name and source location.
+    """
+    old = [call["name"] for call in before]
+    new = [call["name"] for call in after]
+    patched = _patched_index(after, replaced)
+    changes: list[tuple[str, str]] = []
+    first: dict[str, int] = {}
+    for index, call in enumerate(after):
+        if call["name"] not in old:
+            first.setdefault(call["name"], index)
+    added = []
+    for name, index in first.items():
+        notes = [_where(index, patched, after)] if patched is not None else []
+        notes += ["coalesced reduction"] if after[index].get("coalesced_reduction") else []
+        added.append(f"`{name}`" + (f" ({'; '.join(notes)})" if notes else ""))
+    if added:
+        changes.append((CALLS_ADDED, ", ".join(added)))
+    removed = list(dict.fromkeys(name for name in old if name not in new))
+    if removed:
+        changes.append((CALLS_REMOVED, ", ".join(f"`{name}`" for name in removed)))
+    if patched is None:
+        return changes
+    earlier = _patched_index(before, replaced)
+    already = {call["name"] for call in before[earlier + 1 :]} if earlier is not None else set()
+    reported: set[str] = set()
+    for index, call in enumerate(after[patched + 1 :], patched + 1):
+        if call.get("coalesced_reduction") and call["name"] not in already | reported:
+            reported.add(call["name"])
+            changes.append((NEW_REDUCTION, _reduction_finding(function, after, index, patched, replaced)))
+    return changes
+
+
+def _patched_index(calls: list[dict[str, Any]], replaced: dict[str, str | None]) -> int | None:
+    """Where the first call of a replaced function is, in ``calls``."""
+    return next((index for index, call in enumerate(calls) if call.get("target") in replaced), None)
+
+
+def _where(index: int, patched: int, calls: list[dict[str, Any]]) -> str:
+    """Where call ``index`` runs relative to the patched call; "right after" means no recorded call in between
+    (calls on locals such as ``config.timers(...)`` are not recorded)."""
+    name = calls[patched]["name"]
+    if index == patched:
+        return "the patched call"
+    if index < patched:
+        return f"before the patched `{name}`"
+    return f"{'right after' if index == patched + 1 else 'after'} the patched `{name}`"
+
+
+def _reduction_finding(
+    function: dict[str, Any], calls: list[dict[str, Any]], index: int, patched: int, replaced: dict[str, str | None]
+) -> str:
+    """The plain sentence for a new coalesced reduction after the patched call, with where upstream makes it."""
+    owner = str(function.get("qualname") or "the function").rsplit(".", 1)[-1]
+    callee, upstream = calls[index]["name"], calls[patched]["name"]
+    replacement = replaced.get(calls[patched]["target"])
+    yours = f" (the subject's `{replacement}`)" if replacement else ""
+    sentence = (
+        f"`{owner}` now calls `{callee}` {_where(index, patched, calls)}: a new coalesced reduction (one flat buffer, "
+        f"all-reduced) that a chunked replacement of `{upstream}`{yours} does not cover."
+    )
+    source = function.get("source")
+    if source and ":" in source:
+        path, line = source.rsplit(":", 1)
+        if line.isdigit():
+            sentence += f" Upstream calls it at `{path}:{int(line) + calls[index]['line']}`."
+    return sentence
+
+
+def config_read_changes(before: list[str], after: list[str]) -> list[tuple[str, str]]:
+    """Config attributes read now and not before, and read before and not now."""
+    changes: list[tuple[str, str]] = []
+    came = [name for name in after if name not in before]
+    gone = [name for name in before if name not in after]
+    if came:
+        changes.append((READS_ADDED, ", ".join(f"`{name}`" for name in came)))
+    if gone:
+        changes.append((READS_REMOVED, ", ".join(f"`{name}`" for name in gone)))
     return changes
 
 
@@ -201,6 +324,9 @@ def build_report(before: dict[str, Any], after: dict[str, Any]) -> dict[str, Any
         for entry in declaration
         if row["symbol"] in entry.members
     ]
+    review.sort(key=lambda row: row["change"] != NEW_REDUCTION)
+    for row in review:
+        row["finding"] = _finding(row, before["session"], after["session"])
     return {
         "targets": [_target(before), _target(after)],
         "subject": before["subject"],
@@ -208,6 +334,21 @@ def build_report(before: dict[str, Any], after: dict[str, Any]) -> dict[str, Any
         "review": review,
         "unchanged": [s for e in declaration for s in e.members if s not in changed],
     }
+
+
+def _finding(row: dict[str, Any], first: str, second: str) -> str:
+    """What to review, as one sentence that reads on its own in the Markdown and in the JSON."""
+    if row["change"] == NEW_REDUCTION:
+        return row["detail"]
+    if row["change"] == BODY_CHANGED:
+        return (
+            f"upstream's body changed between {first} and {second}, and the subject replaces it with its own "
+            f"`{row['replacement']}`. Compare your copy with upstream's `{row['source']}`."
+        )
+    return (
+        f"upstream {_PHRASES[row['change']]} {row['detail']} ({first} → {second}), and the subject replaces it with "
+        f"its own `{row['replacement']}`. Check that your copy follows upstream's `{row['source']}`."
+    )
 
 
 def _target(fingerprint: dict[str, Any]) -> dict[str, Any]:
@@ -232,12 +373,7 @@ def render_markdown(report: dict[str, Any]) -> str:
     ]
     if report["review"]:
         lines += ["## Review your copy", ""]
-        for row in report["review"]:
-            lines.append(
-                f"- **`{row['symbol']}`**: upstream's body changed between {a['session']} and {b['session']}, and the "
-                f"subject replaces it with its own `{row['replacement']}`. Compare your copy with upstream's "
-                f"`{row['source']}`."
-            )
+        lines += [f"- **`{row['symbol']}`**: {row['finding']}" for row in report["review"]]
         lines.append("")
     lines += ["## Changes", ""]
     if report["changes"]:

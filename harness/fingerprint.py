@@ -64,6 +64,13 @@ _ADDRESS = re.compile(r" at 0x[0-9A-Fa-f]+")
 _REPR_LIMIT = 200
 _POSITIONAL = ("POSITIONAL_ONLY", "POSITIONAL_OR_KEYWORD")
 _ATTRIBUTE_BUILTINS = ("hasattr", "setattr", "delattr")
+FLATTENS = frozenset({"_flatten_dense_tensors", "flatten_dense_tensors"})
+ALL_REDUCES = frozenset(
+    {"all_reduce", "all_reduce_coalesced", "allreduce", "allreduce_coalesced", "all_reduce_multigpu"}
+)
+_CONCATENATIONS = ("torch.cat", "torch.concat", "torch.concatenate")
+_CONFIG = "config"
+_CONFIG_GETTER = "get_model_config"
 
 
 class DeclarationError(ValueError):
@@ -479,6 +486,8 @@ def describe(obj: Any) -> dict[str, Any]:
             "qualname": getattr(obj, "__qualname__", None),
             "parameters": parameters(obj),
             "body_hash": body_hash(obj),
+            "calls": function_calls(obj),
+            "config_reads": config_reads(obj),
             "source": _source_location(obj),
         }
     return {"kind": "value", "type": type(obj).__qualname__, "value": _repr(obj)}
@@ -520,6 +529,185 @@ def body_hash(func: Any) -> str | None:
     definition = tree.body[0]
     parts = [*getattr(definition, "decorator_list", []), *getattr(definition, "body", [definition])]
     return hashlib.sha256("\n".join(ast.dump(part) for part in parts).encode()).hexdigest()[:16]
+
+
+def function_calls(func: Any) -> list[dict[str, Any]] | None:
+    """The module-level functions ``func`` calls, in source order, each resolved through its module's globals.
+
+    A changed body hash says only that something changed; the callees say what: a reduction upstream added after
+    the call an adapter patches runs outside the adapter's replacement. Each call records the callee as written
+    (``name``), its line counted from the first line of the function's source (0), so moving the function in its
+    file changes nothing, the object it resolves to (``target``, ``module:qualname``; for a function-local import,
+    the imported name) and, for a callee defined in the same module, ``coalesced_reduction``: whether its own body
+    flattens tensors into one buffer and all-reduces it (:func:`coalesces`); ``None`` for other callees. Calls
+    through locals, parameters, attributes of objects and builtins are left out. ``None`` without source.
+    """
+    definition = _definition(func)
+    if definition is None:
+        return None
+    func = inspect.unwrap(func)
+    module_name = str(getattr(func, "__module__", "") or "")
+    namespace = getattr(func, "__globals__", None)
+    if namespace is None:
+        namespace = vars(sys.modules[module_name]) if module_name in sys.modules else {}
+    imported = _local_imports(definition, module_name)
+    local = _local_names(definition) - imported.keys()
+    classified: dict[str, bool] = {}
+    calls: list[dict[str, Any]] = []
+    for node in sorted(_nodes(definition, ast.Call), key=lambda call: (call.lineno, call.col_offset)):
+        name = _source(node.func)
+        if name is None:
+            continue
+        root, *rest = name.split(".")
+        record: dict[str, Any] = {"name": name, "line": node.lineno - 1}
+        if root in imported:
+            module, path = imported[root]
+            joined = ".".join([*path, *rest])
+            if not joined:
+                continue
+            calls.append({**record, "target": f"{module}:{joined}", "coalesced_reduction": None})
+            continue
+        if root in local or root not in namespace:
+            continue
+        callee = _lookup(namespace[root], rest)
+        if callee is None or not inspect.isroutine(callee):
+            continue
+        target = f"{getattr(callee, '__module__', None)}:{getattr(callee, '__qualname__', name)}"
+        verdict = None
+        if getattr(callee, "__module__", None) == module_name and inspect.isfunction(inspect.unwrap(callee)):
+            verdict = classified.setdefault(target, coalesces(callee))
+        calls.append({**record, "target": target, "coalesced_reduction": verdict})
+    return calls
+
+
+def coalesces(func: Any) -> bool:
+    """Whether ``func``'s own body flattens tensors into one buffer and calls an all-reduce.
+
+    That is the pattern whose peak memory is one buffer the size of everything reduced: an adapter that chunks
+    one such reduction to bound memory leaves every other one as it is. Flattening is ``_flatten_dense_tensors``
+    or ``torch.cat`` of something named like a gradient; an all-reduce is a call of ``all_reduce``,
+    ``all_reduce_coalesced`` or a spelling of them (:data:`ALL_REDUCES`), through any path.
+    """
+    definition = _definition(func)
+    if definition is None:
+        return False
+    flattens = reduces = False
+    for node in _nodes(definition, ast.Call):
+        name = _source(node.func) or ""
+        last = name.rsplit(".", 1)[-1]
+        if last in FLATTENS or (name in _CONCATENATIONS and any(_names_grad(arg) for arg in node.args)):
+            flattens = True
+        reduces = reduces or last in ALL_REDUCES
+    return flattens and reduces
+
+
+def config_reads(func: Any) -> list[str] | None:
+    """The attributes ``func`` reads from the model config, sorted; ``None`` without source.
+
+    An adapter hands upstream a config it builds or patches, and replaces functions that upstream calls with that
+    config: an attribute upstream starts reading is a flag the adapter's config must carry and its replacement may
+    have to honour. The config is a parameter named ``config``, a local bound from ``get_model_config(...)``, or
+    ``self.config``; a read is an attribute load on it or ``getattr``/``hasattr`` of it with a literal name.
+    """
+    definition = _definition(func)
+    if definition is None:
+        return None
+    arguments = definition.args
+    names = {a.arg for a in [*arguments.posonlyargs, *arguments.args, *arguments.kwonlyargs] if a.arg == _CONFIG}
+    for node in _nodes(definition, ast.Assign, ast.AnnAssign):
+        value = node.value
+        if isinstance(value, ast.Call) and (_source(value.func) or "").rsplit(".", 1)[-1] == _CONFIG_GETTER:
+            targets = node.targets if isinstance(node, ast.Assign) else [node.target]
+            names.update(target.id for target in targets if isinstance(target, ast.Name))
+
+    def is_config(node: ast.expr) -> bool:
+        return (isinstance(node, ast.Name) and node.id in names) or _source(node) == f"self.{_CONFIG}"
+
+    reads: set[str] = set()
+    for node in ast.walk(definition):
+        if isinstance(node, ast.Attribute) and isinstance(node.ctx, ast.Load) and is_config(node.value):
+            reads.add(node.attr)
+        elif (
+            isinstance(node, ast.Call)
+            and _source(node.func) in ("getattr", "hasattr")
+            and len(node.args) >= 2
+            and is_config(node.args[0])
+            and isinstance(node.args[1], ast.Constant)
+            and isinstance(node.args[1].value, str)
+        ):
+            reads.add(node.args[1].value)
+    return sorted(reads)
+
+
+def _definition(func: Any) -> ast.FunctionDef | ast.AsyncFunctionDef | None:
+    """The parsed ``def`` of ``func``; line 1 is the first line of its source (a decorator or the ``def``)."""
+    try:
+        tree = ast.parse(textwrap.dedent(inspect.getsource(func)))
+    except (OSError, TypeError, SyntaxError):
+        return None
+    definition = tree.body[0] if tree.body else None
+    return definition if isinstance(definition, ast.FunctionDef | ast.AsyncFunctionDef) else None
+
+
+def _nodes(tree: ast.AST, *kinds: type) -> list[Any]:
+    return [node for node in ast.walk(tree) if isinstance(node, kinds)]
+
+
+def _local_imports(definition: ast.AST, module_name: str) -> dict[str, tuple[str, list[str]]]:
+    """Names imported inside the function: name -> (module, attribute path below it); relative ones resolved."""
+    package = module_name.rpartition(".")[0]
+    module = sys.modules.get(module_name)
+    if module is not None and getattr(module, "__package__", None) is not None:
+        package = module.__package__ or ""
+    found: dict[str, tuple[str, list[str]]] = {}
+    for node in _nodes(definition, ast.Import, ast.ImportFrom):
+        if isinstance(node, ast.Import):
+            for alias in node.names:
+                top = alias.name.split(".")[0]
+                found[alias.asname or top] = (alias.name if alias.asname else top, [])
+            continue
+        try:
+            source = importlib.util.resolve_name("." * node.level + (node.module or ""), package)
+        except (ImportError, ValueError):
+            continue
+        for alias in node.names:
+            if alias.name != "*":
+                found[alias.asname or alias.name] = (source, [alias.name])
+    return found
+
+
+def _local_names(definition: ast.FunctionDef | ast.AsyncFunctionDef) -> set[str]:
+    """Names the function binds itself (parameters, assignments, loop targets, nested definitions): they shadow
+    the module's globals."""
+    names: set[str] = set()
+    for node in ast.walk(definition):
+        if isinstance(node, ast.arg):
+            names.add(node.arg)
+        elif isinstance(node, ast.Name) and isinstance(node.ctx, ast.Store | ast.Del):
+            names.add(node.id)
+        elif isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef) and node is not definition:
+            names.add(node.name)
+        elif isinstance(node, ast.ExceptHandler) and node.name:
+            names.add(node.name)
+    return names
+
+
+def _lookup(obj: Any, path: list[str]) -> Any:
+    """``obj.<path>``, or ``None`` where an attribute is missing or raises."""
+    for part in path:
+        try:
+            obj = getattr(obj, part)
+        except Exception:
+            return None
+    return obj
+
+
+def _names_grad(node: ast.AST) -> bool:
+    return any(
+        "grad" in (sub.id if isinstance(sub, ast.Name) else sub.attr)
+        for sub in ast.walk(node)
+        if isinstance(sub, ast.Name | ast.Attribute)
+    )
 
 
 def signature_text(params: list[dict[str, str | None]] | None) -> str:

@@ -103,12 +103,16 @@ def pytest_xdist_node_collection_finished(node: Any, ids: list[str]) -> None:
 
 
 def repro_command(config: pytest.Config, nodeid: str) -> str:
-    """The shell line that re-runs one case on this target with this subject."""
+    """The shell line that re-runs one case on this target with this subject, from this matrix file (a candidate's
+    matrix is generated, so its path is part of the command)."""
     target = config.stash[_TARGET]
     prefix = ""
     spec = subject_spec(config.getoption("--subject"))
     if spec != REFERENCE_SUBJECT:
         prefix = f"{SUBJECT_ENV_VAR}={shlex.quote(spec)} "
+    matrix = config.stash[_MATRIX].path
+    if matrix != (REPO_ROOT / "matrix.yaml").resolve():
+        prefix += f"{MATRIX_ENV_VAR}={shlex.quote(str(matrix))} "
     return f"{prefix}nox -R -s {target.session} -- {shlex.quote(nodeid)}"
 
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 import importlib.metadata
 import json
 import platform
+import re
 from pathlib import Path
 from urllib.parse import unquote, urlparse
 
@@ -20,14 +21,35 @@ PINNED_DISTRIBUTIONS = (MEGATRON_DISTRIBUTION, "torch", "numpy")
 
 
 def installed_versions() -> dict[str, str | None]:
-    """Versions of the pinned distributions and of Python in this interpreter (``None`` when absent)."""
+    """Versions of the pinned distributions and of Python in this interpreter (``None`` when absent); torch's with
+    its build label (``2.13.0+cpu``, ``2.13.0+cu130``)."""
     versions: dict[str, str | None] = {"python": platform.python_version()}
     for dist in PINNED_DISTRIBUTIONS:
         try:
             versions[dist] = importlib.metadata.version(dist)
         except importlib.metadata.PackageNotFoundError:
             versions[dist] = None
+    if versions["torch"] is not None:
+        versions["torch"] = torch_build_version() or versions["torch"]
     return versions
+
+
+def torch_build_version() -> str | None:
+    """torch's own ``__version__`` (build label included), read from ``torch/version.py`` without importing torch.
+
+    The package index's Linux wheel for some Pythons is a CUDA build whose distribution metadata says ``2.13.0``
+    while torch calls itself ``2.13.0+cu130``; the local CPU wheel says ``+cpu`` in both. The pin matches either, so
+    which build a target really ran on is recorded rather than assumed.
+    """
+    try:
+        files = importlib.metadata.distribution("torch").files or []
+    except importlib.metadata.PackageNotFoundError:
+        return None
+    version_file = next((f for f in files if str(f).replace("\\", "/") == "torch/version.py"), None)
+    if version_file is None:
+        return None
+    found = re.search(r"^__version__\s*=\s*['\"]([^'\"]+)['\"]", Path(version_file.locate()).read_text(), re.MULTILINE)
+    return found.group(1) if found else None
 
 
 def megatron_origin() -> str | None:

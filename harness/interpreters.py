@@ -3,9 +3,11 @@
 Megatron releases from 0.17 on need Python 3.12 while the gate itself may run on 3.11. A user's 3.12 is often not
 on PATH under its own name: pyenv keeps every version under ``$PYENV_ROOT/versions`` and its ``python3.12`` shim
 answers "command not found" unless that version is selected; asdf, mise and uv keep theirs in directories of their
-own. Neither nox nor uv looks past a failing shim, so the gate looks in each of those places itself, runs every
-candidate to ask its version, and hands nox an absolute path. Nothing is downloaded: a missing interpreter is one
-line saying which target needs which version and how to get it.
+own. Neither nox nor uv looks past a failing shim, so the gate looks in each of those places itself and runs every
+candidate to ask its version. What it finds is linked as ``python3.12`` into a directory of the gate's own, put first
+on the nox process's PATH: nox then finds it by version, and sessions keep ``3.12`` (not a machine's path) as their
+Python in ``nox -l --json``, which the CI workflow reads. Nothing is downloaded: a missing interpreter is one line
+saying which target needs which version and how to get it.
 """
 
 from __future__ import annotations
@@ -107,6 +109,28 @@ def find_interpreter(version: str) -> Path | None:
         if interpreter_version(candidate) == version:
             return candidate
     return None
+
+
+def expose_on_path(version: str, directory: Path) -> bool:
+    """Make ``python<version>`` on PATH an interpreter of that version, if this machine has one; ``False`` if not.
+
+    Nothing is done when the name on PATH already runs the right version (a selected pyenv version, setup-python).
+    """
+    name = f"python{version}"
+    on_path = shutil.which(name)
+    if on_path and interpreter_version(Path(on_path)) == version:
+        return True
+    found = find_interpreter(version)
+    if found is None:
+        return False
+    directory.mkdir(parents=True, exist_ok=True)
+    link = directory / name
+    if link.is_symlink() or link.exists():
+        link.unlink()
+    link.symlink_to(found)
+    if os.environ.get("PATH", "").split(os.pathsep)[0] != str(directory):
+        os.environ["PATH"] = os.pathsep.join([str(directory), os.environ.get("PATH", "")])
+    return True
 
 
 def missing_message(session: str, version: str) -> str:

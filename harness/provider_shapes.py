@@ -1,6 +1,6 @@
 """The call shapes of the model provider, read from Megatron's own ``get_model``.
 
-A provider wrapper must accept every keyword Megatron's training loop passes. For the pip wheels 0.13–0.16 those
+A provider wrapper must accept every keyword Megatron's training loop passes. For the pip wheels 0.13-0.16 those
 keywords are only known from Megatron-LM's sources, so ``matrix.yaml`` records them; from 0.17 the wheel ships
 ``megatron/training/training.py``, and a local tree or git checkout always has it. Where the file is installed the
 gate reads ``get_model``'s calls of its provider parameter (AST, nothing imported) and holds them against the matrix,
@@ -9,8 +9,9 @@ so a release that starts passing a new keyword turns the matrix entry red instea
 Each call is named by what distinguishes it: ``virtual_pipeline`` when it passes ``vp_stage``, ``encoder_decoder``
 when it passes ``add_encoder``/``add_decoder``, ``plain`` otherwise (the names the matrix uses).
 
-``python -m harness.provider_shapes`` prints the shapes of the running interpreter's installed Megatron as JSON
-(the ``candidate`` session writes them into the candidate's matrix entry).
+``python -m harness.provider_shapes`` prints the provider contract of the running interpreter's installed Megatron
+as JSON: these shapes and ``GPTModel``'s process-group keyword (the ``candidate`` session writes them into the
+candidate's matrix entry).
 """
 
 from __future__ import annotations
@@ -138,18 +139,27 @@ def shape_mismatches(calls: list[DerivedCall], recorded: dict[str, tuple[str, ..
 
 
 def main(argv: list[str] | None = None) -> int:
-    """Print the installed Megatron's provider shapes as JSON (``null`` when it ships no training loop)."""
+    """Print the installed Megatron's provider contract as JSON; ``calls`` is ``null`` without a training loop."""
     del argv
+    from megatron.core.models.gpt.gpt_model import GPTModel
+
+    from harness.provider_calls import process_group_parameter
+
+    derived = process_group_parameter(GPTModel.__init__)
+    contract: dict[str, object] = {
+        "process_group_keyword": derived[0] if derived else None,
+        "file": None,
+        "calls": None,
+    }
     training = installed_training_file()
-    if training is None:
-        print(json.dumps(None))
-        return 0
-    try:
-        calls = derive_calls(training.read_text(), str(training))
-    except ProviderShapeError as err:
-        print(err, file=sys.stderr)
-        return 1
-    print(json.dumps({"file": str(training), "calls": derive_shapes(calls)}))
+    if training is not None:
+        try:
+            calls = derive_calls(training.read_text(), str(training))
+        except ProviderShapeError as err:
+            print(err, file=sys.stderr)
+            return 1
+        contract.update(file=str(training), calls={k: list(v) for k, v in derive_shapes(calls).items()})
+    print(json.dumps(contract))
     return 0
 
 

@@ -36,7 +36,7 @@ def one_target(**changes: Any) -> dict[str, Any]:
     return {"targets": [entry]}
 
 
-def test_shipped_matrix_has_the_four_pinned_targets() -> None:
+def test_shipped_matrix_has_the_seven_pinned_targets() -> None:
     matrix = load_matrix(ROOT / "matrix.yaml")
     pins = {t.session: (t.megatron.location, str(t.torch), str(t.numpy)) for t in matrix.targets}
     assert pins == {
@@ -44,7 +44,16 @@ def test_shipped_matrix_has_the_four_pinned_targets() -> None:
         "megatron-0.14": ("megatron-core==0.14.0", "==2.13.0", "<2"),
         "megatron-0.15": ("megatron-core==0.15.3", "==2.13.0", "<2"),
         "megatron-0.16": ("megatron-core==0.16.1", "==2.13.0", "None"),
+        "megatron-0.17": ("megatron-core==0.17.1", "==2.13.0", "None"),
+        "megatron-0.18": ("megatron-core==0.18.2", "==2.13.0", "None"),
+        "megatron-0.19": ("megatron-core==0.19.2", "==2.13.0", "None"),
     }
+    pythons = {t.session: t.python for t in matrix.targets}
+    assert {name for name, python in pythons.items() if python == "3.12"} == {
+        "megatron-0.17",
+        "megatron-0.18",
+        "megatron-0.19",
+    }, "every release from 0.17 declares Requires-Python >=3.12"
     assert "packaging" in matrix.target("megatron-0.13").extra_packages
     assert matrix.target("megatron-0.16").provider.calls["plain"] == (
         "pre_process",
@@ -137,7 +146,7 @@ def test_nox_lists_every_session_with_a_description() -> None:
         if line[:2] in ("* ", "- ") and " -> " in line
     )
     listed = {name.split(" [")[0]: description for name, description in listed.items()}
-    for name in ("megatron-0.13", "megatron-0.14", "megatron-0.15", "megatron-0.16", "tests", "lint"):
+    for name in (*(t.session for t in load_matrix(ROOT / "matrix.yaml").targets), "tests", "lint", "candidate"):
         assert listed.get(name), f"session {name} missing or without description in nox -l: {completed.stdout}"
     assert "* megatron-0.13" in completed.stdout and "* megatron-0.15" in completed.stdout, "default targets"
 

@@ -1,4 +1,4 @@
-"""Provider call shapes read from a ``get_model`` source: names, keywords, lines, and every way a matrix can be stale."""
+"""Provider call shapes read from a ``get_model`` source: names, keywords, lines, every way a matrix is stale."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ import pytest
 
 from harness.provider_shapes import ProviderShapeError, derive_calls, derive_shapes, shape_mismatches
 
-GET_MODEL = '''
+GET_MODEL = """
 def get_model(model_provider_func, model_type=None, config=None, pg_collection=None):
     def build_model():
         if vp:
@@ -22,7 +22,7 @@ def get_model(model_provider_func, model_type=None, config=None, pg_collection=N
             model = model_provider_func(pre_process=True, post_process=True, config=config, pg_collection=pg_collection)
         return model
     return build_model()
-'''
+"""
 RECORDED = {
     "plain": ("pre_process", "post_process", "config", "pg_collection"),
     "virtual_pipeline": ("pre_process", "post_process", "config", "pg_collection", "vp_stage"),
@@ -33,7 +33,13 @@ RECORDED = {
 def test_calls_are_found_in_nested_functions_and_named_by_shape() -> None:
     calls = derive_calls(GET_MODEL, "training.py")
     assert [(c.shape, c.line) for c in calls] == [("virtual_pipeline", 6), ("encoder_decoder", 10), ("plain", 12)]
-    assert derive_shapes(calls)["virtual_pipeline"] == ("pre_process", "post_process", "vp_stage", "config", "pg_collection")
+    assert derive_shapes(calls)["virtual_pipeline"] == (
+        "pre_process",
+        "post_process",
+        "vp_stage",
+        "config",
+        "pg_collection",
+    )
 
 
 def test_matching_matrix_has_no_mismatch() -> None:
