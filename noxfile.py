@@ -140,7 +140,7 @@ for _target in MATRIX.targets:
 def tests(session: nox.Session) -> None:
     """The harness's own tests; first runs megatron-0.13, -0.15, -0.16 and the newest target end to end."""
     torch_pin = f"torch{HARNESS_TARGET.torch}"
-    tools = ["nox", "ruff", "check-jsonschema", "matplotlib"]
+    tools = ["nox[uv]", "pip", "ruff", "check-jsonschema", "matplotlib"]
     session.install(
         *install_command([*HARNESS_REQUIREMENTS, *tools, torch_pin], session.venv_backend, HARNESS_TARGET.python)
     )

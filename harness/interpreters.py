@@ -12,7 +12,6 @@ saying which target needs which version and how to get it.
 
 from __future__ import annotations
 
-import functools
 import os
 import re
 import shutil
@@ -62,9 +61,9 @@ def _pyenv_root(environ: dict[str, str]) -> Path:
     return Path(environ.get("HOME", str(Path.home()))) / ".pyenv"
 
 
-def _uv_managed(version: str) -> Iterator[Path]:
+def _uv_managed(version: str, environ: dict[str, str]) -> Iterator[Path]:
     """uv's own discovery, restricted to the interpreters uv installed itself (never a download)."""
-    uv = shutil.which("uv")
+    uv = shutil.which("uv", path=environ.get("PATH"))
     if uv is None:
         return
     try:
@@ -74,6 +73,7 @@ def _uv_managed(version: str) -> Iterator[Path]:
             text=True,
             timeout=PROBE_TIMEOUT_S,
             check=False,
+            env=environ,
         )
     except (OSError, subprocess.TimeoutExpired):
         return
@@ -99,28 +99,29 @@ def candidates(version: str, environ: dict[str, str] | None = None) -> Iterator[
     for root in managers:
         for directory in _version_dirs(root, version):
             yield directory / "bin" / f"python{version}"
-    yield from _uv_managed(version)
+    yield from _uv_managed(version, environ)
 
 
-@functools.cache
-def find_interpreter(version: str) -> Path | None:
+def find_interpreter(version: str, environ: dict[str, str] | None = None) -> Path | None:
     """An interpreter that runs and reports ``version``; ``None`` when this machine has none."""
-    for candidate in candidates(version):
+    for candidate in candidates(version, environ):
         if interpreter_version(candidate) == version:
             return candidate
     return None
 
 
-def expose_on_path(version: str, directory: Path) -> bool:
-    """Make ``python<version>`` on PATH an interpreter of that version, if this machine has one; ``False`` if not.
+def expose_on_path(version: str, directory: Path, environ: dict[str, str] | None = None) -> bool:
+    """Make ``python<version>`` on ``environ``'s PATH (default: this process's) an interpreter of that version, if
+    this machine has one; ``False`` if not.
 
     Nothing is done when the name on PATH already runs the right version (a selected pyenv version, setup-python).
     """
+    environ = os.environ if environ is None else environ
     name = f"python{version}"
-    on_path = shutil.which(name)
+    on_path = shutil.which(name, path=environ.get("PATH"))
     if on_path and interpreter_version(Path(on_path)) == version:
         return True
-    found = find_interpreter(version)
+    found = find_interpreter(version, dict(environ))
     if found is None:
         return False
     directory.mkdir(parents=True, exist_ok=True)
@@ -128,8 +129,8 @@ def expose_on_path(version: str, directory: Path) -> bool:
     if link.is_symlink() or link.exists():
         link.unlink()
     link.symlink_to(found)
-    if os.environ.get("PATH", "").split(os.pathsep)[0] != str(directory):
-        os.environ["PATH"] = os.pathsep.join([str(directory), os.environ.get("PATH", "")])
+    if environ.get("PATH", "").split(os.pathsep)[0] != str(directory):
+        environ["PATH"] = os.pathsep.join([str(directory), environ.get("PATH", "")])
     return True
 
 
