@@ -309,7 +309,12 @@ def _field(f: dict[str, Any]) -> str:
 
 
 def build_report(before: dict[str, Any], after: dict[str, Any]) -> dict[str, Any]:
-    """The report of two fingerprints written by :func:`fingerprint_targets` (the first one's declaration)."""
+    """The report of two fingerprints written by :func:`fingerprint_targets` (the first one's declaration).
+
+    ``review`` holds one entry per new coalesced reduction after a patched call (first) and per replaced function
+    whose body changed; the calls and config reads that changed with that body are named in its ``finding`` rather
+    than listed as entries of their own, so each replaced function is one item to review.
+    """
     declaration = [Declared(**{**e, "members": tuple(e["members"])}) for e in before["declaration"]]
     rows = diff(declaration, before["symbols"], after["symbols"])
     changed = {row["symbol"] for row in rows}
@@ -320,13 +325,18 @@ def build_report(before: dict[str, Any], after: dict[str, Any]) -> dict[str, Any
             "source": after["symbols"][row["symbol"]].get("source"),
         }
         for row in rows
-        if row["review"]
+        if row["review"] and row["change"] in (NEW_REDUCTION, BODY_CHANGED)
         for entry in declaration
         if row["symbol"] in entry.members
     ]
     review.sort(key=lambda row: row["change"] != NEW_REDUCTION)
     for row in review:
-        row["finding"] = _finding(row, before["session"], after["session"])
+        what = [
+            f"{_PHRASES[r['change']]} {r['detail']}"
+            for r in rows
+            if r["symbol"] == row["symbol"] and r["change"] in _PHRASES
+        ]
+        row["finding"] = _finding(row, before["session"], after["session"], what)
     return {
         "targets": [_target(before), _target(after)],
         "subject": before["subject"],
@@ -336,18 +346,15 @@ def build_report(before: dict[str, Any], after: dict[str, Any]) -> dict[str, Any
     }
 
 
-def _finding(row: dict[str, Any], first: str, second: str) -> str:
-    """What to review, as one sentence that reads on its own in the Markdown and in the JSON."""
+def _finding(row: dict[str, Any], first: str, second: str, what: list[str]) -> str:
+    """What to review, as one sentence that reads on its own in the Markdown and in the JSON; ``what`` says how the
+    body changed (calls and config reads)."""
     if row["change"] == NEW_REDUCTION:
         return row["detail"]
-    if row["change"] == BODY_CHANGED:
-        return (
-            f"upstream's body changed between {first} and {second}, and the subject replaces it with its own "
-            f"`{row['replacement']}`. Compare your copy with upstream's `{row['source']}`."
-        )
+    how = f" ({'; '.join(what)})" if what else ""
     return (
-        f"upstream {_PHRASES[row['change']]} {row['detail']} ({first} → {second}), and the subject replaces it with "
-        f"its own `{row['replacement']}`. Check that your copy follows upstream's `{row['source']}`."
+        f"upstream's body changed between {first} and {second}{how}, and the subject replaces it with its own "
+        f"`{row['replacement']}`. Compare your copy with upstream's `{row['source']}`."
     )
 
 

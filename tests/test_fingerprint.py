@@ -24,7 +24,18 @@ from typing import Any
 import pytest
 import yaml
 
-from harness.api_diff import build_report, compare, diff, parameter_changes, render_markdown
+from harness.api_diff import (
+    CALLS_ADDED,
+    CALLS_REMOVED,
+    NEW_REDUCTION,
+    READS_ADDED,
+    READS_REMOVED,
+    build_report,
+    compare,
+    diff,
+    parameter_changes,
+    render_markdown,
+)
 from harness.fingerprint import (
     CallSite,
     DeclarationError,
@@ -105,6 +116,9 @@ def versions(tmp_path: Path) -> Callable[[str, list[str]], dict[str, dict[str, A
         finally:
             sys.path.remove(str(directory))
             sys.modules.pop(name, None)
+        for fp in prints.values():
+            for call in fp.get("calls") or []:
+                call["target"] = call["target"].replace(f"{name}:", "m:")
         return {f"m:{symbol.split(':', 1)[1]}": fp for symbol, fp in prints.items()}
 
     return fingerprint
@@ -286,6 +300,212 @@ def test_a_changed_annotation_is_not_a_rename() -> None:
     changes = parameter_changes([param("groups", "Old")], [param("collection", "New")])
     assert [c for c, _ in changes] == ["parameter removed", "parameter added"]
     assert [c for c, _ in parameter_changes([param("a", "T")], [param("b", "T")])] == ["parameter renamed"]
+
+
+# --- calls and config reads -------------------------------------------------------------------------------------
+
+FINALIZE_HELPERS = """
+def all_reduce(tensor, group=None):
+    return tensor
+
+def _flatten_dense_tensors(tensors):
+    return list(tensors)
+
+def get_model_config(model):
+    return model.config
+
+def _allreduce_non_tp(model, config):
+    return config.sequence_parallel
+
+def _allreduce_replicated(model, calculate_per_token_loss=False):
+    grads = [param.grad for param in model]
+    coalesced = _flatten_dense_tensors(grads)
+    all_reduce(coalesced)
+
+def _sync_one(model):
+    all_reduce(model[0])
+
+def _log(model):
+    return len(model)
+"""
+
+FINALIZE_BEFORE = (
+    FINALIZE_HELPERS
+    + """
+def finalize(model):
+    config = get_model_config(model)
+    if config.timers is not None and getattr(config, "old_flag", False):
+        config.timers("sync")
+    _allreduce_non_tp(model, config)
+    return model
+"""
+)
+
+FINALIZE_WITH_REDUCTION = (
+    FINALIZE_HELPERS
+    + """
+def finalize(model):
+    config = get_model_config(model)
+    if config.timers is not None and getattr(config, "gtp_size", 1) > 1:
+        config.timers("sync")
+    _allreduce_non_tp(model, config)
+    _allreduce_replicated(model, calculate_per_token_loss=config.calculate_per_token_loss)
+    return model
+"""
+)
+
+FINALIZE_WITH_PLAIN_CALLS = (
+    FINALIZE_HELPERS
+    + """
+def finalize(model):
+    config = get_model_config(model)
+    if config.timers is not None and getattr(config, "old_flag", False):
+        config.timers("sync")
+    _allreduce_replicated(model)
+    _allreduce_non_tp(model, config)
+    _log(model)
+    _sync_one(model)
+    return model
+"""
+)
+
+CALL_DECLARATION = {"m:_allreduce_non_tp": "replaces with allreduce_non_tp", "m:finalize": "relies"}
+
+
+def _report(declaration: list[Any], before: dict[str, Any], after: dict[str, Any]) -> dict[str, Any]:
+    meta = {"megatron_core": "1", "origin": None, "key": "k", "cached": False, "subject": "s"}
+    declared = [{**e.__dict__, "members": list(e.members)} for e in declaration]
+    return build_report(
+        {**meta, "session": "a", "symbols": before, "declaration": declared},
+        {**meta, "session": "b", "symbols": after, "declaration": declared},
+    )
+
+
+def test_fingerprint_records_calls_in_order_and_config_reads(
+    versions: Callable[[str, list[str]], dict[str, dict[str, Any]]],
+) -> None:
+    function = versions(
+        FINALIZE_HELPERS
+        + """
+import os
+
+def finalize(model, config, _log=None):
+    from os.path import join as joined
+    local = get_model_config(model)
+    local.flag = config.stored
+    _log(model)
+    _allreduce_replicated(model, getattr(local, "via_getattr", None), hasattr(config, "via_hasattr"))
+    os.getcwd()
+    joined("a", "b")
+    len(model)
+    return getattr(model, "not_config", None)
+""",
+        ["finalize"],
+    )["m:finalize"]
+    assert [
+        (call["name"], call["line"], call["target"], call["coalesced_reduction"]) for call in function["calls"]
+    ] == [
+        ("get_model_config", 2, "m:get_model_config", False),
+        ("_allreduce_replicated", 5, "m:_allreduce_replicated", True),
+        ("os.getcwd", 6, f"{os.getcwd.__module__}:getcwd", None),
+        ("joined", 7, "os.path:join", None),
+    ]
+    assert function["config_reads"] == ["stored", "via_getattr", "via_hasattr"]
+
+
+def test_new_coalesced_reduction_after_the_replaced_call_heads_the_review(
+    versions: Callable[[str, list[str]], dict[str, dict[str, Any]]],
+) -> None:
+    declaration = parse_declaration(CALL_DECLARATION)
+    before = versions(FINALIZE_BEFORE, ["_allreduce_non_tp", "finalize"])
+    after = versions(FINALIZE_WITH_REDUCTION, ["_allreduce_non_tp", "finalize"])
+    file, first_line = after["m:finalize"]["source"].rsplit(":", 1)
+    call_line = (
+        FINALIZE_WITH_REDUCTION.splitlines().index(
+            "    _allreduce_replicated(model, calculate_per_token_loss=config.calculate_per_token_loss)"
+        )
+        + 1
+    )
+    sentence = (
+        "`finalize` now calls `_allreduce_replicated` right after the patched `_allreduce_non_tp`: a new coalesced "
+        "reduction (one flat buffer, all-reduced) that a chunked replacement of `_allreduce_non_tp` (the subject's "
+        f"`allreduce_non_tp`) does not cover. Upstream calls it at `{file}:{call_line}`."
+    )
+    assert int(first_line) < call_line
+    rows = [(row["symbol"], row["change"], row["detail"], row["review"]) for row in diff(declaration, before, after)]
+    assert rows == [
+        ("m:finalize", "body changed", rows[0][2], False),
+        (
+            "m:finalize",
+            CALLS_ADDED,
+            "`_allreduce_replicated` (right after the patched `_allreduce_non_tp`; coalesced reduction)",
+            False,
+        ),
+        ("m:finalize", NEW_REDUCTION, sentence, True),
+        ("m:finalize", READS_ADDED, "`calculate_per_token_loss`, `gtp_size`", False),
+        ("m:finalize", READS_REMOVED, "`old_flag`", False),
+    ]
+
+    report = _report(declaration, before, after)
+    assert [(row["symbol"], row["finding"]) for row in report["review"]] == [("m:finalize", sentence)]
+    markdown = render_markdown(report)
+    head = markdown[: markdown.index("## Changes")]
+    assert f"## Review your copy\n\n- **`m:finalize`**: {sentence}\n" in head
+    assert (
+        "| `m:finalize` | relies | reads new config attributes | `calculate_per_token_loss`, `gtp_size` |" in markdown
+    )
+
+    backwards = {(row["change"], row["detail"]) for row in diff(declaration, after, before)}
+    assert (CALLS_REMOVED, "`_allreduce_replicated`") in backwards
+    assert (READS_REMOVED, "`calculate_per_token_loss`, `gtp_size`") in backwards
+    assert (READS_ADDED, "`old_flag`") in backwards
+    assert NEW_REDUCTION not in {change for change, _ in backwards}
+
+
+def test_a_new_call_that_does_not_coalesce_is_only_a_call_change(
+    versions: Callable[[str, list[str]], dict[str, dict[str, Any]]],
+) -> None:
+    declaration = parse_declaration(CALL_DECLARATION)
+    before = versions(FINALIZE_BEFORE, ["_allreduce_non_tp", "finalize"])
+    after = versions(FINALIZE_WITH_PLAIN_CALLS, ["_allreduce_non_tp", "finalize"])
+    classified = {call["name"]: call["coalesced_reduction"] for call in after["m:finalize"]["calls"]}
+    assert classified == {
+        "get_model_config": False,
+        "_allreduce_replicated": True,
+        "_allreduce_non_tp": False,
+        "_log": False,
+        "_sync_one": False,
+    }
+    rows = [(row["change"], row["detail"], row["review"]) for row in diff(declaration, before, after)]
+    assert [row for row in rows if row[0] != "body changed"] == [
+        (
+            CALLS_ADDED,
+            "`_allreduce_replicated` (before the patched `_allreduce_non_tp`; coalesced reduction), "
+            "`_log` (right after the patched `_allreduce_non_tp`), `_sync_one` (after the patched `_allreduce_non_tp`)",
+            False,
+        )
+    ]
+    report = _report(declaration, before, after)
+    assert report["review"] == []
+    assert "## Review your copy" not in render_markdown(report)
+
+
+def test_changed_calls_and_reads_of_a_replaced_function_are_named_in_its_review(
+    versions: Callable[[str, list[str]], dict[str, dict[str, Any]]],
+) -> None:
+    declaration = parse_declaration(CALL_DECLARATION)
+    before = versions(FINALIZE_BEFORE, ["_allreduce_non_tp", "finalize"])
+    changed = FINALIZE_BEFORE.replace(
+        "    return config.sequence_parallel\n", "    _log(model)\n    return config.qk_layernorm\n"
+    )
+    after = versions(changed, ["_allreduce_non_tp", "finalize"])
+    review = _report(declaration, before, after)["review"]
+    assert [(row["symbol"], row["change"]) for row in review] == [("m:_allreduce_non_tp", "body changed")]
+    assert review[0]["finding"].startswith(
+        "upstream's body changed between a and b (now calls `_log`; reads new config attributes: `qk_layernorm`; "
+        "no longer reads config attributes: `sequence_parallel`), and the subject replaces it with its own "
+        "`allreduce_non_tp`."
+    )
 
 
 # --- signature checks -------------------------------------------------------------------------------------------

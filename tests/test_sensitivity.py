@@ -1,9 +1,10 @@
 """The gate's sensitivity: a catalogue of mutants (harness/mutants.yaml) that each family must catch, and equivalent
 ones it must let through.
 
-The whole catalogue runs in ``nox -s sensitivity``; here a fast subset, one mutant per family on megatron-0.15, keeps
-proving in CI that every family still bites, next to the catalogue's own validation and the tooling's refusals: an
-edit matching another number of times than declared, and a mutated copy that is not the Megatron imported.
+The whole catalogue runs in ``nox -s sensitivity``; here a fast subset, one mutant per family on megatron-0.15 and on
+the newest target, keeps proving in CI that every family still bites, next to the catalogue's own validation and the
+tooling's refusals: an edit matching another number of times than declared, and a mutated copy that is not the
+Megatron imported.
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ from tests.pytest_helpers import ROOT, target_python
 
 SESSION = "megatron-0.15"
 KNOWN = tuple(t.session for t in load_matrix(ROOT / "matrix.yaml").targets)
+NEWEST = KNOWN[-1]
 # One mutant per family: the gate must go red on each, through a case of that family.
 FAST_SUBSET = (
     "chunks_reversed",
@@ -55,7 +57,7 @@ def test_catalogue_covers_every_family() -> None:
     assert set(FAST_SUBSET) <= {m.id for m in mutants}
 
 
-@pytest.mark.parametrize("session", ["megatron-0.13", "megatron-0.15", "megatron-0.16"])
+@pytest.mark.parametrize("session", ["megatron-0.13", "megatron-0.15", "megatron-0.16", NEWEST])
 def test_every_edit_matches_its_target_and_compiles(session: str) -> None:
     package = mutation.installed_package(target_python(session))
     for mutant in catalogue():
@@ -172,9 +174,22 @@ def test_failing_cases_are_read_from_junit_with_their_family(tmp_path: Path) -> 
     }
 
 
-def test_fast_subset_is_killed_by_its_own_family(tmp_path: Path) -> None:
-    mutants = mutation.select(catalogue(), FAST_SUBSET)
-    report = mutation.run_sensitivity(mutants, {SESSION: target_python(SESSION)}, "harness.reference", 2, print)
+def applicable(ids: tuple[str, ...], session: str) -> list[mutation.Mutant]:
+    """The mutants ``ids`` as they apply to ``session``: the entry itself, or its version variant (``<id>_019``)."""
+    mutants = catalogue()
+    chosen = []
+    for wanted in ids:
+        variant = re.compile(rf"{re.escape(wanted)}(_0\d\d)?")
+        found = [m for m in mutants if variant.fullmatch(m.id) and session in m.targets]
+        assert len(found) == 1, f"{wanted}: {len(found)} catalogue entries apply to {session}"
+        chosen.append(found[0])
+    return chosen
+
+
+@pytest.mark.parametrize("session", [SESSION, NEWEST])
+def test_fast_subset_is_killed_by_its_own_family(session: str, tmp_path: Path) -> None:
+    mutants = applicable(FAST_SUBSET, session)
+    report = mutation.run_sensitivity(mutants, {session: target_python(session)}, "harness.reference", 2, print)
     verdicts = {o.mutant: (o.verdict, o.note, o.caught_by) for o in report.outcomes}
     assert all(verdict == "killed" and not note for verdict, note, _ in verdicts.values()), verdicts
     for outcome in report.outcomes:
