@@ -7,7 +7,9 @@ So the subject names every Megatron symbol it touches in ``MEGATRON_SYMBOLS``, a
 with ``inspect`` and ``ast`` inside the target's venv: whether it exists, its kind, defining module, every
 parameter (name, kind, default, annotation), dataclass fields with their defaults, and a hash of the function body
 normalised through the AST (docstrings, comments and whitespace do not count), so a changed body shows up even when
-the signature did not change.
+the signature did not change. For a function it also records what the body does, so a diff can say how it changed:
+the module-level functions it calls, in order, with same-module callees classified as coalesced reductions or not
+(:func:`function_calls`), and the model-config attributes it reads (:func:`config_reads`).
 
 Declaration format (``MEGATRON_SYMBOLS`` in the subject module)::
 
