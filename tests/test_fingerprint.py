@@ -716,13 +716,24 @@ def candidate(tmp_path_factory: pytest.TempPathFactory) -> Candidate:
     """A venv holding megatron-core 0.15.3 rebuilt with the parameter renamed, and a matrix naming it as a wheel.
 
     Only the candidate wheel is installed into the venv; torch, numpy and pytest come from the megatron-0.15 venv
-    through a ``.pth`` file, which keeps the build at seconds.
+    through a ``.pth`` file, which keeps the build at seconds. pip is the tests' own (target venvs built by uv have
+    none).
     """
     work = tmp_path_factory.mktemp("candidate")
     base = target_python(BASE)
     download = work / "download"
     subprocess.run(
-        [str(base), "-m", "pip", "download", "--no-deps", "-q", "-d", str(download), f"megatron-core=={BASE_VERSION}"],
+        [
+            sys.executable,
+            "-m",
+            "pip",
+            "download",
+            "--no-deps",
+            "-q",
+            "-d",
+            str(download),
+            f"megatron-core=={BASE_VERSION}",
+        ],
         check=True,
         timeout=600,
     )
@@ -733,7 +744,7 @@ def candidate(tmp_path_factory: pytest.TempPathFactory) -> Candidate:
     venv = work / "venv"
     subprocess.run([str(base), "-m", "venv", "--without-pip", str(venv)], check=True, timeout=120)
     python = venv / "bin" / "python"
-    install = [str(base), "-m", "pip", "--python", str(python), "install", "--no-deps", "-q", str(wheel)]
+    install = [sys.executable, "-m", "pip", "--python", str(python), "install", "--no-deps", "-q", str(wheel)]
     subprocess.run(install, check=True, timeout=600)
     (_site_packages(python) / "megatron_conformance_base.pth").write_text(f"{_site_packages(base)}\n")
     entry = {
