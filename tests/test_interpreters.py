@@ -3,12 +3,16 @@
 from __future__ import annotations
 
 import os
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
+import yaml
 
 from harness.interpreters import candidates, expose_on_path, find_interpreter, missing_message
 
+ROOT = Path(__file__).resolve().parent.parent
 BROKEN_SHIM = '#!/bin/sh\necho "pyenv: python3.12: command not found" >&2\nexit 127\n'
 
 
@@ -74,3 +78,21 @@ def test_missing_interpreter_is_one_line_naming_target_version_and_remedy(machin
     assert "\n" not in message
     assert message.startswith("target megatron-0.19 needs Python 3.12")
     assert "pyenv install 3.12" in message and "uv python install 3.12" in message
+
+
+def test_a_target_whose_python_is_missing_ends_in_that_line(tmp_path: Path) -> None:
+    document = yaml.safe_load((ROOT / "matrix.yaml").read_text())
+    entry = document["targets"][-1]
+    entry.update(session="megatron-9.9", python="3.99", expected_failures=str(ROOT / entry["expected_failures"]))
+    matrix = tmp_path / "matrix.yaml"
+    matrix.write_text(yaml.safe_dump({"targets": [entry]}))
+    completed = subprocess.run(
+        [sys.executable, "-m", "nox", "-f", str(ROOT / "noxfile.py"), "-s", "megatron-9.9"],
+        env={**os.environ, "MEGATRON_CONFORMANCE_MATRIX": str(matrix)},
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert completed.returncode != 0
+    aborted = [line for line in completed.stderr.splitlines() if "Session megatron-9.9 aborted" in line]
+    assert aborted and missing_message("megatron-9.9", "3.99") in aborted[0], completed.stderr[-2000:]
