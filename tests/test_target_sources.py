@@ -86,7 +86,7 @@ def test_local_wheel_and_local_tree_targets_pass_smoke(tmp_path: Path) -> None:
     assert completed.returncode == 0, completed.stdout[-4000:] + completed.stderr[-4000:]
     for session, origin in (("megatron-wheel", wheel), ("megatron-tree", tree)):
         summary = json.loads((tmp_path / "reports" / session / "summary.json").read_text())
-        assert summary["counts"]["passed"] == 2 and summary["counts"]["failed"] == 0, summary
+        assert summary["counts"]["passed"] == 3 and summary["counts"]["failed"] == 0, summary
         assert summary["installed"]["megatron-core"] == MEGATRON_VERSION
         assert summary["megatron_origin"] == str(origin)
 
