@@ -49,6 +49,7 @@ from harness.fingerprint import (
     unbound_calls,
     undeclared_uses,
 )
+from harness.matrix import load_matrix
 from tests.pytest_helpers import ROOT, SEEDED, CaseRun, _verdicts, run_cases, target_python
 
 FINALIZE = "megatron.core.distributed.finalize_model_grads"
@@ -827,3 +828,21 @@ def test_api_diff_tells_how_to_build_a_missing_target(tmp_path: Path) -> None:
     )
     assert completed.returncode != 0
     assert "build it with: nox -s megatron-unbuilt" in completed.stdout + completed.stderr
+
+
+def test_api_diff_from_0_16_to_the_newest_target_names_the_new_reduction_and_config_reads(tmp_path: Path) -> None:
+    """Read from the real packages: 0.19 added a coalesced reduction right after the patched call in
+    ``finalize_model_grads``, and config attributes that call reads."""
+    newest = load_matrix(ROOT / "matrix.yaml").targets[-1].session
+    pythons = {"megatron-0.16": target_python("megatron-0.16"), newest: target_python(newest)}
+    report = compare(pythons, "harness.reference", tmp_path / "cache")
+    findings = [row["detail"] for row in report["review"] if row["change"] == NEW_REDUCTION]
+    assert len(findings) == 1, report["review"]
+    assert findings[0].startswith(
+        "`finalize_model_grads` now calls `_allreduce_replicated_grads_over_gtp_remat_group` right after the patched "
+        "`_allreduce_non_tensor_model_parallel_grads`: a new coalesced reduction"
+    )
+    assert "does not cover" in findings[0]
+    reads = [row["detail"] for row in report["changes"] if row["change"] == READS_ADDED]
+    assert reads and all(f"`{name}`" in reads[0] for name in ("gtp_weight_remat_size", "calculate_per_token_loss"))
+    assert findings[0] in render_markdown(report).split("## Changes")[0], "the finding heads the review"
