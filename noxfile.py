@@ -185,7 +185,11 @@ def api_diff(session: nox.Session) -> None:
     """Diff the subject's declared Megatron symbols between two built targets: -- megatron-0.13 megatron-0.16."""
     if len(session.posargs) != 2 or len(set(session.posargs)) != 2:
         session.error("name two different targets: nox -s api-diff -- megatron-0.13 megatron-0.16")
-    pythons = _built_target_pythons(session, session.posargs)
+    _print_drift(session, _built_target_pythons(session, session.posargs))
+
+
+def _print_drift(session: nox.Session, pythons: dict[str, Path]) -> None:
+    """The api-diff of two built venvs, printed and written to reports/api-diff/."""
     try:
         report = compare(pythons, subject_spec(), REPORTS / ".fingerprints")
     except ApiDiffError as err:
@@ -270,17 +274,8 @@ def candidate(session: nox.Session) -> None:
     gate = _nested_nox(session, ["-R", "-s", candidates.SESSION, "--", *pytest_args], matrix, check=False)
     if not venv_python(ROOT, baseline.session).exists():
         _nested_nox(session, ["-s", baseline.session, "--install-only"])
-    pythons = {
-        baseline.session: venv_python(ROOT, baseline.session),
-        candidates.SESSION: venv_python(ROOT, candidates.SESSION),
-    }
-    try:
-        drift = compare(pythons, subject_spec(), REPORTS / ".fingerprints")
-    except ApiDiffError as err:
-        session.error(str(err))
-    markdown, data = write_report(drift, REPORTS / "api-diff")
-    print(render_markdown(drift))
-    session.log(f"drift from {baseline.session}: wrote {markdown} and {data}")
+    session.log(f"drift of the candidate from {baseline.session}, the newest target of another version:")
+    _print_drift(session, {s: venv_python(ROOT, s) for s in (baseline.session, candidates.SESSION)})
     if gate != 0:
         session.error(f"candidate {spec}: the gate is red (exit {gate}); reports/{candidates.SESSION}/ has the details")
     session.log(f"candidate {spec}: every family green")

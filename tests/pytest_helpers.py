@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import os
 import subprocess
+import sys
 import xml.etree.ElementTree as ET
 from dataclasses import dataclass
 from pathlib import Path
@@ -27,6 +28,14 @@ def target_python(session: str) -> Path:
     if not python.exists():
         pytest.fail(f"target venv for {session} is missing ({python}); build it with: nox -s {session}")
     return python
+
+
+def download_megatron_wheel(version: str, directory: Path) -> Path:
+    """The megatron-core wheel of ``version`` from the package index, fetched with this interpreter's pip (target
+    venvs built by uv have none)."""
+    command = [sys.executable, "-m", "pip", "download", "--no-deps", "-q", "-d", str(directory)]
+    subprocess.run([*command, f"megatron-core=={version}"], check=True, timeout=600)
+    return next(directory.glob("megatron_core-*.whl"))
 
 
 @dataclass

@@ -50,7 +50,7 @@ from harness.fingerprint import (
     undeclared_uses,
 )
 from harness.matrix import load_matrix
-from tests.pytest_helpers import ROOT, SEEDED, CaseRun, _verdicts, run_cases, target_python
+from tests.pytest_helpers import ROOT, SEEDED, CaseRun, _verdicts, download_megatron_wheel, run_cases, target_python
 
 FINALIZE = "megatron.core.distributed.finalize_model_grads"
 UPSTREAM = f"{FINALIZE}:_allreduce_non_tensor_model_parallel_grads"
@@ -722,23 +722,7 @@ def candidate(tmp_path_factory: pytest.TempPathFactory) -> Candidate:
     """
     work = tmp_path_factory.mktemp("candidate")
     base = target_python(BASE)
-    download = work / "download"
-    subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "pip",
-            "download",
-            "--no-deps",
-            "-q",
-            "-d",
-            str(download),
-            f"megatron-core=={BASE_VERSION}",
-        ],
-        check=True,
-        timeout=600,
-    )
-    original = next(download.glob("megatron_core-*.whl"))
+    original = download_megatron_wheel(BASE_VERSION, work / "download")
     (work / "wheel").mkdir()
     wheel = work / "wheel" / original.name
     _rewrite_wheel(original, wheel, "megatron/core/distributed/finalize_model_grads.py", _rename_parameter)

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import yaml
 
-from tests.pytest_helpers import ROOT
+from tests.pytest_helpers import ROOT, download_megatron_wheel
 
 MEGATRON_VERSION = "0.15.3"
 
@@ -42,25 +42,6 @@ def _run_nox(tmp_path: Path, targets: list[dict[str, object]], sessions: list[st
     return subprocess.run(command, env=env, capture_output=True, text=True, timeout=900)
 
 
-def _download_wheel(directory: Path) -> Path:
-    subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "pip",
-            "download",
-            "--no-deps",
-            "-q",
-            "-d",
-            str(directory),
-            f"megatron-core=={MEGATRON_VERSION}",
-        ],
-        check=True,
-        timeout=600,
-    )
-    return next(directory.glob("megatron_core-*.whl"))
-
-
 def _tree_from_wheel(wheel: Path, tree: Path) -> Path:
     """A local source tree holding the wheel's package files and a minimal setuptools project."""
     with zipfile.ZipFile(wheel) as archive:
@@ -76,7 +57,7 @@ def _tree_from_wheel(wheel: Path, tree: Path) -> Path:
 
 
 def test_local_wheel_and_local_tree_targets_pass_smoke(tmp_path: Path) -> None:
-    wheel = _download_wheel(tmp_path / "wheels")
+    wheel = download_megatron_wheel(MEGATRON_VERSION, tmp_path / "wheels")
     tree = _tree_from_wheel(wheel, tmp_path / "tree")
     targets = [
         _entry("megatron-wheel", {"wheel": str(wheel), "version": f"=={MEGATRON_VERSION}"}),
