@@ -25,14 +25,14 @@ import nox
 ROOT = Path(__file__).resolve().parent
 sys.path.insert(0, str(ROOT))
 
-from harness import candidate as candidates  # noqa: E402
-from harness import mutation  # noqa: E402
-from harness.api_diff import ApiDiffError, compare, render_markdown, write_report  # noqa: E402
-from harness.installer import HARNESS_REQUIREMENTS, describe, install_command  # noqa: E402
-from harness.interpreters import expose_on_path, missing_message, running_version  # noqa: E402
-from harness.matrix import MatrixError, Target, load_matrix, venv_python  # noqa: E402
-from harness.report import ReportError, headline, write_reports  # noqa: E402
-from harness.subject import subject_spec  # noqa: E402
+from harness.plugin.subjects import subject_spec  # noqa: E402
+from harness.reports.api_diff import ApiDiffError, compare, render_markdown, write_report  # noqa: E402
+from harness.reports.compatibility import ReportError, headline, write_reports  # noqa: E402
+from harness.sensitivity import mutation  # noqa: E402
+from harness.targets import candidate as candidates  # noqa: E402
+from harness.targets.interpreters import expose_on_path, missing_message, running_version  # noqa: E402
+from harness.targets.matrix import MatrixError, Target, load_matrix, venv_python  # noqa: E402
+from harness.targets.venv_install import HARNESS_REQUIREMENTS, describe, install_command  # noqa: E402
 
 try:
     MATRIX = load_matrix(os.environ.get("MEGATRON_CONFORMANCE_MATRIX", ROOT / "matrix.yaml"))
@@ -60,7 +60,7 @@ INTERPRETER_LINKS = ROOT / ".nox" / ".interpreters"
 
 def _python_available(version: str) -> bool:
     """Whether nox can make a venv of ``version``: the running one, or one found on this machine and linked as
-    ``python<version>`` first on PATH (see harness.interpreters)."""
+    ``python<version>`` first on PATH (see harness.targets.interpreters)."""
     return version == running_version() or expose_on_path(version, INTERPRETER_LINKS)
 
 
@@ -241,8 +241,10 @@ def _nested_nox(session: nox.Session, arguments: list[str], matrix: Path | None 
 
 
 def _derived_contract(session: nox.Session, python: Path) -> dict:
-    """The provider contract the installed candidate declares itself (``python -m harness.provider_shapes``)."""
-    completed = subprocess.run([str(python), "-m", "harness.provider_shapes"], cwd=ROOT, capture_output=True, text=True)
+    """The provider contract the installed candidate declares itself (``python -m harness.targets.provider_shapes``)."""
+    completed = subprocess.run(
+        [str(python), "-m", "harness.targets.provider_shapes"], cwd=ROOT, capture_output=True, text=True
+    )
     if completed.returncode != 0:
         session.error(f"candidate: reading the provider contract of the installed Megatron failed: {completed.stderr}")
     return json.loads(completed.stdout.strip().splitlines()[-1])
@@ -305,7 +307,7 @@ def _time_gate(session: nox.Session, out: Path) -> None:
 
 @nox.session(python=KNOWN[BENCH_TARGET].python if BENCH_TARGET in KNOWN else None)
 def bench(session: nox.Session) -> None:
-    """Chunked vs upstream all-reduce on gloo, and the gate's costs: -- [--skip-gate] [harness.bench options]."""
+    """Chunked vs upstream all-reduce on gloo, and the gate's costs: -- [--skip-gate] [harness.bench.timing options]."""
     if BENCH_TARGET not in KNOWN:
         session.error(f"the bench runs on {BENCH_TARGET}, which is not in {MATRIX.path.name}")
     target = KNOWN[BENCH_TARGET]
@@ -318,6 +320,6 @@ def bench(session: nox.Session) -> None:
         (out / "gate.json").unlink(missing_ok=True)
     else:
         _time_gate(session, out)
-    session.run("python", "-m", "harness.bench", "--out", str(out), *options)
+    session.run("python", "-m", "harness.bench.timing", "--out", str(out), *options)
     command = " ".join(["nox -s bench", *(["--", *session.posargs] if session.posargs else [])])
-    session.run("python", "-m", "harness.bench_report", str(out), command)
+    session.run("python", "-m", "harness.bench.report", str(out), command)

@@ -1,6 +1,6 @@
 """Cases run under the gate plugin: target, subject, expected failures, repro lines, summary.json."""
 
-from harness.gate_plugin import (  # noqa: F401
+from harness.plugin.gate import (  # noqa: F401
     pytest_addoption,
     pytest_collection_modifyitems,
     pytest_configure,

@@ -15,8 +15,8 @@ import torch
 from hypothesis import given
 from hypothesis import strategies as st
 
-from harness.grad_populations import TensorSpec, budgets_for, gpt_layer_specs, populations
-from harness.matrix import Target
+from harness.contracts.populations import TensorSpec, budgets_for, gpt_layer_specs, populations
+from harness.targets.matrix import Target
 
 SYMBOL = "split_into_chunks"
 pytestmark = pytest.mark.contract("chunk-splitting", symbol=SYMBOL)

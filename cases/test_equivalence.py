@@ -15,11 +15,11 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from harness.equivalence import ParamSpec, Population, RankReport, compare_task, gpt_finalize_task
-from harness.grad_populations import budgets_for_population, fake_module_populations
-from harness.matrix import Target
-from harness.megatron_ranks import model_parallel
-from harness.rank_pool import backend_skip_reason, get_pool
+from harness.contracts.equivalence import ParamSpec, Population, RankReport, compare_task, gpt_finalize_task
+from harness.contracts.populations import budgets_for_population, fake_module_populations
+from harness.ranks.megatron_state import model_parallel
+from harness.ranks.pool import backend_skip_reason, get_pool
+from harness.targets.matrix import Target
 
 SYMBOL = "allreduce_non_tensor_model_parallel_grads"
 pytestmark = pytest.mark.contract("equivalence", symbol=SYMBOL)

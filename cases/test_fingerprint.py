@@ -2,7 +2,7 @@
 the target, and has a signature the subject's use of it fits.
 
 - The subject's source uses nothing undeclared (imports, modules named to ``importlib.import_module``, attributes
-  and ``getattr`` on them; see ``harness.fingerprint.scan_sources``).
+  and ``getattr`` on them; see ``harness.contracts.fingerprint.scan_sources``).
 - Each non-optional entry exists here; for alternatives, at least one member.
 - A function the subject replaces: the replacement accepts every call upstream's signature accepts (parameter names
   in order, defaults where upstream has them), so upstream's callers can call it instead on this target.
@@ -19,7 +19,7 @@ from typing import Any
 
 import pytest
 
-from harness.fingerprint import (
+from harness.contracts.fingerprint import (
     DeclarationError,
     Declared,
     SourceScan,
@@ -38,7 +38,7 @@ from harness.fingerprint import (
     undeclared_uses,
     write_json,
 )
-from harness.matrix import Target
+from harness.targets.matrix import Target
 
 pytestmark = pytest.mark.contract("api-fingerprint", symbol="MEGATRON_SYMBOLS")
 

@@ -2,7 +2,8 @@
 the documented Megatron names and uninstall() puts back the very objects it found.
 
 A subject may relax the detector for its adapter by declaring ``IMPORT_SIDE_EFFECTS_ALLOWED`` (kinds from
-``harness.side_effects.KINDS``) and widen it with ``IMPORT_WATCH_MODULES`` (module names to watch too).
+``harness.contracts.imports.side_effects.KINDS``) and widen it with ``IMPORT_WATCH_MODULES`` (module names to
+watch too).
 """
 
 from __future__ import annotations
@@ -16,11 +17,11 @@ from types import ModuleType
 
 import pytest
 
-from harness.fake_modules import build_fakes
-from harness.isolation import load_isolated
-from harness.matrix import Target
-from harness.megatron_ranks import ALIAS_NAME, UPSTREAM_NAME, finalize_module
-from harness.side_effects import detect, format_effects
+from harness.contracts.imports.fake_modules import build_fakes
+from harness.contracts.imports.isolation import load_isolated
+from harness.contracts.imports.side_effects import detect, format_effects
+from harness.ranks.megatron_state import ALIAS_NAME, UPSTREAM_NAME, finalize_module
+from harness.targets.matrix import Target
 
 pytestmark = pytest.mark.contract("import-side-effects", symbol="ADAPTER_PACKAGE")
 PATCHED = (UPSTREAM_NAME, ALIAS_NAME)

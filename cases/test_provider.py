@@ -25,8 +25,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from harness.matrix import Target, load_matrix
-from harness.provider_calls import (
+from harness.contracts.provider_calls import (
     GPT_PARAMETER_NAMES,
     GPTProvider,
     InnerProvider,
@@ -40,7 +39,8 @@ from harness.provider_calls import (
     provider_specs,
     tiny_gpt_config,
 )
-from harness.provider_shapes import derive_calls, installed_training_file, shape_mismatches
+from harness.targets.matrix import Target, load_matrix
+from harness.targets.provider_shapes import derive_calls, installed_training_file, shape_mismatches
 
 SYMBOL = "wrap_model_provider"
 pytestmark = pytest.mark.contract("model-provider", symbol=SYMBOL)

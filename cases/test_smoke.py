@@ -11,8 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from harness.installed import installed_versions, megatron_origin, pin_mismatches
-from harness.matrix import MEGATRON_DISTRIBUTION, Target
+from harness.targets.installed_versions import installed_versions, megatron_origin, pin_mismatches
+from harness.targets.matrix import MEGATRON_DISTRIBUTION, Target
 
 pytestmark = pytest.mark.contract("smoke", symbol="megatron-core")
 

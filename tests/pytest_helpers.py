@@ -15,8 +15,8 @@ from pathlib import Path
 
 import pytest
 
-from harness.matrix import venv_python
-from harness.mutation import case_command
+from harness.sensitivity.mutation import case_command
+from harness.targets.matrix import venv_python
 
 ROOT = Path(__file__).resolve().parent.parent
 SEEDED = Path(__file__).resolve().parent / "seeded"

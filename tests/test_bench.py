@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from harness import bench_report
+from harness.bench import report as bench_report
 from tests.pytest_helpers import ROOT, target_python
 
 MIB = 1 << 20
@@ -27,7 +27,7 @@ def small_bench(tmp_path_factory: pytest.TempPathFactory) -> Path:
     command = [
         str(target_python(SESSION)),
         "-m",
-        "harness.bench",
+        "harness.bench.timing",
         "--out",
         str(out),
         "--world-sizes",

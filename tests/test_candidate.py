@@ -11,10 +11,10 @@ from pathlib import Path
 import pytest
 from packaging.specifiers import SpecifierSet
 
-from harness import candidate
-from harness.candidate import Candidate, CandidateError
-from harness.interpreters import running_version
-from harness.matrix import load_matrix
+from harness.targets import candidate
+from harness.targets.candidate import Candidate, CandidateError
+from harness.targets.interpreters import running_version
+from harness.targets.matrix import load_matrix
 
 ROOT = Path(__file__).resolve().parent.parent
 

@@ -24,19 +24,7 @@ from typing import Any
 import pytest
 import yaml
 
-from harness.api_diff import (
-    CALLS_ADDED,
-    CALLS_REMOVED,
-    NEW_REDUCTION,
-    READS_ADDED,
-    READS_REMOVED,
-    build_report,
-    compare,
-    diff,
-    parameter_changes,
-    render_markdown,
-)
-from harness.fingerprint import (
+from harness.contracts.fingerprint import (
     CallSite,
     DeclarationError,
     body_hash,
@@ -49,7 +37,19 @@ from harness.fingerprint import (
     unbound_calls,
     undeclared_uses,
 )
-from harness.matrix import load_matrix
+from harness.reports.api_diff import (
+    CALLS_ADDED,
+    CALLS_REMOVED,
+    NEW_REDUCTION,
+    READS_ADDED,
+    READS_REMOVED,
+    build_report,
+    compare,
+    diff,
+    parameter_changes,
+    render_markdown,
+)
+from harness.targets.matrix import load_matrix
 from tests.pytest_helpers import ROOT, SEEDED, CaseRun, _verdicts, download_megatron_wheel, run_cases, target_python
 
 FINALIZE = "megatron.core.distributed.finalize_model_grads"

@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 from packaging.tags import sys_tags
 
-from harness import installer
+from harness.targets import venv_install as installer
 
 
 @pytest.fixture

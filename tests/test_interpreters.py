@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from harness.interpreters import candidates, expose_on_path, find_interpreter, missing_message
+from harness.targets.interpreters import candidates, expose_on_path, find_interpreter, missing_message
 
 ROOT = Path(__file__).resolve().parent.parent
 BROKEN_SHIM = '#!/bin/sh\necho "pyenv: python3.12: command not found" >&2\nexit 127\n'

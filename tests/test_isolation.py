@@ -9,8 +9,14 @@ from types import ModuleType
 
 import pytest
 
-from harness.fake_modules import FakeModule, build_fakes
-from harness.isolation import UNIQUE_PREFIX, Isolation, isolated_modules, load_isolated, observe_isolations
+from harness.contracts.imports.fake_modules import FakeModule, build_fakes
+from harness.contracts.imports.isolation import (
+    UNIQUE_PREFIX,
+    Isolation,
+    isolated_modules,
+    load_isolated,
+    observe_isolations,
+)
 
 FIXTURES = Path(__file__).parent / "import_fixtures"
 

@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 import yaml
 
-from harness.matrix import MatrixError, load_matrix
+from harness.targets.matrix import MatrixError, load_matrix
 from tests.pytest_helpers import ROOT
 
 SHIPPED = yaml.safe_load((ROOT / "matrix.yaml").read_text())
@@ -94,7 +94,9 @@ def test_shipped_matrix_has_the_seven_pinned_targets() -> None:
             "key 'provider.calls.plain': every call shape passes pre_process and post_process",
         ),
         ({"targets": []}, "key 'targets' must be a non-empty list"),
-        ({"targets": [], "defaults": {}}, "exactly one key, 'targets'"),
+        ({"targets": [], "defaults": {}}, "key 'defaults': unknown key (allowed: targets)"),
+        ({"target": []}, "key 'target': unknown key (allowed: targets)"),
+        ({}, "key 'targets': missing required key"),
     ],
 )
 def test_malformed_entry_names_target_and_key(tmp_path: Path, document: Any, expected: str | None) -> None:

@@ -6,7 +6,7 @@ import re
 
 import pytest
 
-from harness.provider_shapes import ProviderShapeError, derive_calls, derive_shapes, shape_mismatches
+from harness.targets.provider_shapes import ProviderShapeError, derive_calls, derive_shapes, shape_mismatches
 
 GET_MODEL = """
 def get_model(model_provider_func, model_type=None, config=None, pg_collection=None):

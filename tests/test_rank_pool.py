@@ -22,8 +22,8 @@ from pathlib import Path
 import pytest
 import torch
 
-from harness import rank_pool
-from harness.rank_pool import (
+from harness.ranks import pool as rank_pool
+from harness.ranks.pool import (
     START_TIMEOUT_S,
     TIMEOUT_ENV_VAR,
     RankDied,
@@ -216,7 +216,7 @@ def test_close_stops_every_rank_and_removes_the_rendezvous_dir(pool: RankPool) -
 CHILD = textwrap.dedent(
     """
     import operator, os, signal, sys
-    from harness.rank_pool import RankPool
+    from harness.ranks.pool import RankPool
 
     pool = RankPool(2)
     assert pool.run(operator.add) == [2, 3]
@@ -332,7 +332,7 @@ def test_a_pool_starts_under_a_long_tmpdir(tmp_path: Path) -> None:
     """The fallback in action: a TMPDIR too long for the fork server's socket still gets working ranks."""
     long_tmp = tmp_path / ("d" * 80)
     long_tmp.mkdir()
-    code = "from harness.rank_pool import RankPool; import operator; print(RankPool(2).run(operator.add))"
+    code = "from harness.ranks.pool import RankPool; import operator; print(RankPool(2).run(operator.add))"
     env = {**os.environ, "PYTHONPATH": str(ROOT), "TMPDIR": str(long_tmp)}
     child = subprocess.run([sys.executable, "-c", code], cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
     assert child.returncode == 0, child.stderr[-3000:]

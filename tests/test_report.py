@@ -15,8 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from harness.matrix import load_matrix
-from harness.report import (
+from harness.reports.compatibility import (
     ReportError,
     collect,
     load_target,
@@ -25,6 +24,7 @@ from harness.report import (
     render_markdown,
     write_reports,
 )
+from harness.targets.matrix import load_matrix
 from tests.pytest_helpers import ROOT, SEEDED, run_cases
 
 CHROMIUM = Path("/usr/bin/chromium")

@@ -1,5 +1,5 @@
-"""The gate's sensitivity: a catalogue of mutants (harness/mutants.yaml) that each family must catch, and equivalent
-ones it must let through.
+"""The gate's sensitivity: a catalogue of mutants (harness/sensitivity/mutants.yaml) that each family must
+catch, and equivalent ones it must let through.
 
 The whole catalogue runs in ``nox -s sensitivity``; here a fast subset, one mutant per family on megatron-0.15 and on
 the newest target, keeps proving in CI that every family still bites, next to the catalogue's own validation and the
@@ -17,8 +17,8 @@ from typing import Any
 
 import pytest
 
-from harness import mutation
-from harness.matrix import load_matrix
+from harness.sensitivity import mutation
+from harness.targets.matrix import load_matrix
 from tests.pytest_helpers import ROOT, target_python
 
 SESSION = "megatron-0.15"
@@ -75,15 +75,15 @@ def broken(change: Any) -> dict[str, Any]:
 @pytest.mark.parametrize(
     ("change", "message"),
     [
-        (lambda ms: ms[0].update(severity="high"), "mutant 'm': unknown key 'severity'"),
-        (lambda ms: ms[0].pop("why"), "mutant 'm': missing key 'why'"),
+        (lambda ms: ms[0].update(severity="high"), "mutant 'm': key 'severity': unknown key"),
+        (lambda ms: ms[0].pop("why"), "mutant 'm': key 'why': missing required key"),
         (lambda ms: ms[0].pop("family"), "mutant 'm': 'family' must be one of"),
         (lambda ms: ms[0].update(equivalent=True), "mutant 'm': an equivalent mutant must stay green"),
         (lambda ms: ms[0].update(targets=["megatron-9.9"]), "mutant 'm': target 'megatron-9.9' is not in the matrix"),
         (lambda ms: ms[0].update(kind="torch"), "mutant 'm': kind 'torch' is not one of"),
         (lambda ms: ms[0].update(edits=[]), "mutant 'm': a megatron mutant needs a non-empty list of 'edits'"),
-        (lambda ms: ms[0]["edits"][0].pop("find"), "mutant 'm': an edit lacks 'find'"),
-        (lambda ms: ms[0]["edits"][0].update(line=3), "mutant 'm': unknown edit key 'line'"),
+        (lambda ms: ms[0]["edits"][0].pop("find"), "mutant 'm': edit key 'find': missing required key"),
+        (lambda ms: ms[0]["edits"][0].update(line=3), "mutant 'm': edit key 'line': unknown key"),
         (lambda ms: ms[0]["edits"][0].update(count=0), "mutant 'm': edit 'count' must be a positive integer"),
         (lambda ms: ms[0]["edits"][0].update(file="/etc/x.py"), "must be relative to the megatron package root"),
         (lambda ms: ms[1].update(subject="tests/seeded/nothing.py"), "mutant 's': subject tests/seeded/nothing.py"),

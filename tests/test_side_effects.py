@@ -17,9 +17,9 @@ from typing import Any
 
 import pytest
 
-from harness.fake_modules import build_fakes
-from harness.isolation import load_isolated
-from harness.side_effects import KINDS, SideEffect, SideEffectDetector, detect, format_effects
+from harness.contracts.imports.fake_modules import build_fakes
+from harness.contracts.imports.isolation import load_isolated
+from harness.contracts.imports.side_effects import KINDS, SideEffect, SideEffectDetector, detect, format_effects
 
 FIXTURES = Path(__file__).parent / "import_fixtures"
 MEGATRON_FAKES = {

@@ -10,7 +10,7 @@ Kinds (:data:`KINDS`):
 ``module-attribute``
     An attribute added, deleted or re-bound (compared by identity) on a watched module, or on a class defined in
     one. Watched: loaded modules under :data:`WATCHED_BY_DEFAULT` and under the caller's ``watch_modules``, plus
-    every fake module of an isolated load (see :mod:`harness.isolation`) that runs during the call.
+    every fake module of an isolated load (see :mod:`harness.contracts.imports.isolation`) that runs during the call.
 ``sys-modules``
     A module imported for the first time, removed or replaced, other than the package's own (``own_prefix``, and
     the root of each isolated load), the caller's ``allowed_imports`` and the standard library. Modules an isolated
@@ -69,7 +69,7 @@ from stat import S_ISDIR
 from types import BuiltinFunctionType, FunctionType, MethodType, ModuleType, TracebackType
 from typing import Any, NamedTuple
 
-from harness.isolation import Isolation, observe_isolations
+from harness.contracts.imports.isolation import Isolation, observe_isolations
 
 KINDS = (
     "module-attribute",

@@ -9,8 +9,8 @@ so a release that starts passing a new keyword turns the matrix entry red instea
 Each call is named by what distinguishes it: ``virtual_pipeline`` when it passes ``vp_stage``, ``encoder_decoder``
 when it passes ``add_encoder``/``add_decoder``, ``plain`` otherwise (the names the matrix uses).
 
-``python -m harness.provider_shapes`` prints the provider contract of the running interpreter's installed Megatron
-as JSON: these shapes and ``GPTModel``'s process-group keyword (the ``candidate`` session writes them into the
+``python -m harness.targets.provider_shapes`` prints the provider contract of the running interpreter's installed
+Megatron as JSON: these shapes and ``GPTModel``'s process-group keyword (the ``candidate`` session writes them into the
 candidate's matrix entry).
 """
 
@@ -23,7 +23,7 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
-from harness.matrix import MEGATRON_DISTRIBUTION
+from harness.targets.matrix import MEGATRON_DISTRIBUTION
 
 TRAINING_FILE = "megatron/training/training.py"
 GET_MODEL = "get_model"
@@ -143,7 +143,7 @@ def main(argv: list[str] | None = None) -> int:
     del argv
     from megatron.core.models.gpt.gpt_model import GPTModel
 
-    from harness.provider_calls import process_group_parameter
+    from harness.contracts.provider_calls import process_group_parameter
 
     derived = process_group_parameter(GPTModel.__init__)
     contract: dict[str, object] = {

@@ -3,9 +3,9 @@
 A user about to adopt a release should not have to edit ``matrix.yaml`` first: ``nox -s candidate -- <spec>`` takes
 a pip requirement (``megatron-core==0.19.2``), a wheel file, a source tree or a git URL. What a matrix entry records
 by hand is read from the candidate itself: the Python it runs on from its ``Requires-Python``, the provider's call
-shapes and process-group keyword from the installed package (see :mod:`harness.provider_shapes`); the torch pin and
-anything Megatron cannot tell are taken from the newest matrix target. A spec the gate cannot use ends in one line
-naming the spec and the reason, before any venv is built.
+shapes and process-group keyword from the installed package (see :mod:`harness.targets.provider_shapes`); the torch
+pin and anything Megatron cannot tell are taken from the newest matrix target. A spec the gate cannot use ends in one
+line naming the spec and the reason, before any venv is built.
 """
 
 from __future__ import annotations
@@ -26,8 +26,8 @@ from packaging.specifiers import InvalidSpecifier, SpecifierSet
 from packaging.utils import canonicalize_name
 from packaging.version import InvalidVersion, Version
 
-from harness.interpreters import find_interpreter, running_version
-from harness.matrix import MEGATRON_DISTRIBUTION, Target
+from harness.targets.interpreters import find_interpreter, running_version
+from harness.targets.matrix import MEGATRON_DISTRIBUTION, Target
 
 SESSION = "megatron-candidate"
 PYTHONS = ("3.10", "3.11", "3.12", "3.13", "3.14")
@@ -246,7 +246,7 @@ def write_matrix(entry: dict[str, Any], path: Path) -> Path:
 def with_derived_contract(entry: dict[str, Any], derived: dict[str, Any]) -> tuple[dict[str, Any], list[str]]:
     """``entry`` with the provider contract read from the installed candidate, and what was taken from where.
 
-    ``derived`` is what ``python -m harness.provider_shapes`` printed in the candidate's venv.
+    ``derived`` is what ``python -m harness.targets.provider_shapes`` printed in the candidate's venv.
     """
     provider = dict(entry["provider"])
     notes = []

@@ -47,7 +47,7 @@ class FakeModuleTree(Mapping[str, ModuleType]):
     """The fake modules built from one spec, by dotted name, and the record of their use.
 
     It is a mapping of module name to module, so it can be passed as the ``fakes`` of
-    :func:`harness.isolation.load_isolated` directly.
+    :func:`harness.contracts.imports.isolation.load_isolated` directly.
     """
 
     def __init__(self) -> None:

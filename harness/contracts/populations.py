@@ -12,8 +12,8 @@ from dataclasses import dataclass
 import torch
 from hypothesis import strategies as st
 
-from harness.equivalence import DTYPES as PARAM_DTYPES
-from harness.equivalence import GRAD_KINDS, ParamSpec, Population
+from harness.contracts.equivalence import DTYPES as PARAM_DTYPES
+from harness.contracts.equivalence import GRAD_KINDS, ParamSpec, Population
 
 DTYPES = (torch.float32, torch.bfloat16, torch.float16)
 

@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from harness.subject import REFERENCE_SUBJECT, SUBJECT_ENV_VAR
+from harness.plugin.subjects import REFERENCE_SUBJECT, SUBJECT_ENV_VAR
 
 STATUSES = ("failed", "xfailed", "passed", "skipped")
 """Cell statuses, worst first: a cell shows the colour of the first one present."""

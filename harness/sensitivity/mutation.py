@@ -1,10 +1,10 @@
 """Mutation testing of the gate itself: each case family must turn red on the breakage it exists for, and stay green
 on changes that keep upstream's behaviour.
 
-The mutants are data (``harness/mutants.yaml``, schema in its header). A *megatron* mutant is a set of exact text
-edits to a copy of a target's installed ``megatron`` package: a release moving or changing what the subject leans
-on. A *subject* mutant is a seeded broken subject. Each run is the real gate: the target's interpreter, its pytest,
-the case files of the family that must catch the mutant, verdicts read back from JUnit.
+The mutants are data (``harness/sensitivity/mutants.yaml``, schema in its header). A *megatron* mutant is a set
+of exact text edits to a copy of a target's installed ``megatron`` package: a release moving or changing what the
+subject leans on. A *subject* mutant is a seeded broken subject. Each run is the real gate: the target's
+interpreter, its pytest, the case files of the family that must catch the mutant, verdicts read back from JUnit.
 
 A mutated copy goes first on ``PYTHONPATH``. The smoke case would fail on it by design (Megatron is no longer imported
 from the installed distribution), so smoke is never run on a mutant; a pre-flight import in the very environment of
@@ -30,7 +30,10 @@ from typing import Any
 
 import yaml
 
-ROOT = Path(__file__).resolve().parent.parent
+from harness import REPO_ROOT
+from harness.formats.keys import key_problem
+
+ROOT = REPO_ROOT
 CATALOGUE = Path(__file__).resolve().parent / "mutants.yaml"
 FAMILIES = {
     "chunks": "cases/test_chunks.py",
@@ -106,12 +109,9 @@ def _text(where: str, entry: dict[str, Any], key: str) -> str:
 def _edit(where: str, raw: object) -> Edit:
     if not isinstance(raw, dict):
         raise _fail(where, f"an edit must be a mapping, got {raw!r}")
-    unknown = sorted(set(raw) - {*EDIT_KEYS, *EDIT_OPTIONAL_KEYS})
-    if unknown:
-        raise _fail(where, f"unknown edit key '{unknown[0]}' (allowed: {', '.join((*EDIT_KEYS, *EDIT_OPTIONAL_KEYS))})")
-    missing = [key for key in EDIT_KEYS if key not in raw]
-    if missing:
-        raise _fail(where, f"an edit lacks '{missing[0]}'")
+    problem = key_problem(raw, EDIT_KEYS, EDIT_OPTIONAL_KEYS)
+    if problem:
+        raise _fail(where, f"edit key '{problem[0]}': {problem[1]}")
     file = _text(where, raw, "file")
     if Path(file).is_absolute() or ".." in Path(file).parts:
         raise _fail(where, f"edit file {file!r} must be relative to the megatron package root")
@@ -124,12 +124,9 @@ def _edit(where: str, raw: object) -> Edit:
 
 
 def _mutant(where: str, entry: dict[str, Any], known: tuple[str, ...]) -> Mutant:
-    unknown = sorted(set(entry) - {*REQUIRED_KEYS, *OPTIONAL_KEYS})
-    if unknown:
-        raise _fail(where, f"unknown key '{unknown[0]}' (allowed: {', '.join((*REQUIRED_KEYS, *OPTIONAL_KEYS))})")
-    missing = [key for key in REQUIRED_KEYS if key not in entry]
-    if missing:
-        raise _fail(where, f"missing key '{missing[0]}'")
+    problem = key_problem(entry, REQUIRED_KEYS, OPTIONAL_KEYS)
+    if problem:
+        raise _fail(where, f"key '{problem[0]}': {problem[1]}")
     kind = entry["kind"]
     if kind not in KINDS:
         raise _fail(where, f"kind {kind!r} is not one of {', '.join(KINDS)}")

@@ -50,7 +50,7 @@ KILL_GRACE_S = 2.0
 STACK_DUMP_WAIT_S = 2.0
 _PR_SET_PDEATHSIG = 1
 # What every rank imports before its first task; preloaded once in the fork server.
-FORKSERVER_PRELOAD = ("torch", "torch.distributed", "megatron.core", "harness.rank_pool")
+FORKSERVER_PRELOAD = ("torch", "torch.distributed", "megatron.core", "harness.ranks.pool")
 _UNIX_SOCKET_PATH_MAX = 107
 _STACK_SIGNAL = getattr(signal, "SIGUSR1", None)
 

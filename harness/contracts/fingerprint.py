@@ -25,8 +25,9 @@ name up at call time). The declaration is checked against the subject's source: 
 named to ``importlib.import_module`` (also through a string constant or a helper returning the module), attribute or
 ``getattr`` on such a module must be covered by a declared symbol (see :func:`scan_sources` for what is followed).
 
-``python -m harness.fingerprint`` writes the fingerprint of a subject's declared symbols from inside a target venv,
-cached per installed Megatron under ``reports/.fingerprints/<session>-<key>.json`` (see :func:`install_key`).
+``python -m harness.contracts.fingerprint`` writes the fingerprint of a subject's declared symbols from inside a
+target venv, cached per installed Megatron under ``reports/.fingerprints/<session>-<key>.json`` (see
+:func:`install_key`).
 """
 
 from __future__ import annotations
@@ -50,8 +51,8 @@ from pathlib import Path
 from types import ModuleType
 from typing import Any
 
-from harness.installed import installed_versions, megatron_origin
-from harness.subject import SubjectError, load_subject
+from harness.plugin.subjects import SubjectError, load_subject
+from harness.targets.installed_versions import installed_versions, megatron_origin
 
 DECLARATION_NAME = "MEGATRON_SYMBOLS"
 USAGES = ("imports", "calls", "reads", "replaces", "relies")
@@ -127,7 +128,7 @@ def read_declaration(subject: ModuleType) -> list[Declared]:
     if not hasattr(subject, DECLARATION_NAME):
         raise DeclarationError(
             f"subject {subject.__name__!r} declares no {DECLARATION_NAME}: name every Megatron symbol it imports, "
-            "calls, replaces or reads (format: harness/fingerprint.py)"
+            "calls, replaces or reads (format: harness/contracts/fingerprint.py)"
         )
     return parse_declaration(getattr(subject, DECLARATION_NAME))
 
@@ -920,7 +921,7 @@ def write_json(path: Path, data: object) -> None:
 
 def main(argv: list[str] | None = None) -> int:
     """Fingerprint a subject's declared symbols in this interpreter and write them to ``--out``."""
-    parser = argparse.ArgumentParser(prog="python -m harness.fingerprint", description=main.__doc__)
+    parser = argparse.ArgumentParser(prog="python -m harness.contracts.fingerprint", description=main.__doc__)
     parser.add_argument("--session", required=True, help="target session this interpreter belongs to")
     parser.add_argument("--subject", required=True, help="subject module or path")
     parser.add_argument("--cache-dir", required=True, type=Path)

@@ -15,7 +15,7 @@ from urllib.parse import unquote, urlparse
 
 from packaging.version import Version
 
-from harness.matrix import MEGATRON_DISTRIBUTION, Target
+from harness.targets.matrix import MEGATRON_DISTRIBUTION, Target
 
 PINNED_DISTRIBUTIONS = (MEGATRON_DISTRIBUTION, "torch", "numpy")
 

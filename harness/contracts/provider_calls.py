@@ -24,7 +24,7 @@ from typing import Any
 import torch
 from hypothesis import strategies as st
 
-from harness.matrix import ALWAYS_PASSED
+from harness.targets.matrix import ALWAYS_PASSED
 
 POSITIONAL_ONLY = inspect.Parameter.POSITIONAL_ONLY
 POSITIONAL_OR_KEYWORD = inspect.Parameter.POSITIONAL_OR_KEYWORD

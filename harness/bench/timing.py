@@ -3,7 +3,7 @@
 Both run side by side in the same rank processes, on the same grads, interleaved repeat by repeat, so drift of a
 shared machine hits them alike. Per run each rank records wall time (between two barriers), the collectives it made
 and its peak RSS above the level before the call (the kernel's high-water mark is reset first, ``clear_refs``).
-Run in a target's venv: ``python -m harness.bench --out reports/bench`` (``nox -s bench`` does this).
+Run in a target's venv: ``python -m harness.bench.timing --out reports/bench`` (``nox -s bench`` does this).
 """
 
 from __future__ import annotations
@@ -22,9 +22,9 @@ from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
 
-from harness import megatron_ranks
-from harness.rank_pool import RankPool
-from harness.subject import REFERENCE_SUBJECT
+from harness.plugin.subjects import REFERENCE_SUBJECT
+from harness.ranks import megatron_state as megatron_ranks
+from harness.ranks.pool import RankPool
 
 MIB = 1 << 20
 DEFAULT_WORLD_SIZES = (2, 4)
@@ -107,7 +107,7 @@ def time_task(rank: int, world_size: int, method: str, budget_bytes: int | None,
     """One timed call of upstream's all-reduce or the subject's on the allocated chunk."""
     import torch
 
-    from harness.equivalence import CollectiveRecorder, subject_once, tp_group
+    from harness.contracts.equivalence import CollectiveRecorder, subject_once, tp_group
 
     config = SimpleNamespace(sequence_parallel=True, qk_layernorm=False)
     for param in _model[0].parameters():
@@ -239,7 +239,7 @@ def measure_pool_overhead(world_size: int = 2, repeats: int = 3, tasks: int = 20
 
 
 def parse_arguments(argv: list[str] | None = None) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(prog="python -m harness.bench", description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(prog="python -m harness.bench.timing", description=__doc__.splitlines()[0])
     parser.add_argument("--out", type=Path, required=True, help="directory for bench.json")
     parser.add_argument("--world-sizes", type=int, nargs="+", default=list(DEFAULT_WORLD_SIZES))
     parser.add_argument("--populations-mib", type=int, nargs="+", default=list(DEFAULT_POPULATIONS_MIB))

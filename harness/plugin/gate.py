@@ -16,12 +16,12 @@ from typing import Any
 
 import pytest
 
-from harness import expected_failures, hypothesis_profiles
-from harness.installed import installed_versions, megatron_origin
-from harness.matrix import Matrix, Target, load_matrix
-from harness.subject import REFERENCE_SUBJECT, SUBJECT_ENV_VAR, load_subject, subject_spec
+from harness import REPO_ROOT
+from harness.plugin import expected_failures, hypothesis_profiles
+from harness.plugin.subjects import REFERENCE_SUBJECT, SUBJECT_ENV_VAR, load_subject, subject_spec
+from harness.targets.installed_versions import installed_versions, megatron_origin
+from harness.targets.matrix import Matrix, Target, load_matrix
 
-REPO_ROOT = Path(__file__).resolve().parent.parent
 TARGET_ENV_VAR = "MEGATRON_CONFORMANCE_TARGET"
 MATRIX_ENV_VAR = "MEGATRON_CONFORMANCE_MATRIX"
 REPORT_COUNTS = ("passed", "failed", "error", "skipped", "xfailed", "xpassed")

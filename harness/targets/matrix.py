@@ -16,6 +16,8 @@ import yaml
 from packaging.requirements import InvalidRequirement, Requirement
 from packaging.specifiers import InvalidSpecifier, SpecifierSet
 
+from harness.formats.keys import key_problem
+
 MEGATRON_DISTRIBUTION = "megatron-core"
 SESSION_NAME = re.compile(r"^megatron-[A-Za-z0-9][A-Za-z0-9._-]*$")
 PYTHON_VERSION = re.compile(r"^3\.\d+$")
@@ -112,8 +114,11 @@ def load_matrix(path: str | Path) -> Matrix:
         raise MatrixError(f"{path}: matrix file not found") from None
     except yaml.YAMLError as err:
         raise MatrixError(f"{path}: not valid YAML: {err}") from None
-    if not isinstance(document, dict) or set(document) != {"targets"}:
-        raise MatrixError(f"{path}: the file must be a mapping with exactly one key, 'targets'")
+    if not isinstance(document, dict):
+        raise MatrixError(f"{path}: the file must be a mapping with one key, 'targets'")
+    problem = key_problem(document, ("targets",))
+    if problem:
+        raise MatrixError(f"{path}: key {problem[0]!r}: {problem[1]}")
     entries = document["targets"]
     if not isinstance(entries, list) or not entries:
         raise MatrixError(f"{path}: key 'targets' must be a non-empty list")
@@ -137,12 +142,9 @@ def _parse_target(path: Path, index: int, entry: Any) -> Target:
     def fail(key: str, problem: str) -> MatrixError:
         return MatrixError(f"{path}: target {label}: key {key!r}: {problem}")
 
-    for key in entry:
-        if key not in REQUIRED_KEYS + OPTIONAL_KEYS:
-            raise fail(key, f"unknown key (allowed: {', '.join(REQUIRED_KEYS + OPTIONAL_KEYS)})")
-    for key in REQUIRED_KEYS:
-        if key not in entry:
-            raise fail(key, "missing required key")
+    problem = key_problem(entry, REQUIRED_KEYS, OPTIONAL_KEYS)
+    if problem:
+        raise fail(*problem)
     if not isinstance(name, str) or not SESSION_NAME.match(name):
         raise fail("session", f"{name!r} is not a session name of the form megatron-<short>")
     python = str(entry["python"])
@@ -192,9 +194,9 @@ def _specifier(value: Any, fail: Any, key: str, *, optional: bool) -> SpecifierS
 def _parse_source(base: Path, value: Any, fail: Any) -> MegatronSource:
     if not isinstance(value, dict):
         raise fail("megatron", f"must be a mapping with one of {', '.join(SOURCE_KINDS)}")
-    unknown = set(value) - set(SOURCE_KINDS) - {"version"}
-    if unknown:
-        raise fail(f"megatron.{sorted(unknown)[0]}", "unknown key (allowed: pypi, wheel, tree, git, version)")
+    problem = key_problem(value, (), (*SOURCE_KINDS, "version"))
+    if problem:
+        raise fail(f"megatron.{problem[0]}", problem[1])
     kinds = [k for k in SOURCE_KINDS if k in value]
     if len(kinds) != 1:
         raise fail("megatron", f"needs exactly one of {', '.join(SOURCE_KINDS)}, found {kinds or 'none'}")
@@ -230,12 +232,9 @@ def _parse_source(base: Path, value: Any, fail: Any) -> MegatronSource:
 def _parse_provider(value: Any, fail: Any) -> ProviderContract:
     if not isinstance(value, dict):
         raise fail("provider", "must be a mapping with process_group_keyword and calls")
-    for key in value:
-        if key not in PROVIDER_KEYS:
-            raise fail(f"provider.{key}", f"unknown key (allowed: {', '.join(PROVIDER_KEYS)})")
-    for key in PROVIDER_KEYS:
-        if key not in value:
-            raise fail(f"provider.{key}", "missing required key")
+    problem = key_problem(value, PROVIDER_KEYS)
+    if problem:
+        raise fail(f"provider.{problem[0]}", problem[1])
     pg_keyword = value["process_group_keyword"]
     if pg_keyword is not None and not (isinstance(pg_keyword, str) and pg_keyword.isidentifier()):
         raise fail("provider.process_group_keyword", f"{pg_keyword!r} is not a keyword name or null")

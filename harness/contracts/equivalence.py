@@ -16,8 +16,8 @@ from typing import Any
 
 import torch
 
-from harness import megatron_ranks
-from harness.subject import load_subject
+from harness.plugin.subjects import load_subject
+from harness.ranks import megatron_state as megatron_ranks
 
 DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
 GRAD_KINDS = ("main_grad", "grad", "main_grad_none", "grad_none")
@@ -379,7 +379,7 @@ def gpt_finalize_task(rank: int, world_size: int, subject_spec: str, budget: int
     all-reduce. The subject must also really have run: ``install()`` must have bound its replacement in upstream's
     place, and ``finalize_model_grads`` must have called it.
     """
-    from harness import cpu_gpt
+    from harness.ranks import cpu_gpt
 
     report = RankReport(rank=rank)
     subject = subject_once(subject_spec)

@@ -1,6 +1,6 @@
 """What changed in the subject's declared Megatron symbols between two targets.
 
-``nox -s api-diff -- megatron-0.13 megatron-0.16`` runs :mod:`harness.fingerprint` with each target's own
+``nox -s api-diff -- megatron-0.13 megatron-0.16`` runs :mod:`harness.contracts.fingerprint` with each target's own
 interpreter (the two concurrently; each answers from its cache when that install was fingerprinted before) and diffs
 the results: symbols added or removed, parameters added, removed or renamed, defaults, kinds and positions changed,
 an alternative group that now resolves to another member (a renamed flag), dataclass fields added or removed, and
@@ -23,9 +23,10 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-from harness.fingerprint import Declared, resolved_member
+from harness import REPO_ROOT
+from harness.contracts.fingerprint import Declared, resolved_member
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = REPO_ROOT
 FINGERPRINT_TIMEOUT_S = 600
 BODY_CHANGED = "body changed"
 CALLS_ADDED = "calls added"
@@ -55,7 +56,7 @@ def fingerprint_targets(pythons: dict[str, Path], subject: str, cache_dir: Path)
         running = {}
         for session, python in pythons.items():
             out = Path(scratch) / f"{session}.json"
-            command = [str(python), "-m", "harness.fingerprint", "--session", session, "--subject", subject]
+            command = [str(python), "-m", "harness.contracts.fingerprint", "--session", session, "--subject", subject]
             command += ["--cache-dir", str(cache_dir), "--out", str(out)]
             process = subprocess.Popen(
                 command, cwd=ROOT, env=environment, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True

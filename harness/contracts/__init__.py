@@ -1,0 +1,5 @@
+"""What the contract families need besides their case files under ``cases/``: grad populations, the rank-side
+upstream-vs-subject comparison, generated providers, import isolation and side-effect detection, fingerprints.
+
+May import ``harness.targets``, ``harness.formats``, ``harness.plugin`` and ``harness.ranks``.
+"""

@@ -1,0 +1,1 @@
+"""The import family: loading a package under a unique name with fake modules, and detecting what it changed."""

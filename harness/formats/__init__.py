@@ -1,0 +1,5 @@
+"""Formats shared by several parts of the gate, each written and read by one module: mapping-key validation,
+Markdown escaping, JUnit reading, and the red section with its repro line.
+
+Imports nothing else from ``harness`` and nothing outside the standard library.
+"""

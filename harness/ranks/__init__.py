@@ -1,0 +1,5 @@
+"""Rank processes: the long-lived pool (fork server, FileStore rendezvous, failure reporting), Megatron's
+model-parallel state inside a rank, and a real GPTModel on CPU.
+
+May import ``harness.targets``; nothing here knows about subjects or cases.
+"""
