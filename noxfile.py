@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 import sys
 import time
@@ -25,10 +26,16 @@ import nox
 ROOT = Path(__file__).resolve().parent
 sys.path.insert(0, str(ROOT))
 
+from harness.plugin.command import case_command  # noqa: E402
 from harness.plugin.subjects import subject_spec  # noqa: E402
 from harness.reports.api_diff import ApiDiffError, compare, render_markdown, write_report  # noqa: E402
 from harness.reports.compatibility import ReportError, headline, write_reports  # noqa: E402
-from harness.sensitivity import mutation  # noqa: E402
+from harness.sensitivity.catalogue import CATALOGUE, CatalogueError, load_catalogue, select  # noqa: E402
+from harness.sensitivity.cli import parse_arguments  # noqa: E402
+from harness.sensitivity.mutate import MutationError  # noqa: E402
+from harness.sensitivity.report import summary_line  # noqa: E402
+from harness.sensitivity.report import write_report as write_sensitivity_report  # noqa: E402
+from harness.sensitivity.runner import run_sensitivity  # noqa: E402
 from harness.targets import candidate as candidates  # noqa: E402
 from harness.targets.interpreters import expose_on_path, missing_message, running_version  # noqa: E402
 from harness.targets.matrix import MatrixError, Target, load_matrix, venv_python  # noqa: E402
@@ -98,24 +105,8 @@ def _make_target_session(target: Target) -> None:
         report_dir = REPORTS / target.session
         report_dir.mkdir(parents=True, exist_ok=True)
         workers = os.environ.get("MEGATRON_CONFORMANCE_WORKERS", _default_case_workers())
-        session.run(
-            "python",
-            "-m",
-            "pytest",
-            "-c",
-            str(ROOT / "pyproject.toml"),
-            "--rootdir",
-            str(ROOT),
-            "-n",
-            workers,
-            "--dist",
-            "loadgroup",
-            f"--target={target.session}",
-            f"--matrix={MATRIX.path}",
-            f"--junitxml={report_dir / 'junit.xml'}",
-            f"--report-dir={report_dir}",
-            *_pytest_selection(session.posargs, "cases"),
-        )
+        selection = _pytest_selection(session.posargs, "cases")
+        session.run(*case_command(target.session, report_dir, selection, matrix=MATRIX.path, workers=workers))
 
     run_target.__doc__ = f"Gate on {target.description}."
     if not _python_available(target.python):
@@ -138,25 +129,56 @@ for _target in MATRIX.targets:
     _make_target_session(_target)
 
 
+BROWSERS = ("chromium", "chromium-browser", "google-chrome", "google-chrome-stable")
+"""Headless browsers the report's HTML test can drive, by the names distributions install them under."""
+TEST_SUITES = {"unit": "tests/unit", "e2e": "tests/e2e"}
+
+
+def _test_selection(posargs: list[str]) -> list[str]:
+    """``unit`` or ``e2e`` as the first argument names a suite; test paths or ids replace ``tests``."""
+    if posargs and posargs[0] in TEST_SUITES:
+        return [TEST_SUITES[posargs[0]], *posargs[1:]]
+    return _pytest_selection(posargs, "tests")
+
+
+def _ensure_browser(session: nox.Session) -> str:
+    """A headless browser for the report's HTML test: the one installed, else chromium from the system package
+    manager when the session runs as root; otherwise the session ends saying what to install."""
+    found = next((shutil.which(name) for name in BROWSERS if shutil.which(name)), None)
+    if found:
+        return found
+    if hasattr(os, "geteuid") and os.geteuid() == 0 and shutil.which("apt-get"):
+        env = {"DEBIAN_FRONTEND": "noninteractive"}
+        session.run("apt-get", "update", "-qq", external=True, env=env)
+        session.run("apt-get", "install", "-y", "-qq", "chromium", external=True, env=env)
+        found = next((shutil.which(name) for name in BROWSERS if shutil.which(name)), None)
+        if found:
+            return found
+    session.error(
+        "nox -s tests: the report's HTML test needs a headless browser and none is on PATH "
+        f"({', '.join(BROWSERS)}): install one (e.g. sudo apt-get install chromium) and run it again, "
+        "or run the unit suite alone: nox -s tests -- unit"
+    )
+
+
 @nox.session(python=HARNESS_TARGET.python)
 def tests(session: nox.Session) -> None:
-    """The harness's own tests; first runs megatron-0.13, -0.15 and -0.16 through the newest target, end to end."""
+    """The harness's own tests: -- unit (no target venv, a minute) or -- e2e; both by default, the end-to-end suite
+    after running megatron-0.13, -0.15 and -0.16 through the newest target."""
+    selection = _test_selection(session.posargs)
     torch_pin = f"torch{HARNESS_TARGET.torch}"
     tools = ["nox[uv]", "pip", "ruff", "check-jsonschema", "matplotlib"]
     session.install(
         *install_command([*HARNESS_REQUIREMENTS, *tools, torch_pin], session.venv_backend, HARNESS_TARGET.python)
     )
-    session.run(
-        "nox", "-f", str(ROOT / "noxfile.py"), "--reuse-venv=yes", "-s", *(t for t in TESTS_TARGETS if t in KNOWN)
-    )
-    session.run(
-        "python",
-        "-m",
-        "pytest",
-        "-n",
-        os.environ.get("MEGATRON_CONFORMANCE_WORKERS", "auto"),
-        *_pytest_selection(session.posargs, "tests"),
-    )
+    env = {}
+    paths = [part for part in selection if part.startswith("tests") or "::" in part]
+    if any(not path.startswith(TEST_SUITES["unit"]) for path in paths):
+        env["MEGATRON_CONFORMANCE_BROWSER"] = _ensure_browser(session)
+        targets = (t for t in TESTS_TARGETS if t in KNOWN)
+        session.run("nox", "-f", str(ROOT / "noxfile.py"), "--reuse-venv=yes", "-s", *targets)
+    workers = os.environ.get("MEGATRON_CONFORMANCE_WORKERS", "auto")
+    session.run("python", "-m", "pytest", "-n", workers, *selection, env=env)
 
 
 @nox.session(python=HARNESS_TARGET.python)
@@ -203,7 +225,7 @@ def _print_drift(session: nox.Session, pythons: dict[str, Path]) -> None:
 def report(session: nox.Session) -> None:
     """Merge every target's reports/<session>/ into reports/compatibility.md (PR comment) and .html."""
     try:
-        matrix, markdown, page = write_reports(REPORTS, ROOT, KNOWN)
+        matrix, markdown, page = write_reports(REPORTS, KNOWN)
     except ReportError as err:
         session.error(str(err))
     session.log(headline(matrix))
@@ -213,20 +235,20 @@ def report(session: nox.Session) -> None:
 @nox.session(venv_backend="none")
 def sensitivity(session: nox.Session) -> None:
     """Mutants of Megatron and of the subject against built targets: -- --targets megatron-0.13 megatron-0.16."""
-    options = mutation.parse_arguments(session.posargs, DEFAULT_TARGETS)
+    options = parse_arguments(session.posargs, DEFAULT_TARGETS)
     pythons = _built_target_pythons(session, options.targets)
     try:
-        mutants = mutation.select(mutation.load_catalogue(mutation.CATALOGUE, KNOWN), options.mutants)
-        results = mutation.run_sensitivity(mutants, pythons, subject_spec(), options.workers, session.log)
-    except (mutation.CatalogueError, mutation.MutationError) as err:
+        mutants = select(load_catalogue(CATALOGUE, KNOWN), options.mutants)
+        results = run_sensitivity(mutants, pythons, subject_spec(), options.workers, session.log)
+    except (CatalogueError, MutationError) as err:
         session.error(str(err))
-    markdown, data = mutation.write_report(results, REPORTS / "sensitivity")
+    markdown, data = write_sensitivity_report(results, REPORTS / "sensitivity")
     session.log(f"wrote {markdown} and {data}")
     failures = results.failures()
     if failures:
         listed = "; ".join(f"{o.verdict}: {o.mutant} on {o.target}" for o in failures)
-        session.error(f"{mutation.summary_line(results)}: {listed}")
-    session.log(mutation.summary_line(results))
+        session.error(f"{summary_line(results)}: {listed}")
+    session.log(summary_line(results))
 
 
 def _nested_nox(session: nox.Session, arguments: list[str], matrix: Path | None = None, check: bool = True) -> int:

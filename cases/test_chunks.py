@@ -16,10 +16,12 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from harness.contracts.populations import TensorSpec, budgets_for, gpt_layer_specs, populations
+from harness.plugin.failure import contract_failure
+from harness.plugin.families import family
 from harness.targets.matrix import Target
 
-SYMBOL = "split_into_chunks"
-pytestmark = pytest.mark.contract("chunk-splitting", symbol=SYMBOL)
+FAMILY = family("chunk-splitting")
+pytestmark = FAMILY.mark()
 
 
 def nbytes(tensor: torch.Tensor) -> int:
@@ -37,10 +39,6 @@ def split(subject: ModuleType, params: list, grads: list, budget: int) -> list[t
     return chunks
 
 
-def violation(target: Target, prop: str, detail: str) -> str:
-    return f"[{target.session}] chunk-splitting property '{prop}' violated by {SYMBOL}: {detail}"
-
-
 @st.composite
 def population_and_budget(draw: st.DrawFn) -> tuple[list[TensorSpec], int]:
     specs = draw(populations())
@@ -56,9 +54,10 @@ def test_partition(subject: ModuleType, target: Target, case: tuple[list[TensorS
     flat_grads = [g for _, chunk_grads in chunks for g in chunk_grads]
     same = len(flat_grads) == len(grads) and all(a is b for a, b in zip(flat_grads, grads, strict=True))
     same = same and len(flat_params) == len(params) and all(a is b for a, b in zip(flat_params, params, strict=True))
-    assert same, violation(
+    assert same, contract_failure(
         target,
-        "partition",
+        FAMILY.name,
+        f"property 'partition' violated by {FAMILY.symbol}",
         f"the chunks concatenated are not the input sequence (input {len(grads)} tensors, "
         f"chunks hold {len(flat_grads)} grads / {len(flat_params)} params; budget {budget})",
     )
@@ -70,12 +69,18 @@ def test_alignment(subject: ModuleType, target: Target, case: tuple[list[TensorS
     params, grads = materialise(specs)
     grad_of = {id(p): g for p, g in zip(params, grads, strict=True)}
     for index, (chunk_params, chunk_grads) in enumerate(split(subject, params, grads, budget)):
-        assert len(chunk_params) == len(chunk_grads), violation(
-            target, "alignment", f"chunk {index} holds {len(chunk_params)} params but {len(chunk_grads)} grads"
+        assert len(chunk_params) == len(chunk_grads), contract_failure(
+            target,
+            FAMILY.name,
+            f"property 'alignment' violated by {FAMILY.symbol}",
+            f"chunk {index} holds {len(chunk_params)} params but {len(chunk_grads)} grads",
         )
         for position, (param, grad) in enumerate(zip(chunk_params, chunk_grads, strict=False)):
-            assert grad_of.get(id(param)) is grad, violation(
-                target, "alignment", f"chunk {index} position {position}: the grad is not the grad of its param"
+            assert grad_of.get(id(param)) is grad, contract_failure(
+                target,
+                FAMILY.name,
+                f"property 'alignment' violated by {FAMILY.symbol}",
+                f"chunk {index} position {position}: the grad is not the grad of its param",
             )
 
 
@@ -85,12 +90,18 @@ def test_budget_and_oversize_alone(subject: ModuleType, target: Target, case: tu
     params, grads = materialise(specs)
     for index, (_, chunk_grads) in enumerate(split(subject, params, grads, budget)):
         oversize = [nbytes(g) for g in chunk_grads if nbytes(g) > budget]
-        assert not oversize or len(chunk_grads) == 1, violation(
-            target, "oversize alone", f"chunk {index} mixes a {oversize[0]}-byte grad (> budget {budget}) with others"
+        assert not oversize or len(chunk_grads) == 1, contract_failure(
+            target,
+            FAMILY.name,
+            f"property 'oversize alone' violated by {FAMILY.symbol}",
+            f"chunk {index} mixes a {oversize[0]}-byte grad (> budget {budget}) with others",
         )
         size = sum(nbytes(g) for g in chunk_grads)
-        assert len(chunk_grads) == 1 or size <= budget, violation(
-            target, "budget", f"chunk {index} of {len(chunk_grads)} grads holds {size} bytes > budget {budget}"
+        assert len(chunk_grads) == 1 or size <= budget, contract_failure(
+            target,
+            FAMILY.name,
+            f"property 'budget' violated by {FAMILY.symbol}",
+            f"chunk {index} of {len(chunk_grads)} grads holds {size} bytes > budget {budget}",
         )
 
 
@@ -100,9 +111,19 @@ def test_no_empty_chunks(subject: ModuleType, target: Target, case: tuple[list[T
     params, grads = materialise(specs)
     chunks = split(subject, params, grads, budget)
     empty = [i for i, (p, g) in enumerate(chunks) if not p or not g]
-    assert not empty, violation(target, "no empty chunk", f"chunks {empty} are empty (budget {budget})")
+    assert not empty, contract_failure(
+        target,
+        FAMILY.name,
+        f"property 'no empty chunk' violated by {FAMILY.symbol}",
+        f"chunks {empty} are empty (budget {budget})",
+    )
     if not specs:
-        assert chunks == [], violation(target, "no empty chunk", f"empty input gave {len(chunks)} chunks")
+        assert chunks == [], contract_failure(
+            target,
+            FAMILY.name,
+            f"property 'no empty chunk' violated by {FAMILY.symbol}",
+            f"empty input gave {len(chunks)} chunks",
+        )
 
 
 @given(population_and_budget())
@@ -114,9 +135,10 @@ def test_greedy_tightness(subject: ModuleType, target: Target, case: tuple[list[
         size = sum(nbytes(g) for g in chunks[index][1])
         following = nbytes(chunks[index + 1][1][0]) if chunks[index + 1][1] else 0
         if size <= budget:
-            assert size + following > budget, violation(
+            assert size + following > budget, contract_failure(
                 target,
-                "greedy tightness",
+                FAMILY.name,
+                f"property 'greedy tightness' violated by {FAMILY.symbol}",
                 f"chunk {index} ({size} bytes) could have taken the next grad ({following} bytes) within budget "
                 f"{budget}: {len(chunks)} collectives where fewer suffice",
             )
@@ -129,9 +151,10 @@ def test_bytes_use_element_size(subject: ModuleType, target: Target, dtype: torc
     params, grads = materialise(specs)
     budget = 2 * 12 * element
     sizes = [len(g) for _, g in split(subject, params, grads, budget)]
-    assert sizes == [2, 2, 2], violation(
+    assert sizes == [2, 2, 2], contract_failure(
         target,
-        "element-size bytes",
+        FAMILY.name,
+        f"property 'element-size bytes' violated by {FAMILY.symbol}",
         f"six {dtype} grads of 12 elements ({12 * element} bytes each) under a {budget}-byte budget must form "
         f"chunks of 2, got chunk sizes {sizes}",
     )
@@ -145,8 +168,22 @@ def test_invalid_budget_is_a_value_error(subject: ModuleType, target: Target, bu
     except ValueError:
         return
     except Exception as err:
-        pytest.fail(violation(target, "budget validation", f"budget {budget!r} raised {err!r}, not ValueError"))
-    pytest.fail(violation(target, "budget validation", f"budget {budget!r} was accepted silently"))
+        pytest.fail(
+            contract_failure(
+                target,
+                FAMILY.name,
+                f"property 'budget validation' violated by {FAMILY.symbol}",
+                f"budget {budget!r} raised {err!r}, not ValueError",
+            )
+        )
+    pytest.fail(
+        contract_failure(
+            target,
+            FAMILY.name,
+            f"property 'budget validation' violated by {FAMILY.symbol}",
+            f"budget {budget!r} was accepted silently",
+        )
+    )
 
 
 def _profiled_events(subject: ModuleType, count: int, budget: int | None) -> int:
@@ -173,9 +210,10 @@ def test_cost_is_linear_in_tensor_count(subject: ModuleType, target: Target, sma
     started = time.perf_counter()
     few, many = _profiled_events(subject, small, budget), _profiled_events(subject, 2 * small, budget)
     elapsed = time.perf_counter() - started
-    assert many <= 2.2 * few + 100, violation(
+    assert many <= 2.2 * few + 100, contract_failure(
         target,
-        "linear cost",
+        FAMILY.name,
+        f"property 'linear cost' violated by {FAMILY.symbol}",
         f"doubling the population from {small:,} to {2 * small:,} grads raised the calls made from {few:,} to "
         f"{many:,} (linear allows 2.2x); profiled wall time {elapsed:.2f} s",
     )

@@ -17,12 +17,14 @@ from hypothesis import strategies as st
 
 from harness.contracts.equivalence import ParamSpec, Population, RankReport, compare_task, gpt_finalize_task
 from harness.contracts.populations import budgets_for_population, fake_module_populations
+from harness.plugin.failure import contract_failure
+from harness.plugin.families import family
 from harness.ranks.megatron_state import model_parallel
 from harness.ranks.pool import backend_skip_reason, get_pool
 from harness.targets.matrix import Target
 
-SYMBOL = "allreduce_non_tensor_model_parallel_grads"
-pytestmark = pytest.mark.contract("equivalence", symbol=SYMBOL)
+FAMILY = family("equivalence")
+pytestmark = FAMILY.mark()
 
 # Cases on the same world size share one xdist worker (the target sessions run ``--dist loadgroup``), so each rank
 # pool starts once per session instead of once per worker: a start imports torch and Megatron in every rank.
@@ -42,9 +44,9 @@ def population_and_budget(draw: st.DrawFn) -> tuple[Population, int]:
     return population, draw(budgets_for_population(population))
 
 
-def verdict(target: Target, shape: str, budget: int, reports: list[RankReport]) -> str:
-    problems = [p for r in reports for p in r.problems]
-    return f"[{target.session}] equivalence ({shape}, budget {budget} bytes) of {SYMBOL}:\n" + "\n".join(problems)
+def rank_problems(reports: list[RankReport]) -> list[str]:
+    """Every rank's problems, rank by rank: the detail lines of a red."""
+    return [p for r in reports for p in r.problems]
 
 
 @pytest.mark.parametrize("backend", BACKENDS)
@@ -61,7 +63,7 @@ def test_matches_upstream_on_generated_modules(
 ) -> None:
     reason = backend_skip_reason(backend, world_size)
     if reason:
-        pytest.skip(reason)
+        pytest.skip(contract_failure(target, FAMILY.name, f"{backend} with {world_size} ranks cannot run here", reason))
     shape = f"world {world_size}, TP {tensor_parallel}, {backend}"
     differing = []
     with model_parallel(get_pool(world_size, backend), tensor_parallel) as pool:
@@ -71,7 +73,12 @@ def test_matches_upstream_on_generated_modules(
         def check(case: tuple[Population, int]) -> None:
             population, budget = case
             reports = pool.run(compare_task, population, subject_name, budget, tensor_parallel, bitwise)
-            assert not any(r.problems for r in reports), verdict(target, shape, budget, reports)
+            assert not any(r.problems for r in reports), contract_failure(
+                target,
+                FAMILY.name,
+                f"{FAMILY.symbol} against upstream ({shape}, budget {budget} bytes)",
+                rank_problems(reports),
+            )
             differing.append(sum(r.non_bitwise_elements for r in reports))
 
         check()
@@ -100,12 +107,20 @@ def test_largest_buffer_is_bounded_by_the_budget(target: Target, subject_name: s
     budget = 256 * 1024
     with model_parallel(get_pool(2, "gloo"), 2) as pool:
         reports = pool.run(compare_task, LARGE, subject_name, budget, 2, True)
-    assert not any(r.problems for r in reports), verdict(target, "world 2, TP 2, gloo", budget, reports)
+    assert not any(r.problems for r in reports), contract_failure(
+        target,
+        FAMILY.name,
+        f"{FAMILY.symbol} against upstream (world 2, TP 2, gloo, budget {budget} bytes)",
+        rank_problems(reports),
+    )
     total = 64 * 16_384 * 4
     ours = max(size for _, size, _ in reports[0].collectives)
     theirs = max(size for _, size, _ in reports[0].upstream_collectives)
-    assert ours <= budget, (
-        f"[{target.session}] memory property of {SYMBOL}: largest coalesced buffer {ours} bytes > budget {budget}"
+    assert ours <= budget, contract_failure(
+        target,
+        FAMILY.name,
+        f"memory property of {FAMILY.symbol}",
+        f"largest coalesced buffer {ours} bytes > budget {budget}",
     )
     (report_dir / "equivalence_memory.json").write_text(
         json.dumps(
@@ -129,4 +144,9 @@ def test_finalize_model_grads_on_a_real_gpt_model(target: Target, subject_name: 
     budget = 64
     with model_parallel(get_pool(2, "gloo"), 2) as pool:
         reports = pool.run(gpt_finalize_task, subject_name, budget, qk_layernorm)
-    assert not any(r.problems for r in reports), verdict(target, "GPTModel TP 2 + SP, world 2, gloo", budget, reports)
+    assert not any(r.problems for r in reports), contract_failure(
+        target,
+        FAMILY.name,
+        f"{FAMILY.symbol} against upstream (GPTModel TP 2 + SP, world 2, gloo, budget {budget} bytes)",
+        rank_problems(reports),
+    )

@@ -2,7 +2,7 @@
 the target, and has a signature the subject's use of it fits.
 
 - The subject's source uses nothing undeclared (imports, modules named to ``importlib.import_module``, attributes
-  and ``getattr`` on them; see ``harness.contracts.fingerprint.scan_sources``).
+  and ``getattr`` on them; see ``harness.contracts.fingerprint.source_scan.scan_sources``).
 - Each non-optional entry exists here; for alternatives, at least one member.
 - A function the subject replaces: the replacement accepts every call upstream's signature accepts (parameter names
   in order, defaults where upstream has them), so upstream's callers can call it instead on this target.
@@ -19,32 +19,23 @@ from typing import Any
 
 import pytest
 
-from harness.contracts.fingerprint import (
+from harness.contracts.fingerprint.cache import write_json
+from harness.contracts.fingerprint.checks import missing_symbols, replacement_problems, resolved_member, unbound_calls
+from harness.contracts.fingerprint.declaration import (
     DeclarationError,
     Declared,
-    SourceScan,
     declared_symbols,
     dotted,
-    fingerprint_symbols,
-    missing_symbols,
-    parameters,
     read_declaration,
-    replacement_problems,
-    resolved_member,
-    scan_sources,
-    signature_text,
-    subject_files,
-    unbound_calls,
-    undeclared_uses,
-    write_json,
 )
+from harness.contracts.fingerprint.inspection import fingerprint_symbols, parameters, signature_text
+from harness.contracts.fingerprint.source_scan import SourceScan, scan_sources, subject_files, undeclared_uses
+from harness.plugin.failure import contract_failure
+from harness.plugin.families import family
 from harness.targets.matrix import Target
 
-pytestmark = pytest.mark.contract("api-fingerprint", symbol="MEGATRON_SYMBOLS")
-
-
-def _red(target: Target, what: str, problems: list[str]) -> str:
-    return f"[{target.session}] api-fingerprint: {what}:\n" + "\n".join(f"  {p}" for p in problems)
+FAMILY = family("api-fingerprint")
+pytestmark = FAMILY.mark()
 
 
 @pytest.fixture(scope="module")
@@ -52,7 +43,7 @@ def declaration(target: Target, subject: ModuleType) -> list[Declared]:
     try:
         return read_declaration(subject)
     except DeclarationError as err:
-        pytest.fail(f"[{target.session}] api-fingerprint: {err}")
+        pytest.fail(contract_failure(target, FAMILY.name, f"{FAMILY.symbol} cannot be read", str(err)))
 
 
 @pytest.fixture(scope="module")
@@ -74,8 +65,8 @@ def test_declaration_covers_every_megatron_use_in_the_source(
     for use in undeclared_uses(scan, declaration):
         undeclared.setdefault(" or ".join(use.paths), []).append(f"{use.file}:{use.line}")
     listed = [f"{path} (at {', '.join(places)})" for path, places in undeclared.items()]
-    assert not undeclared, _red(
-        target, "the subject uses Megatron symbols it does not declare in MEGATRON_SYMBOLS", listed
+    assert not undeclared, contract_failure(
+        target, FAMILY.name, f"the subject uses Megatron symbols it does not declare in {FAMILY.symbol}", listed
     )
 
 
@@ -83,7 +74,7 @@ def test_declared_symbols_exist(
     target: Target, declaration: list[Declared], fingerprints: dict[str, dict[str, Any]]
 ) -> None:
     problems = missing_symbols(declaration, fingerprints)
-    assert not problems, _red(target, "declared symbols missing on this target", problems)
+    assert not problems, contract_failure(target, FAMILY.name, "declared symbols missing on this target", problems)
 
 
 def test_replacements_accept_every_call_upstream_accepts(
@@ -106,7 +97,7 @@ def test_replacements_accept_every_call_upstream_accepts(
             f"{symbol} {signature_text(upstream)} replaced by {entry.replacement}{signature_text(replacement)}: {p}"
             for p in replacement_problems(upstream, replacement)
         ]
-    assert not problems, _red(target, "replacements do not fit upstream's signature", problems)
+    assert not problems, contract_failure(target, FAMILY.name, "replacements do not fit upstream's signature", problems)
 
 
 def test_subject_calls_bind_to_upstream_signatures(
@@ -122,4 +113,6 @@ def test_subject_calls_bind_to_upstream_signatures(
         if failures:
             shapes = "; ".join(f"{call.describe()}: {reason}" for call, reason in failures)
             problems.append(f"{symbol} {signature_text(upstream)}: no call shape of the subject binds: {shapes}")
-    assert not problems, _red(target, "the subject's calls do not fit upstream's signature", problems)
+    assert not problems, contract_failure(
+        target, FAMILY.name, "the subject's calls do not fit upstream's signature", problems
+    )

@@ -39,11 +39,13 @@ from harness.contracts.provider_calls import (
     provider_specs,
     tiny_gpt_config,
 )
+from harness.plugin.failure import contract_failure
+from harness.plugin.families import family
 from harness.targets.matrix import Target, load_matrix
 from harness.targets.provider_shapes import derive_calls, installed_training_file, shape_mismatches
 
-SYMBOL = "wrap_model_provider"
-pytestmark = pytest.mark.contract("model-provider", symbol=SYMBOL)
+FAMILY = family("model-provider")
+pytestmark = FAMILY.mark()
 
 Rules = tuple[list[str] | None, list[str] | None]
 
@@ -54,10 +56,6 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
         options = metafunc.config.getoption
         target = load_matrix(options("--matrix")).target(options("--target"))
         metafunc.parametrize("call_shape", list(target.provider.calls))
-
-
-def on_call(target: Target, shape: str, what: str, detail: str) -> str:
-    return f"[{target.session}] provider call shape '{shape}': {what}: {detail}"
 
 
 def wrap(subject: ModuleType, provider: Callable[..., Any], args_per_level: list[argparse.Namespace]) -> Any:
@@ -72,12 +70,13 @@ def unset_rules() -> argparse.Namespace:
     return argparse.Namespace(freeze_patterns=None, train_only_patterns=None)
 
 
-def call_failure(target: Target, shape: str, passed: dict[str, Any], err: Exception, reached: bool) -> str:
-    """Why a call that had to succeed raised: naming the keyword when the error names one the caller passed."""
+def call_failure(shape: str, passed: dict[str, Any], err: Exception, reached: bool) -> str:
+    """Why a call that had to succeed raised, ``call shape '<shape>': <keyword>: <why>``: naming the keyword when the
+    error names one the caller passed."""
     quoted = [name for name in re.findall(r"'(\w+)'", str(err)) if name in passed]
     what = f"keyword '{quoted[0]}'" if quoted else f"keywords {sorted(passed)}"
     where = "after the inner provider ran" if reached else "before the inner provider ran"
-    return on_call(target, shape, what, f"calling the wrapped provider raised {err!r} {where}")
+    return f"call shape '{shape}': {what}: calling the wrapped provider raised {err!r} {where}"
 
 
 def draw_caller_values(data: st.DataObject, target: Target) -> dict[str, Any]:
@@ -93,21 +92,28 @@ def test_matrix_records_the_installed_process_group_keyword(target: Target) -> N
     installed = derived[0] if derived else None
     recorded = target.provider.process_group_keyword
     takes = f"{installed!r} ({derived[1].__qualname__})" if derived else "no process-group parameter"
-    assert recorded == installed, (
-        f"[{target.session}] provider contract: process_group_keyword: the matrix records {recorded!r} but the "
-        f"installed GPTModel.__init__ takes {takes}: the matrix entry is stale"
+    assert recorded == installed, contract_failure(
+        target,
+        FAMILY.name,
+        "process_group_keyword",
+        f"the matrix records {recorded!r} but the installed GPTModel.__init__ takes {takes}: the matrix entry is stale",
     )
 
 
 def test_matrix_records_the_call_shapes_megatron_makes(target: Target) -> None:
     training = installed_training_file()
     if training is None:
-        pytest.skip(f"[{target.session}] the installed megatron-core ships no training loop: matrix.yaml is the source")
+        pytest.skip(
+            contract_failure(
+                target,
+                FAMILY.name,
+                "calls",
+                "the installed megatron-core ships no training loop: matrix.yaml is the source",
+            )
+        )
     calls = derive_calls(training.read_text(), str(training))
     problems = shape_mismatches(calls, target.provider.calls, training)
-    assert not problems, f"[{target.session}] provider contract: calls: the matrix entry is stale:\n" + "\n".join(
-        problems
-    )
+    assert not problems, contract_failure(target, FAMILY.name, "calls: the matrix entry is stale", problems)
 
 
 @given(spec=provider_specs(), depth=st.integers(1, 2), data=st.data())
@@ -124,18 +130,23 @@ def test_keywords_reach_the_inner_provider(
         try:
             wrapped(**passed)
         except Exception as err:
-            problems.append(call_failure(target, shape, passed, err, bool(inner.receptions)))
+            problems.append(call_failure(shape, passed, err, bool(inner.receptions)))
             continue
         if len(inner.receptions) != 1:
             problems.append(
-                on_call(target, shape, "keywords", f"one call reached the inner provider {len(inner.receptions)} times")
+                f"call shape '{shape}': keywords: one call reached the inner provider {len(inner.receptions)} times"
             )
             continue
         problems.extend(
-            on_call(target, shape, f"keyword '{keyword}'", problem)
+            f"call shape '{shape}': keyword '{keyword}': {problem}"
             for keyword, problem in inner.reception_problems(passed, inner.receptions[0])
         )
-    assert not problems, "\n".join([*problems, f"inner provider: {spec.describe()}, wrapped {depth}x"])
+    assert not problems, contract_failure(
+        target,
+        FAMILY.name,
+        f"keywords through the wrapper (inner provider: {spec.describe()}, wrapped {depth}x)",
+        problems,
+    )
 
 
 @given(spec=provider_specs(), depth=st.integers(1, 2), data=st.data())
@@ -159,15 +170,19 @@ def test_returns_the_inner_model_with_freeze_rules_applied(
         try:
             model = wrapped(**passed)
         except Exception as err:
-            raise AssertionError(call_failure(target, shape, passed, err, bool(inner.receptions))) from err
-        assert inner.returned and model is inner.returned[-1], on_call(
-            target, shape, "return value", f"the wrapper returned {model!r}, not the inner provider's model"
+            failure = call_failure(shape, passed, err, bool(inner.receptions))
+            raise AssertionError(contract_failure(target, FAMILY.name, failure)) from err
+        assert inner.returned and model is inner.returned[-1], contract_failure(
+            target,
+            FAMILY.name,
+            f"call shape '{shape}': return value",
+            f"the wrapper returned {model!r}, not the inner provider's model",
         )
         mismatch = freeze_mismatch(model, frozen)
-        assert mismatch is None, on_call(
+        assert mismatch is None, contract_failure(
             target,
-            shape,
-            "freeze rules",
+            FAMILY.name,
+            f"call shape '{shape}': freeze rules",
             f"{len(frozen)} of {len(GPT_PARAMETER_NAMES)} parameters must be frozen; {mismatch}; {described}",
         )
 
@@ -188,14 +203,21 @@ def test_inner_provider_errors_propagate_unchanged(
             caught = err
         else:
             raise AssertionError(
-                on_call(target, shape, "inner provider error", f"the inner raised, the wrapper returned {returned!r}")
+                contract_failure(
+                    target,
+                    FAMILY.name,
+                    f"call shape '{shape}': inner provider error",
+                    f"the inner raised, the wrapper returned {returned!r}",
+                )
             )
         if not inner.raised:
-            raise AssertionError(call_failure(target, shape, passed, caught, False)) from caught
-        assert len(inner.raised) == 1 and caught is inner.raised[0], on_call(
+            raise AssertionError(
+                contract_failure(target, FAMILY.name, call_failure(shape, passed, caught, False))
+            ) from caught
+        assert len(inner.raised) == 1 and caught is inner.raised[0], contract_failure(
             target,
-            shape,
-            "inner provider error",
+            FAMILY.name,
+            f"call shape '{shape}': inner provider error",
             f"the inner provider raised {inner.raised!r}, the wrapper let out {caught!r}: it must propagate the "
             f"same exception object; inner provider {spec.describe()}, wrapped {depth}x",
         )
@@ -249,7 +271,9 @@ def test_real_gpt_model_through_the_wrapper(
     if derived and pg_keyword in keywords:
         known[pg_keyword] = derived[1].use_mpu_process_groups()
     unknown = [k for k in keywords if k not in (*known, "pre_process", "post_process")]
-    assert not unknown, f"[{target.session}] provider call shape '{call_shape}': no real value known for {unknown}"
+    assert not unknown, contract_failure(
+        target, FAMILY.name, f"call shape '{call_shape}'", f"no real value known for {unknown}"
+    )
     problems: dict[str, None] = {}
     for (pre_process, post_process), (freeze, train_only) in itertools.product(STAGES, REAL_RULES):
         passed = {k: {**known, "pre_process": pre_process, "post_process": post_process}[k] for k in keywords}
@@ -258,22 +282,22 @@ def test_real_gpt_model_through_the_wrapper(
         try:
             model = wrapped(**passed)
         except Exception as err:
-            problems[call_failure(target, call_shape, passed, err, bool(provider.built))] = None
+            problems[call_failure(call_shape, passed, err, bool(provider.built))] = None
             continue
         if not provider.built or model is not provider.built[-1]:
-            problems[on_call(target, call_shape, "return value", f"{model!r} is not the GPTModel built")] = None
+            problems[f"call shape '{call_shape}': return value: {model!r} is not the GPTModel built"] = None
             continue
         for keyword, got in model_received(model, passed, derived).items():
             if got is not passed.get(keyword):
                 detail = f"the caller passed {passed.get(keyword)!r}; the GPTModel built has {got!r}"
-                problems[on_call(target, call_shape, f"keyword '{keyword}'", detail)] = None
+                problems[f"call shape '{call_shape}': keyword '{keyword}': {detail}"] = None
         frozen = expected_frozen([name for name, _ in model.named_parameters()], [(freeze, train_only)])
         mismatch = freeze_mismatch(model, frozen)
         if mismatch:
             built = f"GPTModel(pre_process={pre_process}, post_process={post_process})"
             detail = f"freeze={freeze} train_only={train_only} on {built}: {mismatch}"
-            problems[on_call(target, call_shape, "freeze rules", detail)] = None
-    assert not problems, "\n".join(problems)
+            problems[f"call shape '{call_shape}': freeze rules: {detail}"] = None
+    assert not problems, contract_failure(target, FAMILY.name, "a real GPTModel through the wrapper", list(problems))
 
 
 def model_received(model: Any, passed: dict[str, Any], derived: tuple[str, type] | None) -> dict[str, Any]:

@@ -1,7 +1,8 @@
 """Running the gate's cases inside a real target venv from the harness's tests, and reading what they reported.
 
 The proof that the gate bites is a real run: the target's own interpreter, real Megatron, the seeded subject named
-through the same ``--subject`` option a downstream uses, and the verdict read back from the JUnit file.
+through the same ``--subject`` option a downstream uses, the same command the nox target sessions run
+(:func:`harness.plugin.command.case_command`), and the verdict read back from the JUnit file.
 """
 
 from __future__ import annotations
@@ -9,17 +10,17 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
-import xml.etree.ElementTree as ET
 from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
 
-from harness.sensitivity.mutation import case_command
+from harness import REPO_ROOT
+from harness.plugin.command import CaseRun, case_command, run_cases
 from harness.targets.matrix import venv_python
 
-ROOT = Path(__file__).resolve().parent.parent
-SEEDED = Path(__file__).resolve().parent / "seeded"
+ROOT = REPO_ROOT
+SEEDED = ROOT / "harness" / "sensitivity" / "seeded"
 
 
 def target_python(session: str) -> Path:
@@ -39,16 +40,22 @@ def download_megatron_wheel(version: str, directory: Path) -> Path:
 
 
 @dataclass
-class CaseRun:
-    """Outcome of one pytest run of cases: exit code, full output, and per-test verdicts from JUnit."""
+class TargetRun:
+    """A run of cases as the tests read it: verdicts keyed by test name (``test_partition[...]``), which is how the
+    tests name the case a seeded break must turn red."""
 
     returncode: int
     output: str
     verdicts: dict[str, tuple[str, str]]
 
+    @classmethod
+    def of(cls, run: CaseRun) -> TargetRun:
+        verdicts = {case.name or case.module: (case.verdict, case.text) for case in run.cases}
+        return cls(run.returncode, run.output, verdicts)
+
     def failed(self) -> dict[str, str]:
-        """Test ids that failed or errored, with their failure text."""
-        return {name: text for name, (verdict, text) in self.verdicts.items() if verdict in ("failure", "error")}
+        """Test names that failed or errored, with their failure text."""
+        return {name: text for name, (verdict, text) in self.verdicts.items() if verdict == "failed"}
 
     def require_red(self, label: str) -> dict[str, str]:
         """The failures of a run that must have gone red through failing cases (exit 1), not through a usage error."""
@@ -56,7 +63,7 @@ class CaseRun:
         return self.failed()
 
 
-def run_cases(
+def run_target_cases(
     session: str,
     selection: list[str],
     tmp_path: Path,
@@ -64,32 +71,8 @@ def run_cases(
     extra: list[str] | None = None,
     env: dict[str, str] | None = None,
     timeout: float = 600,
-) -> CaseRun:
+) -> TargetRun:
     """Run ``selection`` (paths or node ids under cases/) in ``session``'s venv and collect the verdicts."""
-    junit = tmp_path / "junit.xml"
     options = [*(extra or []), *([f"--subject={subject}"] if subject is not None else [])]
-    command = case_command(target_python(session), session, selection, tmp_path, junit, "ci", options)
-    completed = subprocess.run(
-        command,
-        cwd=ROOT,
-        env={**os.environ, **(env or {})},
-        capture_output=True,
-        text=True,
-        timeout=timeout,
-    )
-    return CaseRun(completed.returncode, completed.stdout + completed.stderr, _verdicts(junit))
-
-
-def _verdicts(junit: Path) -> dict[str, tuple[str, str]]:
-    if not junit.exists():
-        return {}
-    verdicts: dict[str, tuple[str, str]] = {}
-    for case in ET.parse(junit).getroot().iter("testcase"):
-        name = case.get("name", "")
-        verdict, text = "passed", ""
-        for child in case:
-            if child.tag in ("failure", "error", "skipped"):
-                verdict, text = child.tag, (child.get("message", "") + "\n" + (child.text or ""))
-                break
-        verdicts[name] = (verdict, text)
-    return verdicts
+    command = case_command(session, tmp_path, selection, python=target_python(session), profile="ci", options=options)
+    return TargetRun.of(run_cases(command, {**os.environ, **(env or {})}, timeout=timeout, keep_output=200_000))

@@ -1,6 +1,7 @@
 """The pytest plugin every target session runs the cases with.
 
-It owns what is common to all cases: which target and subject are in force, expected failures, the one-line repro
+Loaded with ``-p harness.plugin.gate`` by the one case command (:mod:`harness.plugin.command`). It owns what is
+common to all cases: which target and subject are in force, expected failures, the one-line repro
 attached to every red, and ``reports/<session>/summary.json``. Case modules only assert their contract.
 """
 
@@ -8,7 +9,6 @@ from __future__ import annotations
 
 import json
 import os
-import shlex
 import time
 from pathlib import Path
 from types import ModuleType
@@ -17,7 +17,10 @@ from typing import Any
 import pytest
 
 from harness import REPO_ROOT
+from harness.formats.red_section import TITLE as SECTION_TITLE
+from harness.formats.red_section import RedSection, repro_line
 from harness.plugin import expected_failures, hypothesis_profiles
+from harness.plugin.families import family_of_case
 from harness.plugin.subjects import REFERENCE_SUBJECT, SUBJECT_ENV_VAR, load_subject, subject_spec
 from harness.targets.installed_versions import installed_versions, megatron_origin
 from harness.targets.matrix import Matrix, Target, load_matrix
@@ -105,15 +108,14 @@ def pytest_xdist_node_collection_finished(node: Any, ids: list[str]) -> None:
 def repro_command(config: pytest.Config, nodeid: str) -> str:
     """The shell line that re-runs one case on this target with this subject, from this matrix file (a candidate's
     matrix is generated, so its path is part of the command)."""
-    target = config.stash[_TARGET]
-    prefix = ""
+    environment = {}
     spec = subject_spec(config.getoption("--subject"))
     if spec != REFERENCE_SUBJECT:
-        prefix = f"{SUBJECT_ENV_VAR}={shlex.quote(spec)} "
+        environment[SUBJECT_ENV_VAR] = spec
     matrix = config.stash[_MATRIX].path
     if matrix != (REPO_ROOT / "matrix.yaml").resolve():
-        prefix += f"{MATRIX_ENV_VAR}={shlex.quote(str(matrix))} "
-    return f"{prefix}nox -R -s {target.session} -- {shlex.quote(nodeid)}"
+        environment[MATRIX_ENV_VAR] = str(matrix)
+    return repro_line(config.stash[_TARGET].session, nodeid, environment)
 
 
 @pytest.hookimpl(hookwrapper=True)
@@ -123,14 +125,12 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) ->
     if not report.failed or not hasattr(report.longrepr, "addsection"):
         return
     marker = item.get_closest_marker("contract")
-    contract = marker.args[0] if marker else item.module.__name__.rsplit(".", 1)[-1]
-    symbol = marker.kwargs.get("symbol", "-") if marker else "-"
+    owner = family_of_case(report.nodeid)
+    contract = marker.args[0] if marker else (owner.name if owner else item.module.__name__.rsplit(".", 1)[-1])
+    symbol = marker.kwargs.get("symbol", "-") if marker else (owner.symbol if owner else "-")
     target = item.config.stash[_TARGET]
-    report.longrepr.addsection(
-        "megatron-conformance",
-        f"target {target.session} | contract {contract} | symbol {symbol}\n"
-        f"repro: {repro_command(item.config, report.nodeid)}",
-    )
+    section = RedSection(target.session, contract, symbol, repro_command(item.config, report.nodeid))
+    report.longrepr.addsection(SECTION_TITLE, section.text())
 
 
 def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:

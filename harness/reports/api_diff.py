@@ -24,7 +24,9 @@ from pathlib import Path
 from typing import Any
 
 from harness import REPO_ROOT
-from harness.contracts.fingerprint import Declared, resolved_member
+from harness.contracts.fingerprint.checks import resolved_member
+from harness.contracts.fingerprint.declaration import Declared
+from harness.formats.markdown import table_row
 
 ROOT = REPO_ROOT
 FINGERPRINT_TIMEOUT_S = 600
@@ -388,8 +390,8 @@ def render_markdown(report: dict[str, Any]) -> str:
         lines += ["| symbol | usage | change | detail |", "|---|---|---|---|"]
         for row in report["changes"]:
             change = f"**{row['change']}: review your copy**" if row["review"] else row["change"]
-            cells = (f"`{row['symbol']}`", row["usage"], change, row["detail"])
-            lines.append("| " + " | ".join(cell.replace("|", "\\|") for cell in cells) + " |")
+            cells = [f"`{row['symbol']}`", row["usage"], change, row["detail"]]
+            lines.append(table_row(cells))
     else:
         lines.append("No declared symbol changed.")
     if report["unchanged"]:

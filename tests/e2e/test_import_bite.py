@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.pytest_helpers import SEEDED, run_cases
+from tests.pytest_helpers import SEEDED, run_target_cases
 
 SESSION = "megatron-0.15"
 FINALIZE = "megatron.core.distributed.finalize_model_grads"
@@ -30,7 +30,7 @@ SEEDED_BREAKS = {
 
 @pytest.mark.parametrize("seeded", sorted(SEEDED_BREAKS))
 def test_seeded_subject_turns_the_family_red(seeded: str, tmp_path: Path) -> None:
-    run = run_cases(SESSION, ["cases/test_import.py"], tmp_path, subject=SEEDED / f"{seeded}.py")
+    run = run_target_cases(SESSION, ["cases/test_import.py"], tmp_path, subject=SEEDED / f"{seeded}.py")
     case, named = SEEDED_BREAKS[seeded]
     failed = run.require_red(seeded)
     hits = [name for name, text in failed.items() if name.startswith(case) and named in text]
@@ -39,5 +39,5 @@ def test_seeded_subject_turns_the_family_red(seeded: str, tmp_path: Path) -> Non
 
 
 def test_reference_subject_is_green(tmp_path: Path) -> None:
-    run = run_cases(SESSION, ["cases/test_import.py"], tmp_path)
+    run = run_target_cases(SESSION, ["cases/test_import.py"], tmp_path)
     assert run.returncode == 0 and not run.failed(), run.output[-3000:]

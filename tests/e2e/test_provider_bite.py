@@ -15,7 +15,7 @@ from typing import Any
 import pytest
 import yaml
 
-from tests.pytest_helpers import ROOT, SEEDED, CaseRun, run_cases
+from tests.pytest_helpers import ROOT, SEEDED, CaseRun, run_target_cases
 
 CASES = ["cases/test_provider.py"]
 PROCESS_GROUP_CASE = "cases/test_provider.py::test_matrix_records_the_installed_process_group_keyword"
@@ -47,19 +47,19 @@ def assert_red(run: CaseRun, label: str, session: str, message: str) -> None:
 @pytest.mark.parametrize("seeded", sorted(SEEDED_BREAKS))
 def test_seeded_wrapper_turns_the_family_red(seeded: str, tmp_path: Path) -> None:
     session, message = SEEDED_BREAKS[seeded]
-    run = run_cases(session, CASES, tmp_path, subject=SEEDED / f"{seeded}.py")
+    run = run_target_cases(session, CASES, tmp_path, subject=SEEDED / f"{seeded}.py")
     assert_red(run, seeded, session, message)
     assert f"repro: MEGATRON_CONFORMANCE_SUBJECT={SEEDED / (seeded + '.py')} nox -R -s {session} -- " in run.output
 
 
 def test_fixed_signature_is_green_where_no_new_keyword_is_passed(tmp_path: Path) -> None:
-    run = run_cases("megatron-0.15", CASES, tmp_path, subject=SEEDED / "provider_fixed_signature.py")
+    run = run_target_cases("megatron-0.15", CASES, tmp_path, subject=SEEDED / "provider_fixed_signature.py")
     assert run.returncode == 0 and not run.failed(), run.output[-3000:]
 
 
 def test_fixed_signature_breaks_only_the_encoder_decoder_shape_of_0_13(tmp_path: Path) -> None:
     """0.13's encoder-decoder branch passes ``add_encoder``/``add_decoder``, which the fixed signature also refuses."""
-    run = run_cases("megatron-0.13", CASES, tmp_path, subject=SEEDED / "provider_fixed_signature.py")
+    run = run_target_cases("megatron-0.13", CASES, tmp_path, subject=SEEDED / "provider_fixed_signature.py")
     assert_red(run, "provider_fixed_signature", "megatron-0.13", "call shape 'encoder_decoder': keyword 'add_encoder'")
     for shape in ("plain", "virtual_pipeline"):
         verdict = run.verdicts.get(f"{REAL_MODEL_CASE}[{shape}]", ("missing", ""))[0]
@@ -70,7 +70,7 @@ def test_fixed_signature_breaks_only_the_encoder_decoder_shape_of_0_13(tmp_path:
 
 @pytest.mark.parametrize("session", ["megatron-0.15", "megatron-0.16"])
 def test_reference_wrapper_is_green(session: str, tmp_path: Path) -> None:
-    run = run_cases(session, CASES, tmp_path)
+    run = run_target_cases(session, CASES, tmp_path)
     assert run.returncode == 0 and not run.failed(), run.output[-3000:]
 
 
@@ -95,7 +95,7 @@ def matrix_with(tmp_path: Path, session: str, edit: Callable[[dict[str, Any]], N
 )
 def test_stale_process_group_keyword_is_caught(session: str, stale: str, installed: str | None, tmp_path: Path) -> None:
     matrix = matrix_with(tmp_path, session, lambda provider: provider.update(process_group_keyword=stale))
-    run = run_cases(session, [PROCESS_GROUP_CASE], tmp_path, extra=[f"--matrix={matrix}"])
+    run = run_target_cases(session, [PROCESS_GROUP_CASE], tmp_path, extra=[f"--matrix={matrix}"])
     takes = repr(installed) if installed else "no process-group parameter"
     message = f"[{session}] provider contract: process_group_keyword: the matrix records {stale!r} but the installed "
     assert_red(run, "stale matrix", session, message)
@@ -110,7 +110,7 @@ def drop_config_add_flag(provider: dict[str, Any]) -> None:
 def test_stale_call_shapes_are_caught_from_megatrons_own_get_model(tmp_path: Path) -> None:
     session = NEWEST_TARGET
     matrix = matrix_with(tmp_path, session, drop_config_add_flag)
-    run = run_cases(session, [CALL_SHAPES_CASE], tmp_path, extra=[f"--matrix={matrix}"])
+    run = run_target_cases(session, [CALL_SHAPES_CASE], tmp_path, extra=[f"--matrix={matrix}"])
     assert_red(run, "stale call shapes", session, f"[{session}] provider contract: calls: the matrix entry is stale")
     assert re.search(r"training\.py:\d+: Megatron passes keyword 'config' in shape 'plain'", run.output), run.output
     assert re.search(r"training\.py:\d+: the matrix lists keyword 'is_first_chunk' in shape 'plain'", run.output)

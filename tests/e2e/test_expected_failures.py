@@ -7,7 +7,7 @@ from pathlib import Path
 
 import yaml
 
-from tests.pytest_helpers import ROOT, SEEDED, run_cases
+from tests.pytest_helpers import ROOT, SEEDED, run_target_cases
 
 SESSION = "megatron-0.15"
 
@@ -27,7 +27,7 @@ def test_listed_failure_is_xfail_and_stale_lines_are_reported(tmp_path: Path) ->
     matrix = _matrix_with_expectations(
         tmp_path, ["cases/test_chunks.py::test_partition  # reversed chunks", "cases/test_nowhere.py::test_gone"]
     )
-    run = run_cases(
+    run = run_target_cases(
         SESSION,
         ["cases/test_chunks.py::test_partition", "cases/test_chunks.py::test_alignment"],
         tmp_path,
@@ -43,7 +43,7 @@ def test_listed_failure_is_xfail_and_stale_lines_are_reported(tmp_path: Path) ->
 
 def test_listed_case_that_passes_fails_the_run(tmp_path: Path) -> None:
     matrix = _matrix_with_expectations(tmp_path, ["cases/test_chunks.py::test_alignment"])
-    run = run_cases(
+    run = run_target_cases(
         SESSION,
         ["cases/test_chunks.py::test_alignment"],
         tmp_path,

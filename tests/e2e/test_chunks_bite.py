@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.pytest_helpers import SEEDED, run_cases
+from tests.pytest_helpers import SEEDED, run_target_cases
 
 SESSION = "megatron-0.15"
 SEEDED_BREAKS = {
@@ -25,7 +25,7 @@ SEEDED_BREAKS = {
 
 @pytest.mark.parametrize("seeded", sorted(SEEDED_BREAKS))
 def test_seeded_splitter_turns_the_family_red(seeded: str, tmp_path: Path) -> None:
-    run = run_cases(SESSION, ["cases/test_chunks.py"], tmp_path, subject=SEEDED / f"{seeded}.py")
+    run = run_target_cases(SESSION, ["cases/test_chunks.py"], tmp_path, subject=SEEDED / f"{seeded}.py")
     failed = run.require_red(seeded)
     prop = SEEDED_BREAKS[seeded]
     named = [name for name, text in failed.items() if f"property '{prop}' violated" in text]
@@ -35,5 +35,5 @@ def test_seeded_splitter_turns_the_family_red(seeded: str, tmp_path: Path) -> No
 
 
 def test_reference_splitter_is_green(tmp_path: Path) -> None:
-    run = run_cases(SESSION, ["cases/test_chunks.py"], tmp_path)
+    run = run_target_cases(SESSION, ["cases/test_chunks.py"], tmp_path)
     assert run.returncode == 0 and not run.failed(), run.output[-3000:]

@@ -18,7 +18,7 @@ from harness.contracts.imports.isolation import (
     observe_isolations,
 )
 
-FIXTURES = Path(__file__).parent / "import_fixtures"
+FIXTURES = Path(__file__).resolve().parent.parent / "import_fixtures"
 
 FAKES_SPEC = {
     "deep_ep": {"Buffer": "class", "Config": "class"},

@@ -38,7 +38,7 @@ from harness.ranks.pool import (
 )
 from tests import rank_tasks
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 TIMEOUT_S = 30.0
 WARM_RUN_BOUND_S = 0.5
 

@@ -21,7 +21,7 @@ from harness.contracts.imports.fake_modules import build_fakes
 from harness.contracts.imports.isolation import load_isolated
 from harness.contracts.imports.side_effects import KINDS, SideEffect, SideEffectDetector, detect, format_effects
 
-FIXTURES = Path(__file__).parent / "import_fixtures"
+FIXTURES = Path(__file__).resolve().parent.parent / "import_fixtures"
 MEGATRON_FAKES = {
     "megatron.core.distributed.finalize_model_grads": {
         "_allreduce_layernorm_grads": "function",

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.pytest_helpers import SEEDED, run_cases
+from tests.pytest_helpers import SEEDED, run_target_cases
 
 SEEDED_BREAKS = {
     "allreduce_avg_as_sum": ("megatron-0.15", "differs from upstream, max |diff|"),
@@ -22,7 +22,7 @@ SELECTION = ["cases/test_equivalence.py::test_matches_upstream_on_generated_modu
 @pytest.mark.parametrize("seeded", sorted(SEEDED_BREAKS))
 def test_seeded_allreduce_turns_the_family_red(seeded: str, tmp_path: Path) -> None:
     session, named = SEEDED_BREAKS[seeded]
-    run = run_cases(session, SELECTION, tmp_path, subject=SEEDED / f"{seeded}.py")
+    run = run_target_cases(session, SELECTION, tmp_path, subject=SEEDED / f"{seeded}.py")
     failed = run.require_red(seeded)
     assert any(named in text for text in failed.values()), f"{seeded}: no failure says {named!r}\n{run.output[-4000:]}"
     assert any("rank " in text for text in failed.values()), f"{seeded}: the failure names no rank"
@@ -32,6 +32,6 @@ def test_seeded_allreduce_turns_the_family_red(seeded: str, tmp_path: Path) -> N
 def test_a_replacement_never_installed_turns_the_gpt_case_red(tmp_path: Path) -> None:
     """Upstream's grads are matched exactly when nothing is replaced: only the call check can see it."""
     selection = ["cases/test_equivalence.py::test_finalize_model_grads_on_a_real_gpt_model[plain]"]
-    run = run_cases("megatron-0.15", selection, tmp_path, subject=SEEDED / "allreduce_never_installed.py")
+    run = run_target_cases("megatron-0.15", selection, tmp_path, subject=SEEDED / "allreduce_never_installed.py")
     failed = run.require_red("allreduce_never_installed")
     assert any("left upstream in place" in text for text in failed.values()), run.output[-4000:]

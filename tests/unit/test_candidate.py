@@ -16,7 +16,7 @@ from harness.targets.candidate import Candidate, CandidateError
 from harness.targets.interpreters import running_version
 from harness.targets.matrix import load_matrix
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def wheel(directory: Path, name: str, version: str, requires_python: str | None) -> Path:

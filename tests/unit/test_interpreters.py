@@ -12,7 +12,7 @@ import yaml
 
 from harness.targets.interpreters import candidates, expose_on_path, find_interpreter, missing_message
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 BROKEN_SHIM = '#!/bin/sh\necho "pyenv: python3.12: command not found" >&2\nexit 127\n'
 
 

@@ -1,0 +1,96 @@
+"""The ``MEGATRON_SYMBOLS`` declaration: every Megatron symbol the subject touches, and how it uses each.
+
+Declaration format (``MEGATRON_SYMBOLS`` in the subject module)::
+
+    {
+        "<module>:<qualname>": "<usage>",                       # usage: imports, calls, reads, relies
+        "<module>:<qualname>": "replaces with <subject name>",  # the subject's drop-in replacement of it
+        "<module>:<qualname>": "calls, optional",               # may be absent on a target
+        "<module>:<a> | <module>:<b>": "reads",                 # alternatives: one must exist, the first present wins
+    }
+
+``relies`` names upstream code the subject depends on without calling it (``finalize_model_grads`` looks the replaced
+name up at call time). The declaration is checked against the subject's source
+(:mod:`harness.contracts.fingerprint.source_scan`).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import re
+from collections.abc import Iterable
+from types import ModuleType
+
+DECLARATION_NAME = "MEGATRON_SYMBOLS"
+USAGES = ("imports", "calls", "reads", "replaces", "relies")
+
+_DOTTED = r"[A-Za-z_]\w*(?:\.[A-Za-z_]\w*)*"
+_SYMBOL = re.compile(rf"^({_DOTTED}):({_DOTTED})$")
+_USAGE = re.compile(r"^(?P<usage>[a-z]+)(?: with (?P<replacement>[A-Za-z_]\w*))?(?P<optional>, optional)?$")
+
+
+class DeclarationError(ValueError):
+    """A ``MEGATRON_SYMBOLS`` that cannot be used; the message names the entry."""
+
+
+@dataclasses.dataclass(frozen=True)
+class Declared:
+    """One declaration entry: a symbol, or alternatives of which one must exist (the first present is the one used)."""
+
+    key: str
+    members: tuple[str, ...]
+    usage: str
+    optional: bool = False
+    replacement: str | None = None
+
+
+def parse_declaration(raw: object) -> list[Declared]:
+    """Validate a ``MEGATRON_SYMBOLS`` mapping; raise :class:`DeclarationError` on the first bad entry."""
+    if not isinstance(raw, dict) or not raw:
+        raise DeclarationError(f"{DECLARATION_NAME} must be a non-empty dict of symbol -> usage, got {raw!r:.80}")
+    entries: list[Declared] = []
+    owner: dict[str, str] = {}
+    for key, value in raw.items():
+        if not isinstance(key, str) or not isinstance(value, str):
+            raise DeclarationError(f"{DECLARATION_NAME}[{key!r}]: keys and values must be strings")
+        members = tuple(member.strip() for member in key.split("|"))
+        for member in members:
+            if not _SYMBOL.match(member):
+                raise DeclarationError(f"{DECLARATION_NAME}[{key!r}]: {member!r} is not of the form module:qualname")
+            if member in owner:
+                raise DeclarationError(
+                    f"{DECLARATION_NAME}[{key!r}]: {member} is already declared by {owner[member]!r}"
+                )
+            owner[member] = key
+        match = _USAGE.match(value.strip())
+        if not match or match["usage"] not in USAGES:
+            raise DeclarationError(
+                f"{DECLARATION_NAME}[{key!r}] = {value!r}: expected one of {', '.join(USAGES)}, "
+                "'replaces with <subject name>', optionally followed by ', optional'"
+            )
+        if (match["usage"] == "replaces") != (match["replacement"] is not None):
+            raise DeclarationError(
+                f"{DECLARATION_NAME}[{key!r}] = {value!r}: 'with <subject name>' goes with 'replaces' and only there"
+            )
+        entries.append(Declared(key, members, match["usage"], bool(match["optional"]), match["replacement"]))
+    return entries
+
+
+def read_declaration(subject: ModuleType) -> list[Declared]:
+    """The subject's parsed ``MEGATRON_SYMBOLS``; a :class:`DeclarationError` when it has none or a bad one."""
+    if not hasattr(subject, DECLARATION_NAME):
+        raise DeclarationError(
+            f"subject {subject.__name__!r} declares no {DECLARATION_NAME}: name every Megatron symbol it imports, "
+            "calls, replaces or reads (format: harness/contracts/fingerprint/declaration.py)"
+        )
+    return parse_declaration(getattr(subject, DECLARATION_NAME))
+
+
+def declared_symbols(declaration: Iterable[Declared]) -> list[str]:
+    """Every declared symbol, alternatives included, in declaration order."""
+    return [member for entry in declaration for member in entry.members]
+
+
+def dotted(symbol: str) -> str:
+    """``module:qualname`` as one dotted path, the form source uses are compared in."""
+    return symbol.replace(":", ".")

@@ -1,0 +1,33 @@
+"""Markdown that survives what it quotes: table cells with pipes and newlines, code with backticks. Every Markdown
+the gate writes (compatibility matrix, api-diff, sensitivity, bench) escapes through here."""
+
+from __future__ import annotations
+
+import re
+
+
+def table_cell(text: str) -> str:
+    """``text`` as one cell of a pipe table: pipes escaped, line breaks folded into spaces."""
+    return " ".join(text.splitlines()).replace("|", "\\|")
+
+
+def table_row(cells: list[str]) -> str:
+    """One pipe-table row of already formatted cells, each escaped."""
+    return "| " + " | ".join(table_cell(cell) for cell in cells) + " |"
+
+
+def _longest_backtick_run(text: str) -> int:
+    return max((len(run) for run in re.findall(r"`+", text)), default=0)
+
+
+def code_span(text: str) -> str:
+    """An inline code span that survives backticks in ``text``."""
+    fence = "`" * (_longest_backtick_run(text) + 1)
+    pad = " " if text.startswith("`") or text.endswith("`") else ""
+    return f"{fence}{pad}{text}{pad}{fence}"
+
+
+def code_block(text: str, language: str = "text") -> str:
+    """A fenced block that survives fences inside ``text``."""
+    fence = "`" * max(3, _longest_backtick_run(text) + 1)
+    return f"{fence}{language}\n{text}\n{fence}"

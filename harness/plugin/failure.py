@@ -1,0 +1,17 @@
+"""The one way a case words its assertion message, so every red reads the same: the target, the contract, what was
+violated, and the details on their own lines. The plugin adds the symbol and the repro line below it."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+from harness.targets.matrix import Target
+
+
+def contract_failure(target: Target, contract: str, what: str, details: str | Iterable[str] = ()) -> str:
+    """``[megatron-0.15] chunk-splitting: <what>`` followed by ``details`` (a line, or lines indented by two)."""
+    head = f"[{target.session}] {contract}: {what}"
+    if isinstance(details, str):
+        return f"{head}: {details}" if details else head
+    lines = [f"  {line}" for line in details]
+    return "\n".join([head + (":" if lines else ""), *lines])

@@ -1,0 +1,76 @@
+"""The contract families: one table that the case files' markers, the sensitivity catalogue, the report and the
+README's list all read, so a family has one name everywhere."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    import pytest
+
+
+@dataclass(frozen=True)
+class Family:
+    """One contract family: its name (marker, catalogue, report row), its case file and the subject symbol it checks."""
+
+    name: str
+    case_file: str
+    symbol: str
+    summary: str
+
+    def mark(self) -> pytest.MarkDecorator:
+        """The ``contract`` marker a case module sets as its ``pytestmark`` (pytest is imported here, not at module
+        level: the noxfile reads this table in nox's own interpreter, which has no pytest)."""
+        import pytest
+
+        return pytest.mark.contract(self.name, symbol=self.symbol)
+
+
+FAMILIES = (
+    Family("smoke", "cases/test_smoke.py", "megatron-core", "the target installed what the matrix pins"),
+    Family("chunk-splitting", "cases/test_chunks.py", "split_into_chunks", "hypothesis properties of the splitter"),
+    Family(
+        "equivalence",
+        "cases/test_equivalence.py",
+        "allreduce_non_tensor_model_parallel_grads",
+        "chunked vs upstream all-reduce on real ranks, fake modules and a real GPTModel",
+    ),
+    Family(
+        "model-provider", "cases/test_provider.py", "wrap_model_provider", "the wrapper against the real call shapes"
+    ),
+    Family(
+        "import-side-effects",
+        "cases/test_import.py",
+        "ADAPTER_PACKAGE",
+        "importing the adapter, install() and uninstall() change only what they must",
+    ),
+    Family(
+        "api-fingerprint",
+        "cases/test_fingerprint.py",
+        "MEGATRON_SYMBOLS",
+        "the Megatron symbols the subject declares exist with the shape it relies on",
+    ),
+)
+"""Every family, smoke first; the order of the report's rows."""
+
+MUTABLE = tuple(family for family in FAMILIES if family.name != "smoke")
+"""The families a mutant can be expected to turn red (smoke checks pins, which no mutant changes)."""
+
+
+class UnknownFamily(LookupError):
+    """A family name that is not in the table; the message lists the known ones."""
+
+
+def family(name: str) -> Family:
+    """The family called ``name``."""
+    for candidate in FAMILIES:
+        if candidate.name == name:
+            return candidate
+    raise UnknownFamily(f"no contract family {name!r} (known: {', '.join(f.name for f in FAMILIES)})")
+
+
+def family_of_case(nodeid: str) -> Family | None:
+    """The family whose case file holds ``nodeid`` (``cases/test_x.py::name`` or just the file), if any."""
+    module = nodeid.split("::", 1)[0]
+    return next((candidate for candidate in FAMILIES if candidate.case_file == module), None)

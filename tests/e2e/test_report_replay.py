@@ -1,0 +1,113 @@
+"""The report end to end: its HTML rendered by a real headless browser, and a seeded red whose repro line, taken from
+the report's red cell, reproduces exactly that failure on a real target."""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import struct
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from harness.reports.compatibility import write_reports
+from harness.reports.markdown import render_markdown
+from harness.reports.results import collect, load_target
+from tests.pytest_helpers import ROOT, SEEDED, run_target_cases
+from tests.report_helpers import failure_entry, repro_of, synthetic_reports, table
+
+CHROMIUM_FLAGS = [
+    "--headless",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-quic",
+    "--no-first-run",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+]
+
+
+@pytest.fixture
+def synthetic(tmp_path: Path) -> Path:
+    return synthetic_reports(tmp_path / "reports")
+
+
+def headless_browser() -> str:
+    """The browser ``nox -s tests`` made sure of (``MEGATRON_CONFORMANCE_BROWSER``), else one on PATH."""
+    names = ("chromium", "chromium-browser", "google-chrome", "google-chrome-stable")
+    found = os.environ.get("MEGATRON_CONFORMANCE_BROWSER") or next(filter(None, map(shutil.which, names)), None)
+    if not found:
+        pytest.fail(f"no headless browser on PATH ({', '.join(names)}): install chromium, or run nox -s tests")
+    return found
+
+
+def _png_size(path: Path) -> tuple[int, int]:
+    header = path.read_bytes()[:24]
+    assert header[:8] == b"\x89PNG\r\n\x1a\n", f"{path} is not a PNG"
+    return struct.unpack(">II", header[16:24])
+
+
+def test_html_renders_in_headless_chromium(synthetic: Path, tmp_path: Path) -> None:
+    _, _, page = write_reports(synthetic)
+    common = [headless_browser(), *CHROMIUM_FLAGS, f"--user-data-dir={tmp_path / 'profile'}"]
+    dom = subprocess.run(
+        [*common, "--dump-dom", page.as_uri()], capture_output=True, text=True, timeout=120, check=True
+    ).stdout
+    assert '<table class="matrix">' in dom
+    headers = re.findall(r'<th scope="col">([^<]+)<span class="pins">', dom)
+    assert headers == ["megatron-0.9", "megatron-0.13", "megatron-0.15", "megatron-0.16"]
+    assert '<td class="failed"><a href="#fail-megatron-0-15-2">1 failed</a></td>' in dom
+    assert '<section class="failure" id="fail-megatron-0-16-2">' in dom
+    screenshot = tmp_path / "compatibility.png"
+    subprocess.run(
+        [*common, f"--screenshot={screenshot}", "--window-size=1400,900", page.as_uri()],
+        capture_output=True,
+        timeout=120,
+        check=True,
+    )
+    assert _png_size(screenshot) == (1400, 900)
+    assert screenshot.stat().st_size > 20_000, "the screenshot is (nearly) blank"
+
+
+def test_repro_from_the_red_cell_reproduces_the_failure(tmp_path: Path) -> None:
+    reports = tmp_path / "reports"
+    seeded = run_target_cases(
+        "megatron-0.15",
+        ["cases/test_chunks.py::test_partition"],
+        reports / "megatron-0.15",
+        subject=SEEDED / "chunks_reversed.py",
+    )
+    assert seeded.returncode == 1, seeded.output[-3000:]
+    markdown = render_markdown(collect(reports))
+    _, rows = table(markdown)
+    anchor = re.fullmatch(r"\[❌ 1 failed\]\(#(.+)\)", rows["&nbsp;&nbsp;&nbsp;`test_partition`"][0]).group(1)
+    entry = failure_entry(markdown, anchor)
+    command = repro_of(entry)
+    assert command == (
+        f"MEGATRON_CONFORMANCE_SUBJECT={SEEDED / 'chunks_reversed.py'} nox -R -s megatron-0.15 -- "
+        "cases/test_chunks.py::test_partition"
+    )
+    reported = collect(reports).failures[0]
+    assert reported.blob and "property 'partition' violated" in reported.message[0]
+    environment = {
+        **os.environ,
+        "MEGATRON_CONFORMANCE_REPORTS": str(tmp_path / "repro-reports"),
+        "MEGATRON_CONFORMANCE_WORKERS": "0",
+        "CI": "true",
+        "PATH": os.pathsep.join([str(Path(sys.executable).parent), os.environ.get("PATH", "")]),
+    }
+    replay = subprocess.run(
+        ["bash", "-c", command], cwd=ROOT, env=environment, capture_output=True, text=True, timeout=600
+    )
+    assert replay.returncode == 1, replay.stdout[-3000:] + replay.stderr[-3000:]
+    replayed = load_target(tmp_path / "repro-reports" / "megatron-0.15")
+    assert [r.nodeid for r in replayed.results] == ["cases/test_chunks.py::test_partition"]
+    again = replayed.results[0].failure
+    assert again is not None
+    assert again.message[0] == reported.message[0]
+    assert again.blob == reported.blob
+    assert again.repro == command

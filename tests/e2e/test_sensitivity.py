@@ -1,0 +1,77 @@
+"""The gate's sensitivity on real target venvs: every catalogue edit applies to the Megatron it names, a copy that
+is not the Megatron imported is refused, and a fast subset (one mutant per family) is killed by its own family on
+megatron-0.15 and on the newest target. The whole catalogue runs in ``nox -s sensitivity``."""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+
+import pytest
+
+from harness.plugin.families import family
+from harness.sensitivity.catalogue import CATALOGUE, Edit, Mutant, load_catalogue
+from harness.sensitivity.mutate import MutationError, installed_package, mutated_sources, verify_loaded
+from harness.sensitivity.report import write_report
+from harness.sensitivity.runner import run_sensitivity
+from harness.targets.matrix import load_matrix
+from tests.pytest_helpers import ROOT, target_python
+
+SESSION = "megatron-0.15"
+KNOWN = tuple(t.session for t in load_matrix(ROOT / "matrix.yaml").targets)
+NEWEST = KNOWN[-1]
+# One mutant per family: the gate must go red on each, through a case of that family.
+FAST_SUBSET = (
+    "chunks_reversed",
+    "sum_avg_swapped",
+    "gpt_process_group_keyword_renamed",
+    "finalize_binds_at_import",
+    "tp_group_renamed",
+)
+
+
+def catalogue() -> list[Mutant]:
+    return load_catalogue(CATALOGUE, KNOWN)
+
+
+@pytest.mark.parametrize("session", ["megatron-0.13", "megatron-0.15", "megatron-0.16", NEWEST])
+def test_every_edit_matches_its_target_and_compiles(session: str) -> None:
+    package = installed_package(target_python(session))
+    for mutant in catalogue():
+        if mutant.kind == "megatron" and session in mutant.targets:
+            for file, text in mutated_sources(mutant, package).items():
+                compile(text, f"{mutant.id}:{file}", "exec")
+
+
+def test_a_copy_that_is_not_imported_is_refused(tmp_path: Path) -> None:
+    """Without the copy on the path the installed Megatron loads: the pre-flight must say so, not let it survive."""
+    probe = Mutant("probe", "megatron", (SESSION,), "w", "equivalence", edits=(Edit("core/x.py", "a = 1", "c = 3"),))
+    with pytest.raises(MutationError, match="not from the copy"):
+        verify_loaded(probe, target_python(SESSION), tmp_path)
+
+
+def applicable(ids: tuple[str, ...], session: str) -> list[Mutant]:
+    """The mutants ``ids`` as they apply to ``session``: the entry itself, or its version variant (``<id>_019``)."""
+    mutants = catalogue()
+    chosen = []
+    for wanted in ids:
+        variant = re.compile(rf"{re.escape(wanted)}(_0\d\d)?")
+        found = [m for m in mutants if variant.fullmatch(m.id) and session in m.targets]
+        assert len(found) == 1, f"{wanted}: {len(found)} catalogue entries apply to {session}"
+        chosen.append(found[0])
+    return chosen
+
+
+@pytest.mark.parametrize("session", [SESSION, NEWEST])
+def test_fast_subset_is_killed_by_its_own_family(session: str, tmp_path: Path) -> None:
+    mutants = applicable(FAST_SUBSET, session)
+    report = run_sensitivity(mutants, {session: target_python(session)}, "harness.reference", 2, print)
+    verdicts = {o.mutant: (o.verdict, o.note, o.caught_by) for o in report.outcomes}
+    assert all(verdict == "killed" and not note for verdict, note, _ in verdicts.values()), verdicts
+    for outcome in report.outcomes:
+        case_file = family(str(outcome.family)).case_file
+        assert all(case.startswith(case_file) for case in outcome.caught_by), outcome
+    markdown, data = write_report(report, tmp_path)
+    assert "kill rate 100%" in markdown.read_text()
+    assert json.loads(data.read_text())["kill_rate"] == 1.0
