@@ -15,7 +15,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from harness.contracts.equivalence import ParamSpec, Population, RankReport, compare_task, gpt_finalize_task
+from harness.contracts.equivalence import FakeParameter, Population, RankReport, compare_task, gpt_finalize_task
 from harness.contracts.populations import budgets_for_population, fake_module_populations
 from harness.plugin.failure import contract_failure
 from harness.plugin.families import family
@@ -92,7 +92,9 @@ def test_matches_upstream_on_generated_modules(
 LARGE = Population(
     chunks=(
         tuple(
-            ParamSpec(f"decoder.layers.{i}.input_layernorm.weight", 16_384, "fp32", "main_grad", sequence_parallel=True)
+            FakeParameter(
+                f"decoder.layers.{i}.input_layernorm.weight", 16_384, "fp32", "main_grad", sequence_parallel=True
+            )
             for i in range(64)
         ),
     ),

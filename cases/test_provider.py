@@ -35,14 +35,18 @@ from harness.contracts.provider_calls import (
     freeze_mismatch,
     freeze_patterns,
     parameter_tree,
-    process_group_parameter,
     provider_specs,
     tiny_gpt_config,
 )
 from harness.plugin.failure import contract_failure
 from harness.plugin.families import family
 from harness.targets.matrix import Target, load_matrix
-from harness.targets.provider_shapes import derive_calls, installed_training_file, shape_mismatches
+from harness.targets.provider_shapes import (
+    derive_calls,
+    installed_training_file,
+    process_group_parameter,
+    shape_mismatches,
+)
 
 FAMILY = family("model-provider")
 pytestmark = FAMILY.mark()

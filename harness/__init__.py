@@ -19,3 +19,16 @@ from pathlib import Path
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 """The checkout the gate runs from: cases, matrix.yaml and the default reports directory live here."""
+
+MAY_IMPORT = {
+    "formats": (),
+    "targets": ("formats",),
+    "plugin": ("formats", "targets"),
+    "ranks": ("targets",),
+    "reference": (),
+    "contracts": ("formats", "targets", "plugin", "ranks"),
+    "reports": ("formats", "targets", "plugin", "ranks", "contracts"),
+    "sensitivity": ("formats", "targets", "plugin", "ranks", "contracts", "reference", "reports"),
+    "bench": ("formats", "targets", "plugin", "ranks", "contracts", "reference", "reports"),
+}
+"""The packages each package may import besides itself and this one (tests/unit/test_layout.py enforces it)."""

@@ -40,7 +40,7 @@ def download_megatron_wheel(version: str, directory: Path) -> Path:
 
 
 @dataclass
-class TargetRun:
+class RunVerdicts:
     """A run of cases as the tests read it: verdicts keyed by test name (``test_partition[...]``), which is how the
     tests name the case a seeded break must turn red."""
 
@@ -49,7 +49,7 @@ class TargetRun:
     verdicts: dict[str, tuple[str, str]]
 
     @classmethod
-    def of(cls, run: CaseRun) -> TargetRun:
+    def of(cls, run: CaseRun) -> RunVerdicts:
         verdicts = {case.name or case.module: (case.verdict, case.text) for case in run.cases}
         return cls(run.returncode, run.output, verdicts)
 
@@ -71,8 +71,8 @@ def run_target_cases(
     extra: list[str] | None = None,
     env: dict[str, str] | None = None,
     timeout: float = 600,
-) -> TargetRun:
+) -> RunVerdicts:
     """Run ``selection`` (paths or node ids under cases/) in ``session``'s venv and collect the verdicts."""
     options = [*(extra or []), *([f"--subject={subject}"] if subject is not None else [])]
     command = case_command(session, tmp_path, selection, python=target_python(session), profile="ci", options=options)
-    return TargetRun.of(run_cases(command, {**os.environ, **(env or {})}, timeout=timeout, keep_output=200_000))
+    return RunVerdicts.of(run_cases(command, {**os.environ, **(env or {})}, timeout=timeout, keep_output=200_000))

@@ -24,7 +24,7 @@ GRAD_KINDS = ("main_grad", "grad", "main_grad_none", "grad_none")
 
 
 @dataclass(frozen=True)
-class ParamSpec:
+class FakeParameter:
     """One parameter of a fake module: where its grad lives and which upstream rule may select it."""
 
     name: str
@@ -40,7 +40,7 @@ class ParamSpec:
 class Population:
     """A fake model chunk list plus the config flags upstream's selection reads."""
 
-    chunks: tuple[tuple[ParamSpec, ...], ...]
+    chunks: tuple[tuple[FakeParameter, ...], ...]
     sequence_parallel: bool
     qk_layernorm: bool
     seed: int
@@ -73,7 +73,7 @@ def _attach(root: torch.nn.Module, dotted: str, param: torch.nn.Parameter) -> No
     module.register_parameter(leaf, param)
 
 
-def _values(spec: ParamSpec, seed: int, rank: int, index: int) -> torch.Tensor:
+def _values(spec: FakeParameter, seed: int, rank: int, index: int) -> torch.Tensor:
     generator = torch.Generator().manual_seed(seed * 1_000_003 + rank * 10_007 + index)
     return torch.randn(spec.numel, generator=generator, dtype=torch.float64).to(DTYPES[spec.dtype])
 
@@ -189,7 +189,7 @@ def _without_none_grads(population: Population) -> Population:
     """The population as upstream sees it when it skips ``None`` grads: those params excluded from selection."""
     chunks = tuple(
         tuple(
-            ParamSpec(**{**spec.__dict__, "requires_grad": False}) if spec.grad_kind.endswith("_none") else spec
+            FakeParameter(**{**spec.__dict__, "requires_grad": False}) if spec.grad_kind.endswith("_none") else spec
             for spec in chunk
         )
         for chunk in population.chunks
@@ -282,7 +282,7 @@ def compare_task(
     return report
 
 
-def _selected_op(spec: ParamSpec, population: Population) -> str | None:
+def _selected_op(spec: FakeParameter, population: Population) -> str | None:
     """Which reduction upstream's rules give this param (None: not reduced), per the documented selection."""
     if not spec.requires_grad or spec.grad_kind.endswith("_none"):
         return None

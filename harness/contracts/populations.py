@@ -13,7 +13,7 @@ import torch
 from hypothesis import strategies as st
 
 from harness.contracts.equivalence import DTYPES as PARAM_DTYPES
-from harness.contracts.equivalence import GRAD_KINDS, ParamSpec, Population
+from harness.contracts.equivalence import GRAD_KINDS, FakeParameter, Population
 
 DTYPES = (torch.float32, torch.bfloat16, torch.float16)
 
@@ -144,7 +144,7 @@ def fake_module_populations(draw: st.DrawFn, max_params: int = 12) -> Population
         for i in range(count):
             leaf = draw(st.sampled_from(PARAM_LEAVES))
             specs.append(
-                ParamSpec(
+                FakeParameter(
                     name=f"decoder.layers.{i}.{leaf}",
                     numel=draw(st.integers(1, 40)),
                     dtype=draw(st.sampled_from(sorted(PARAM_DTYPES))),

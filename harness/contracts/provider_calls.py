@@ -16,7 +16,6 @@ from __future__ import annotations
 import functools
 import inspect
 import re
-import typing
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any
@@ -50,7 +49,6 @@ FORMS = ("function", "partial", "callable")
 VAR_POSITIONAL_NAME = "extra_args"
 VAR_KEYWORD_NAME = "extra_kwargs"
 BUILDER_NAME = "builder"
-PROCESS_GROUPS_MODULE = "megatron.core.process_groups_config"
 
 # Parameter names of a 2-layer GPTModel on the local layer spec with learned absolute positions, the same on
 # megatron-core 0.13.1 to 0.16.1; the real-model case checks the freeze rules on the model it builds itself.
@@ -114,7 +112,7 @@ class Sentinel:
 
 
 @dataclass(frozen=True)
-class ParamSpec:
+class ProviderParameter:
     """One named parameter of an inner provider."""
 
     name: str
@@ -126,7 +124,7 @@ class ParamSpec:
 class ProviderSpec:
     """The signature and form of one inner provider, and the error type it raises when it is to fail."""
 
-    params: tuple[ParamSpec, ...]
+    params: tuple[ProviderParameter, ...]
     var_positional: bool
     var_keyword: bool
     form: str
@@ -141,7 +139,7 @@ class ProviderSpec:
         # ``self`` or the partial's builder leads; it joins a positional-only group, which must come first.
         leading_kind = POSITIONAL_ONLY if any(p.kind is POSITIONAL_ONLY for p in self.params) else POSITIONAL_OR_KEYWORD
         leading = {"callable": ["self"], "partial": [BUILDER_NAME]}.get(self.form, [])
-        entries = [ParamSpec(name, leading_kind, False) for name in leading] + list(self.params)
+        entries = [ProviderParameter(name, leading_kind, False) for name in leading] + list(self.params)
         parts = [_parameter_source(p) for p in entries if p.kind is POSITIONAL_ONLY]
         if parts:
             parts.append("/")
@@ -162,7 +160,7 @@ class ProviderSpec:
         return f"def {name}({self.signature_source()}) [{self.form}]"
 
 
-def _parameter_source(param: ParamSpec) -> str:
+def _parameter_source(param: ProviderParameter) -> str:
     return f"{param.name}=_defaults[{param.name!r}]" if param.has_default else param.name
 
 
@@ -282,11 +280,11 @@ def provider_specs(draw: st.DrawFn, failing: bool = False) -> ProviderSpec:
         kinds = [POSITIONAL_OR_KEYWORD, KEYWORD_ONLY, *([None] if var_keyword else [])]
         kind = draw(st.sampled_from(kinds))
         if kind is not None:
-            params.append(ParamSpec(name, kind, draw(st.booleans())))
+            params.append(ProviderParameter(name, kind, draw(st.booleans())))
     for name in OPTIONAL_NAMES:
         kind = draw(st.sampled_from(OPTIONAL_KINDS))
         if kind is not None:
-            params.append(ParamSpec(name, kind, True))
+            params.append(ProviderParameter(name, kind, True))
     return ProviderSpec(
         params=_valid_order(draw(st.permutations(params))),
         var_positional=draw(st.booleans()),
@@ -296,7 +294,7 @@ def provider_specs(draw: st.DrawFn, failing: bool = False) -> ProviderSpec:
     )
 
 
-def _valid_order(params: Iterable[ParamSpec]) -> tuple[ParamSpec, ...]:
+def _valid_order(params: Iterable[ProviderParameter]) -> tuple[ProviderParameter, ...]:
     """The parameters in an order Python accepts, keeping the drawn order within each kind.
 
     Positional parameters without a default must precede those with one; a required positional-or-keyword
@@ -309,7 +307,7 @@ def _valid_order(params: Iterable[ParamSpec]) -> tuple[ParamSpec, ...]:
     for param in params:
         if param.kind is POSITIONAL_OR_KEYWORD:
             if positional_only and not param.has_default:
-                keyword_only.append(ParamSpec(param.name, KEYWORD_ONLY, False))
+                keyword_only.append(ProviderParameter(param.name, KEYWORD_ONLY, False))
             else:
                 positional.append(param)
     positional.sort(key=lambda p: p.has_default)
@@ -396,22 +394,6 @@ def freeze_mismatch(model: torch.nn.Module, frozen: set[str]) -> str | None:
 def _some(names: list[str], shown: int = 4) -> str:
     more = f", ... ({len(names)} in all)" if len(names) > shown else ""
     return "[" + ", ".join(names[:shown]) + more + "]"
-
-
-def process_group_parameter(init: Callable[..., Any]) -> tuple[str, type] | None:
-    """The keyword through which ``init`` takes Megatron's process-group bundle, and the bundle's class; or None.
-
-    The parameter is recognised by its annotation naming a class of Megatron's process-group module, not by its name:
-    the name is what changed between releases (``model_comm_pgs`` in 0.14, ``pg_collection`` from 0.15).
-    """
-    found = []
-    for param in inspect.signature(init, eval_str=True).parameters.values():
-        for candidate in (param.annotation, *typing.get_args(param.annotation)):
-            if isinstance(candidate, type) and candidate.__module__ == PROCESS_GROUPS_MODULE:
-                found.append((param.name, candidate))
-    if len(found) > 1:
-        raise RuntimeError(f"{init.__qualname__} takes several process-group parameters: {found}")
-    return found[0] if found else None
 
 
 NUM_LAYERS = 2

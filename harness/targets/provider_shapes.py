@@ -18,12 +18,18 @@ from __future__ import annotations
 
 import ast
 import importlib.metadata
+import inspect
 import json
 import sys
+import typing
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from harness.targets.matrix import MEGATRON_DISTRIBUTION
+
+PROCESS_GROUPS_MODULE = "megatron.core.process_groups_config"
 
 TRAINING_FILE = "megatron/training/training.py"
 GET_MODEL = "get_model"
@@ -138,12 +144,26 @@ def shape_mismatches(calls: list[DerivedCall], recorded: dict[str, tuple[str, ..
     return problems
 
 
+def process_group_parameter(init: Callable[..., Any]) -> tuple[str, type] | None:
+    """The keyword through which ``init`` takes Megatron's process-group bundle, and the bundle's class; or None.
+
+    The parameter is recognised by its annotation naming a class of Megatron's process-group module, not by its name:
+    the name is what changed between releases (``model_comm_pgs`` in 0.14, ``pg_collection`` from 0.15).
+    """
+    found = []
+    for param in inspect.signature(init, eval_str=True).parameters.values():
+        for candidate in (param.annotation, *typing.get_args(param.annotation)):
+            if isinstance(candidate, type) and candidate.__module__ == PROCESS_GROUPS_MODULE:
+                found.append((param.name, candidate))
+    if len(found) > 1:
+        raise RuntimeError(f"{init.__qualname__} takes several process-group parameters: {found}")
+    return found[0] if found else None
+
+
 def main(argv: list[str] | None = None) -> int:
     """Print the installed Megatron's provider contract as JSON; ``calls`` is ``null`` without a training loop."""
     del argv
     from megatron.core.models.gpt.gpt_model import GPTModel
-
-    from harness.contracts.provider_calls import process_group_parameter
 
     derived = process_group_parameter(GPTModel.__init__)
     contract: dict[str, object] = {

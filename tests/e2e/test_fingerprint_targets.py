@@ -28,7 +28,7 @@ from harness.targets.matrix import load_matrix
 from tests.pytest_helpers import (
     ROOT,
     SEEDED,
-    TargetRun,
+    RunVerdicts,
     download_megatron_wheel,
     run_target_cases,
     target_python,
@@ -171,7 +171,7 @@ def test_fingerprint_case_goes_red_on_the_candidate_naming_symbol_and_mismatch(
     command = case_command(
         CANDIDATE, tmp_path, ["cases/test_fingerprint.py"], python=candidate.python, matrix=candidate.matrix
     )
-    run = TargetRun.of(run_cases(command, timeout=600))
+    run = RunVerdicts.of(run_cases(command, timeout=600))
     failed = run.failed()
     case = "test_replacements_accept_every_call_upstream_accepts"
     assert run.returncode == 1 and list(failed) == [case], (

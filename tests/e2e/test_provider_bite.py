@@ -15,7 +15,7 @@ from typing import Any
 import pytest
 import yaml
 
-from tests.pytest_helpers import ROOT, SEEDED, CaseRun, run_target_cases
+from tests.pytest_helpers import ROOT, SEEDED, RunVerdicts, run_target_cases
 
 CASES = ["cases/test_provider.py"]
 PROCESS_GROUP_CASE = "cases/test_provider.py::test_matrix_records_the_installed_process_group_keyword"
@@ -25,19 +25,31 @@ NEWEST_TARGET = "megatron-0.19"
 
 # Seeded wrapper -> (target it is run on, what some failure message must say).
 SEEDED_BREAKS = {
-    "provider_fixed_signature": ("megatron-0.16", "[megatron-0.16] provider call shape 'plain': keyword 'config'"),
+    "provider_fixed_signature": (
+        "megatron-0.16",
+        "[megatron-0.16] model-provider: call shape 'plain': keyword 'config'",
+    ),
     "provider_vp_stage_dropped": (
         "megatron-0.15",
-        "[megatron-0.15] provider call shape 'virtual_pipeline': keyword 'vp_stage'",
+        "[megatron-0.15] model-provider: call shape 'virtual_pipeline': keyword 'vp_stage'",
     ),
-    "provider_config_forced": ("megatron-0.16", "[megatron-0.16] provider call shape 'plain': keyword 'config'"),
-    "provider_none_invented": ("megatron-0.15", "[megatron-0.15] provider call shape 'plain': keyword 'vp_stage'"),
-    "provider_freeze_on_provider": ("megatron-0.15", "[megatron-0.15] provider call shape 'plain': freeze rules"),
-    "provider_error_replaced": ("megatron-0.15", "[megatron-0.15] provider call shape 'plain': inner provider error"),
+    "provider_config_forced": ("megatron-0.16", "[megatron-0.16] model-provider: call shape 'plain': keyword 'config'"),
+    "provider_none_invented": (
+        "megatron-0.15",
+        "[megatron-0.15] model-provider: call shape 'plain': keyword 'vp_stage'",
+    ),
+    "provider_freeze_on_provider": (
+        "megatron-0.15",
+        "[megatron-0.15] model-provider: call shape 'plain': freeze rules",
+    ),
+    "provider_error_replaced": (
+        "megatron-0.15",
+        "[megatron-0.15] model-provider: call shape 'plain': inner provider error",
+    ),
 }
 
 
-def assert_red(run: CaseRun, label: str, session: str, message: str) -> None:
+def assert_red(run: RunVerdicts, label: str, session: str, message: str) -> None:
     failed = run.require_red(f"{label} on {session}")
     named = [name for name, text in failed.items() if message in text]
     assert named, f"{label}: no failure says {message!r}; failed: {sorted(failed)}\n{run.output[-3000:]}"
@@ -97,7 +109,7 @@ def test_stale_process_group_keyword_is_caught(session: str, stale: str, install
     matrix = matrix_with(tmp_path, session, lambda provider: provider.update(process_group_keyword=stale))
     run = run_target_cases(session, [PROCESS_GROUP_CASE], tmp_path, extra=[f"--matrix={matrix}"])
     takes = repr(installed) if installed else "no process-group parameter"
-    message = f"[{session}] provider contract: process_group_keyword: the matrix records {stale!r} but the installed "
+    message = f"[{session}] model-provider: process_group_keyword: the matrix records {stale!r} but the installed "
     assert_red(run, "stale matrix", session, message)
     assert f"GPTModel.__init__ takes {takes}" in run.output, run.output[-3000:]
 
@@ -111,6 +123,6 @@ def test_stale_call_shapes_are_caught_from_megatrons_own_get_model(tmp_path: Pat
     session = NEWEST_TARGET
     matrix = matrix_with(tmp_path, session, drop_config_add_flag)
     run = run_target_cases(session, [CALL_SHAPES_CASE], tmp_path, extra=[f"--matrix={matrix}"])
-    assert_red(run, "stale call shapes", session, f"[{session}] provider contract: calls: the matrix entry is stale")
+    assert_red(run, "stale call shapes", session, f"[{session}] model-provider: calls: the matrix entry is stale")
     assert re.search(r"training\.py:\d+: Megatron passes keyword 'config' in shape 'plain'", run.output), run.output
     assert re.search(r"training\.py:\d+: the matrix lists keyword 'is_first_chunk' in shape 'plain'", run.output)
