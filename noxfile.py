@@ -149,8 +149,9 @@ def _ensure_browser(session: nox.Session) -> str:
         return found
     if hasattr(os, "geteuid") and os.geteuid() == 0 and shutil.which("apt-get"):
         env = {"DEBIAN_FRONTEND": "noninteractive"}
-        session.run("apt-get", "update", "-qq", external=True, env=env)
-        session.run("apt-get", "install", "-y", "-qq", "chromium", external=True, env=env)
+        session.run("apt-get", "update", "-qq", external=True, env=env, silent=True)
+        session.log("installing chromium for the report's HTML test (apt-get install chromium)")
+        session.run("apt-get", "install", "-y", "-qq", "chromium", external=True, env=env, silent=True)
         found = next((shutil.which(name) for name in BROWSERS if shutil.which(name)), None)
         if found:
             return found
