@@ -23,35 +23,35 @@ REAL_MODEL_CASE = "test_real_gpt_model_through_the_wrapper"
 CALL_SHAPES_CASE = "cases/test_provider.py::test_matrix_records_the_call_shapes_megatron_makes"
 NEWEST_TARGET = "megatron-0.19"
 
-# Seeded wrapper -> (target it is run on, what some failure message must say).
+# Seeded wrapper -> (target it is run on, what some failure message must say below its "[target] model-provider" head).
 SEEDED_BREAKS = {
     "provider_fixed_signature": (
         "megatron-0.16",
-        "[megatron-0.16] model-provider: call shape 'plain': keyword 'config'",
+        "call shape 'plain': keyword 'config'",
     ),
     "provider_vp_stage_dropped": (
         "megatron-0.15",
-        "[megatron-0.15] model-provider: call shape 'virtual_pipeline': keyword 'vp_stage'",
+        "call shape 'virtual_pipeline': keyword 'vp_stage'",
     ),
-    "provider_config_forced": ("megatron-0.16", "[megatron-0.16] model-provider: call shape 'plain': keyword 'config'"),
+    "provider_config_forced": ("megatron-0.16", "call shape 'plain': keyword 'config'"),
     "provider_none_invented": (
         "megatron-0.15",
-        "[megatron-0.15] model-provider: call shape 'plain': keyword 'vp_stage'",
+        "call shape 'plain': keyword 'vp_stage'",
     ),
     "provider_freeze_on_provider": (
         "megatron-0.15",
-        "[megatron-0.15] model-provider: call shape 'plain': freeze rules",
+        "call shape 'plain': freeze rules",
     ),
     "provider_error_replaced": (
         "megatron-0.15",
-        "[megatron-0.15] model-provider: call shape 'plain': inner provider error",
+        "call shape 'plain': inner provider error",
     ),
 }
 
 
 def assert_red(run: RunVerdicts, label: str, session: str, message: str) -> None:
     failed = run.require_red(f"{label} on {session}")
-    named = [name for name, text in failed.items() if message in text]
+    named = [name for name, text in failed.items() if message in text and f"[{session}] model-provider: " in text]
     assert named, f"{label}: no failure says {message!r}; failed: {sorted(failed)}\n{run.output[-3000:]}"
     assert f"target {session} | contract model-provider | symbol wrap_model_provider" in run.output
 

@@ -34,12 +34,6 @@ from harness.reports.api_diff import (
 )
 
 FINALIZE = "megatron.core.distributed.finalize_model_grads"
-UPSTREAM = f"{FINALIZE}:_allreduce_non_tensor_model_parallel_grads"
-ALIAS = f"{FINALIZE}:_allreduce_layernorm_grads"
-BASE = "megatron-0.15"
-BASE_VERSION = "0.15.3"
-CANDIDATE = "megatron-candidate"
-RENAMED = ("tp_group", "tp_process_group")
 
 
 # --- declaration ------------------------------------------------------------------------------------------------

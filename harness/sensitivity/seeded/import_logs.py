@@ -1,4 +1,4 @@
-"""Seeded subject: its adapter package (tests/seeded/adapters/logs) has a side effect at import."""
+"""Seeded subject: its adapter package (seeded/adapters/logs) has a side effect at import."""
 
 from pathlib import Path
 

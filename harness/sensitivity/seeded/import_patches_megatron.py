@@ -1,4 +1,4 @@
-"""Seeded subject: its adapter package (tests/seeded/adapters/patches_megatron) has a side effect at import."""
+"""Seeded subject: its adapter package (seeded/adapters/patches_megatron) has a side effect at import."""
 
 from pathlib import Path
 
