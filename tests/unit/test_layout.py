@@ -69,3 +69,16 @@ def test_the_noxfile_loads_without_torch_pytest_or_hypothesis() -> None:
     code = f"import sys, runpy; {blocked}runpy.run_path('noxfile.py')"
     completed = subprocess.run([sys.executable, "-c", code], cwd=REPO_ROOT, capture_output=True, text=True)
     assert completed.returncode == 0, completed.stderr[-2000:]
+
+
+def test_no_source_file_is_ignored_by_git() -> None:
+    """An ignore rule that catches a source file (``reports/`` once caught ``harness/reports/``) ships a gate that
+    cannot import itself from a fresh clone."""
+    listed = subprocess.run(
+        ["git", "ls-files", "--others", "--ignored", "--exclude-standard", "harness", "cases", "tests", "noxfile.py"],
+        cwd=REPO_ROOT,
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout.split()
+    assert [path for path in listed if "__pycache__" not in path and not path.endswith(".pyc")] == []
