@@ -11,18 +11,18 @@ import sys
 from pathlib import Path
 from typing import Any
 
-MIB = 1 << 20
-GOAL_WORLD_SIZE = 2
-GOAL_POPULATION_MIB = 512
-GOAL_TENSORS = 64
+_MIB = 1 << 20
+_GOAL_WORLD_SIZE = 2
+_GOAL_POPULATION_MIB = 512
+_GOAL_TENSORS = 64
 # Budget in MiB -> the downstream patch's time as a fraction of upstream's.
-GOAL_RATIOS = {16: 0.63, 64: 0.77, 256: 0.79, 1024: 1.00}
-GOAL_GATE_S = 45.0
-UPSTREAM = "upstream"
+_GOAL_RATIOS = {16: 0.63, 64: 0.77, 256: 0.79, 1024: 1.00}
+_GOAL_GATE_S = 45.0
+_UPSTREAM = "upstream"
 
 
 def _ratio_rows(samples: list[dict[str, Any]]) -> dict[tuple[int, int, int], dict[str, Any]]:
-    """Samples grouped by (world size, population bytes, tensors), with upstream's under ``UPSTREAM``."""
+    """Samples grouped by (world size, population bytes, tensors), with upstream's under ``_UPSTREAM``."""
     groups: dict[tuple[int, int, int], dict[str, Any]] = {}
     for sample in samples:
         key = (sample["world_size"], sample["population_bytes"], sample["tensors"])
@@ -30,31 +30,31 @@ def _ratio_rows(samples: list[dict[str, Any]]) -> dict[tuple[int, int, int], dic
     return groups
 
 
-def ratio(group: dict[str, Any], method: str) -> float:
+def _ratio(group: dict[str, Any], method: str) -> float:
     """The method's median time as a fraction of upstream's in the same group."""
-    return group[method]["median_s"] / group[UPSTREAM]["median_s"]
+    return group[method]["median_s"] / group[_UPSTREAM]["median_s"]
 
 
 def _mib(value: int) -> str:
-    return f"{value / MIB:.0f}" if value >= MIB else f"{value / MIB:.2f}"
+    return f"{value / _MIB:.0f}" if value >= _MIB else f"{value / _MIB:.2f}"
 
 
 def goal_rows(document: dict[str, Any]) -> list[tuple[int, float | None, float, bool | None]]:
     """Per goal budget: the measured ratio (None when that budget or population was not run), the goal, met."""
     groups = _ratio_rows(document["samples"])
-    group = groups.get((GOAL_WORLD_SIZE, GOAL_POPULATION_MIB * MIB, GOAL_TENSORS))
+    group = groups.get((_GOAL_WORLD_SIZE, _GOAL_POPULATION_MIB * _MIB, _GOAL_TENSORS))
     rows = []
-    for budget, goal in GOAL_RATIOS.items():
+    for budget, goal in _GOAL_RATIOS.items():
         method = f"budget {budget} MiB"
         if group is None or method not in group:
             rows.append((budget, None, goal, None))
         else:
-            measured = ratio(group, method)
+            measured = _ratio(group, method)
             rows.append((budget, measured, goal, measured <= goal))
     return rows
 
 
-def render_markdown(document: dict[str, Any], gate: dict[str, Any] | None, command: str) -> str:
+def _render_markdown(document: dict[str, Any], gate: dict[str, Any] | None, command: str) -> str:
     plan = document["plan"]
     versions = document["versions"]
     lines = [
@@ -65,7 +65,8 @@ def render_markdown(document: dict[str, Any], gate: dict[str, Any] | None, comma
         f"median of {plan['repeats']} repeats (after one warm-up), upstream and subject interleaved in a rotating "
         f"order; bench wall time {document['wall_time_s']:.0f} s.",
         "",
-        f"## Against the goals ({GOAL_WORLD_SIZE} ranks, {GOAL_POPULATION_MIB} MiB of grads in {GOAL_TENSORS} tensors)",
+        f"## Against the goals ({_GOAL_WORLD_SIZE} ranks, {_GOAL_POPULATION_MIB} MiB of grads in "
+        f"{_GOAL_TENSORS} tensors)",
         "",
         "| budget | subject / upstream time | goal | met |",
         "|---:|---:|---:|:---:|",
@@ -74,7 +75,7 @@ def render_markdown(document: dict[str, Any], gate: dict[str, Any] | None, comma
         shown = "not run" if measured is None else f"{measured:.2f}x"
         verdict = "n/a" if met is None else ("yes" if met else "**no**")
         lines.append(f"| {budget} MiB | {shown} | ≤ {goal:.2f}x | {verdict} |")
-    lines += ["", *summary_table(document)]
+    lines += ["", *_summary_table(document)]
     lines += [
         "",
         "## Every measurement",
@@ -90,7 +91,7 @@ def render_markdown(document: dict[str, Any], gate: dict[str, Any] | None, comma
         for method, sample in group.items():
             lines.append(
                 f"| {world_size} | {_mib(population)} | {tensors} | {method} | {sample['median_s']:.3f} | "
-                f"{ratio(group, method):.2f} | {sample['collectives']} | {_mib(sample['largest_buffer_bytes'])} | "
+                f"{_ratio(group, method):.2f} | {sample['collectives']} | {_mib(sample['largest_buffer_bytes'])} | "
                 f"{_mib(sample['peak_extra_rss_bytes'])} |"
             )
     overhead = document["pool_overhead"]
@@ -102,10 +103,10 @@ def render_markdown(document: dict[str, Any], gate: dict[str, Any] | None, comma
         "|---|---:|",
     ]
     if gate is not None:
-        met = "met" if gate["wall_s"] <= GOAL_GATE_S else "**not met**"
+        met = "met" if gate["wall_s"] <= _GOAL_GATE_S else "**not met**"
         lines.append(
             f"| warm `{gate['command']}` (hypothesis profile `{gate['profile']}`) | {gate['wall_s']:.0f} s "
-            f"(goal ≤ {GOAL_GATE_S:.0f} s: {met}) |"
+            f"(goal ≤ {_GOAL_GATE_S:.0f} s: {met}) |"
         )
     world = overhead["world_size"]
     lines += [
@@ -120,7 +121,7 @@ def render_markdown(document: dict[str, Any], gate: dict[str, Any] | None, comma
     return "\n".join(lines)
 
 
-def summary_table(document: dict[str, Any]) -> list[str]:
+def _summary_table(document: dict[str, Any]) -> list[str]:
     """One row per (ranks, grads, tensors): upstream's median, the subject's time ratio and peak RSS per budget."""
     budgets = document["plan"]["budgets_mib"]
     header = " | ".join(f"{b} MiB" for b in budgets)
@@ -131,9 +132,9 @@ def summary_table(document: dict[str, Any]) -> list[str]:
         "|---:|---:|---:|---:|" + "---:|" * len(budgets),
     ]
     for (world_size, population, tensors), group in sorted(_ratio_rows(document["samples"]).items()):
-        upstream = group[UPSTREAM]
+        upstream = group[_UPSTREAM]
         cells = [
-            f"{ratio(group, f'budget {b} MiB'):.2f} ({_mib(group[f'budget {b} MiB']['peak_extra_rss_bytes'])})"
+            f"{_ratio(group, f'budget {b} MiB'):.2f} ({_mib(group[f'budget {b} MiB']['peak_extra_rss_bytes'])})"
             if f"budget {b} MiB" in group
             else "not run"
             for b in budgets
@@ -145,7 +146,7 @@ def summary_table(document: dict[str, Any]) -> list[str]:
     return lines
 
 
-def plot(document: dict[str, Any], path: Path) -> None:
+def _plot(document: dict[str, Any], path: Path) -> None:
     """Per world size (columns): time ratio and peak extra RSS (rows) against the budget.
 
     Colour is the amount of grads, solid lines the goals' 64-tensor shape, dotted the many-small-tensor shape;
@@ -160,23 +161,23 @@ def plot(document: dict[str, Any], path: Path) -> None:
     world_sizes = sorted({world for (world, _, _), _ in groups})
     populations = sorted({population for (_, population, _), _ in groups})
     figure, axes = plt.subplots(2, len(world_sizes), figsize=(6.5 * len(world_sizes), 8), squeeze=False)
-    goals = sorted(GOAL_RATIOS.items())
+    goals = sorted(_GOAL_RATIOS.items())
     for column, world_size in enumerate(world_sizes):
         times, memory = axes[0][column], axes[1][column]
         for (world, population, tensors), group in groups:
             if world != world_size:
                 continue
-            budgets = sorted((s["budget_bytes"] / MIB, m) for m, s in group.items() if s["budget_bytes"] is not None)
+            budgets = sorted((s["budget_bytes"] / _MIB, m) for m, s in group.items() if s["budget_bytes"] is not None)
             x = [b for b, _ in budgets]
             color = f"C{populations.index(population) % 10}"
-            style = "o-" if tensors == GOAL_TENSORS else "s:"
+            style = "o-" if tensors == _GOAL_TENSORS else "s:"
             label = f"{_mib(population)} MiB in {tensors}"
-            times.plot(x, [ratio(group, m) for _, m in budgets], style, color=color, label=label)
-            peaks = [group[m]["peak_extra_rss_bytes"] / MIB for _, m in budgets]
+            times.plot(x, [_ratio(group, m) for _, m in budgets], style, color=color, label=label)
+            peaks = [group[m]["peak_extra_rss_bytes"] / _MIB for _, m in budgets]
             memory.plot(x, peaks, style, color=color, label=label)
-            memory.axhline(group[UPSTREAM]["peak_extra_rss_bytes"] / MIB, color=color, linestyle="--", linewidth=0.8)
-        if world_size == GOAL_WORLD_SIZE:
-            goal_label = f"goal ({GOAL_POPULATION_MIB} MiB in {GOAL_TENSORS})"
+            memory.axhline(group[_UPSTREAM]["peak_extra_rss_bytes"] / _MIB, color=color, linestyle="--", linewidth=0.8)
+        if world_size == _GOAL_WORLD_SIZE:
+            goal_label = f"goal ({_GOAL_POPULATION_MIB} MiB in {_GOAL_TENSORS})"
             times.plot([b for b, _ in goals], [g for _, g in goals], "k*", markersize=10, label=goal_label)
         times.axhline(1.0, color="grey", linewidth=0.8)
         times.set(xscale="log", ylabel="time / upstream's", title=f"{world_size} gloo ranks: time vs upstream")
@@ -198,8 +199,8 @@ def write(directory: Path, command: str) -> tuple[Path, Path]:
     gate_file = directory / "gate.json"
     gate = json.loads(gate_file.read_text()) if gate_file.exists() else None
     markdown, image = directory / "bench.md", directory / "bench.png"
-    markdown.write_text(render_markdown(document, gate, command))
-    plot(document, image)
+    markdown.write_text(_render_markdown(document, gate, command))
+    _plot(document, image)
     return markdown, image
 
 

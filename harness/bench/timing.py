@@ -26,20 +26,20 @@ from harness.plugin.subjects import REFERENCE_SUBJECT
 from harness.ranks import megatron_state as megatron_ranks
 from harness.ranks.pool import RankPool
 
-MIB = 1 << 20
-DEFAULT_WORLD_SIZES = (2, 4)
-DEFAULT_POPULATIONS_MIB = (64, 256, 512, 1024)
-DEFAULT_BUDGETS_MIB = (16, 64, 256, 1024)
+_MIB = 1 << 20
+_DEFAULT_WORLD_SIZES = (2, 4)
+_DEFAULT_POPULATIONS_MIB = (64, 256, 512, 1024)
+_DEFAULT_BUDGETS_MIB = (16, 64, 256, 1024)
 # 64 tensors: the goals' shape, every grad large enough to be reduced in place; 4096: small grads, packed in chunks.
-DEFAULT_TENSORS = (64, 4096)
-DEFAULT_REPEATS = 5
-UPSTREAM = "upstream"
+_DEFAULT_TENSORS = (64, 4096)
+_DEFAULT_REPEATS = 5
+_UPSTREAM = "upstream"
 # A 1 GiB all-reduce on four ranks sharing two cores takes tens of seconds; the pool's default would cut it short.
-TASK_TIMEOUT_S = 1800.0
+_TASK_TIMEOUT_S = 1800.0
 
 
 @dataclass
-class Sample:
+class _Sample:
     """One method on one population: every repeat's wall time, and what the collectives and memory looked like."""
 
     world_size: int
@@ -61,7 +61,7 @@ class Sample:
 
 _model: list[Any] = []
 _M_MMAP_THRESHOLD = -3
-MMAP_THRESHOLD_BYTES = 1 << 20
+_MMAP_THRESHOLD_BYTES = 1 << 20
 
 
 def _map_large_allocations() -> None:
@@ -72,7 +72,7 @@ def _map_large_allocations() -> None:
     show in the RSS rise. Upstream and subject run under the same setting.
     """
     libc = ctypes.CDLL(ctypes.util.find_library("c"))
-    if libc.mallopt(_M_MMAP_THRESHOLD, MMAP_THRESHOLD_BYTES) != 1:
+    if libc.mallopt(_M_MMAP_THRESHOLD, _MMAP_THRESHOLD_BYTES) != 1:
         raise RuntimeError("mallopt(M_MMAP_THRESHOLD) failed: peak RSS figures would not be comparable")
 
 
@@ -81,7 +81,7 @@ def _status_kib(field_name: str) -> int:
     return int(re.search(rf"^{field_name}:\s+(\d+) kB", status, re.MULTILINE).group(1))
 
 
-def allocate_task(rank: int, world_size: int, population_bytes: int, tensors: int) -> int:
+def _allocate_task(rank: int, world_size: int, population_bytes: int, tensors: int) -> int:
     """Build one model chunk of ``tensors`` fp32 sequence-parallel params holding ``population_bytes`` of main_grad."""
     import torch
 
@@ -99,11 +99,11 @@ def allocate_task(rank: int, world_size: int, population_bytes: int, tensors: in
     return _status_kib("VmRSS")
 
 
-def free_task(rank: int, world_size: int) -> None:
+def _free_task(rank: int, world_size: int) -> None:
     _model.clear()
 
 
-def time_task(rank: int, world_size: int, method: str, budget_bytes: int | None, subject_spec: str) -> dict:
+def _time_task(rank: int, world_size: int, method: str, budget_bytes: int | None, subject_spec: str) -> dict:
     """One timed call of upstream's all-reduce or the subject's on the allocated chunk."""
     import torch
 
@@ -112,7 +112,7 @@ def time_task(rank: int, world_size: int, method: str, budget_bytes: int | None,
     config = SimpleNamespace(sequence_parallel=True, qk_layernorm=False)
     for param in _model[0].parameters():
         param.main_grad.fill_(float(rank + 1))
-    if method == UPSTREAM:
+    if method == _UPSTREAM:
         call = getattr(megatron_ranks.finalize_module(), megatron_ranks.UPSTREAM_NAME)
     else:
         subject = subject_once(subject_spec)
@@ -129,7 +129,7 @@ def time_task(rank: int, world_size: int, method: str, budget_bytes: int | None,
             seconds = time.perf_counter() - started
         peak = _status_kib("VmHWM")
     finally:
-        if method != UPSTREAM:
+        if method != _UPSTREAM:
             subject.uninstall()
     return {
         "seconds": seconds,
@@ -143,37 +143,37 @@ def time_task(rank: int, world_size: int, method: str, budget_bytes: int | None,
 
 
 @dataclass(frozen=True)
-class BenchPlan:
+class _BenchPlan:
     """What to measure; the defaults cover the goals in the README."""
 
-    world_sizes: tuple[int, ...] = DEFAULT_WORLD_SIZES
-    populations_mib: tuple[int, ...] = DEFAULT_POPULATIONS_MIB
-    budgets_mib: tuple[int, ...] = DEFAULT_BUDGETS_MIB
-    tensors: tuple[int, ...] = DEFAULT_TENSORS
-    repeats: int = DEFAULT_REPEATS
+    world_sizes: tuple[int, ...] = _DEFAULT_WORLD_SIZES
+    populations_mib: tuple[int, ...] = _DEFAULT_POPULATIONS_MIB
+    budgets_mib: tuple[int, ...] = _DEFAULT_BUDGETS_MIB
+    tensors: tuple[int, ...] = _DEFAULT_TENSORS
+    repeats: int = _DEFAULT_REPEATS
     subject: str = REFERENCE_SUBJECT
 
     def methods(self) -> list[tuple[str, int | None]]:
-        return [(UPSTREAM, None), *((f"budget {b} MiB", b * MIB) for b in self.budgets_mib)]
+        return [(_UPSTREAM, None), *((f"budget {b} MiB", b * _MIB) for b in self.budgets_mib)]
 
 
-def measure_allreduce(plan: BenchPlan, progress: Callable[[str], object] = print) -> list[Sample]:
+def _measure_allreduce(plan: _BenchPlan, progress: Callable[[str], object] = print) -> list[_Sample]:
     """Every method on every population and world size; one warm-up round per population is not recorded."""
-    samples: list[Sample] = []
+    samples: list[_Sample] = []
     for world_size in plan.world_sizes:
-        pool = RankPool(world_size, "gloo", timeout_s=TASK_TIMEOUT_S)
+        pool = RankPool(world_size, "gloo", timeout_s=_TASK_TIMEOUT_S)
         try:
             with megatron_ranks.model_parallel(pool, world_size):
                 for population_mib, tensors in itertools.product(plan.populations_mib, plan.tensors):
-                    population = population_mib * MIB
-                    pool.run(allocate_task, population, tensors)
-                    rows = {m: Sample(world_size, population, tensors, m, b) for m, b in plan.methods()}
+                    population = population_mib * _MIB
+                    pool.run(_allocate_task, population, tensors)
+                    rows = {m: _Sample(world_size, population, tensors, m, b) for m, b in plan.methods()}
                     methods = plan.methods()
                     for repeat in range(plan.repeats + 1):
                         # Each repeat starts one method later, so no method always runs right after the same one.
                         shift = repeat % len(methods)
                         for method, budget in methods[shift:] + methods[:shift]:
-                            results = pool.run(time_task, method, budget, plan.subject)
+                            results = pool.run(_time_task, method, budget, plan.subject)
                             if repeat == 0:
                                 continue
                             row = rows[method]
@@ -183,12 +183,12 @@ def measure_allreduce(plan: BenchPlan, progress: Callable[[str], object] = print
                             row.peak_extra_rss_bytes = max(
                                 row.peak_extra_rss_bytes, *(r["peak_extra_rss_bytes"] for r in results)
                             )
-                    pool.run(free_task)
+                    pool.run(_free_task)
                     samples.extend(rows.values())
-                    upstream = rows[UPSTREAM].median_s
+                    upstream = rows[_UPSTREAM].median_s
                     progress(
                         f"world {world_size}, {population_mib} MiB in {tensors} tensors: upstream {upstream:.3f} s; "
-                        + ", ".join(f"{m} {r.median_s / upstream:.2f}x" for m, r in rows.items() if m != UPSTREAM)
+                        + ", ".join(f"{m} {r.median_s / upstream:.2f}x" for m, r in rows.items() if m != _UPSTREAM)
                     )
         finally:
             pool.close()
@@ -204,7 +204,7 @@ def _noop_task(rank: int, world_size: int) -> None:
     return None
 
 
-def measure_pool_overhead(world_size: int = 2, repeats: int = 3, tasks: int = 200) -> dict[str, float]:
+def _measure_pool_overhead(world_size: int = 2, repeats: int = 3, tasks: int = 200) -> dict[str, float]:
     """What a case pays for its ranks: a fresh pool per case (spawn, import, rendezvous, model-parallel groups) vs a
     warm pool (model-parallel groups per case, then a task round trip)."""
     spawn = []
@@ -238,14 +238,14 @@ def measure_pool_overhead(world_size: int = 2, repeats: int = 3, tasks: int = 20
     }
 
 
-def parse_arguments(argv: list[str] | None = None) -> argparse.Namespace:
+def _parse_arguments(argv: list[str] | None = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(prog="python -m harness.bench.timing", description=__doc__.splitlines()[0])
     parser.add_argument("--out", type=Path, required=True, help="directory for bench.json")
-    parser.add_argument("--world-sizes", type=int, nargs="+", default=list(DEFAULT_WORLD_SIZES))
-    parser.add_argument("--populations-mib", type=int, nargs="+", default=list(DEFAULT_POPULATIONS_MIB))
-    parser.add_argument("--budgets-mib", type=int, nargs="+", default=list(DEFAULT_BUDGETS_MIB))
-    parser.add_argument("--tensors", type=int, nargs="+", default=list(DEFAULT_TENSORS))
-    parser.add_argument("--repeats", type=int, default=DEFAULT_REPEATS)
+    parser.add_argument("--world-sizes", type=int, nargs="+", default=list(_DEFAULT_WORLD_SIZES))
+    parser.add_argument("--populations-mib", type=int, nargs="+", default=list(_DEFAULT_POPULATIONS_MIB))
+    parser.add_argument("--budgets-mib", type=int, nargs="+", default=list(_DEFAULT_BUDGETS_MIB))
+    parser.add_argument("--tensors", type=int, nargs="+", default=list(_DEFAULT_TENSORS))
+    parser.add_argument("--repeats", type=int, default=_DEFAULT_REPEATS)
     parser.add_argument("--subject", default=REFERENCE_SUBJECT)
     return parser.parse_args(argv)
 
@@ -255,8 +255,8 @@ def main(argv: list[str] | None = None) -> Path:
     import megatron.core
     import torch
 
-    options = parse_arguments(argv)
-    plan = BenchPlan(
+    options = _parse_arguments(argv)
+    plan = _BenchPlan(
         tuple(options.world_sizes),
         tuple(options.populations_mib),
         tuple(options.budgets_mib),
@@ -265,8 +265,8 @@ def main(argv: list[str] | None = None) -> Path:
         options.subject,
     )
     started = time.perf_counter()
-    samples = measure_allreduce(plan)
-    overhead = measure_pool_overhead()
+    samples = _measure_allreduce(plan)
+    overhead = _measure_pool_overhead()
     options.out.mkdir(parents=True, exist_ok=True)
     document = {
         "plan": asdict(plan),

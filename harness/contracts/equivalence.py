@@ -78,7 +78,7 @@ def _values(spec: FakeParameter, seed: int, rank: int, index: int) -> torch.Tens
     return torch.randn(spec.numel, generator=generator, dtype=torch.float64).to(DTYPES[spec.dtype])
 
 
-def build_chunks(population: Population, rank: int, fsdp_flag: str) -> list[torch.nn.Module]:
+def _build_chunks(population: Population, rank: int, fsdp_flag: str) -> list[torch.nn.Module]:
     """Materialise the population as model chunks; the same call on the same rank gives bitwise-equal values."""
     chunks = []
     index = 0
@@ -201,7 +201,7 @@ def _expected_reference(
     population: Population, rank: int, fsdp_flag: str, upstream: Any, config: Any
 ) -> tuple[list[torch.nn.Module], str | None, list]:
     """Run upstream; where it fails on ``None`` grads (versions before the skip), run it without them."""
-    chunks = build_chunks(population, rank, fsdp_flag)
+    chunks = _build_chunks(population, rank, fsdp_flag)
     group = tp_group()
     with CollectiveRecorder(group) as recorder:
         try:
@@ -211,7 +211,7 @@ def _expected_reference(
             if not any(s.grad_kind.endswith("_none") for chunk in population.chunks for s in chunk):
                 raise
             raised = f"{type(err).__name__}: {err}"
-    chunks = build_chunks(_without_none_grads(population), rank, fsdp_flag)
+    chunks = _build_chunks(_without_none_grads(population), rank, fsdp_flag)
     with CollectiveRecorder(group) as recorder:
         upstream(chunks, config)
     return chunks, raised, recorder.calls
@@ -258,7 +258,7 @@ def compare_task(
     reference, report.upstream_raised, report.upstream_collectives = _expected_reference(
         population, rank, fsdp_flag, upstream, config
     )
-    chunks = build_chunks(population, rank, fsdp_flag)
+    chunks = _build_chunks(population, rank, fsdp_flag)
     before = _snapshot(chunks)
     group = tp_group()
     subject.install(budget_bytes=budget)

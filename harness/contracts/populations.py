@@ -15,7 +15,7 @@ from hypothesis import strategies as st
 from harness.contracts.equivalence import DTYPES as PARAM_DTYPES
 from harness.contracts.equivalence import GRAD_KINDS, FakeParameter, Population
 
-DTYPES = (torch.float32, torch.bfloat16, torch.float16)
+_DTYPES = (torch.float32, torch.bfloat16, torch.float16)
 
 
 @dataclass(frozen=True)
@@ -41,7 +41,7 @@ class TensorSpec:
 
 
 @st.composite
-def random_specs(draw: st.DrawFn, max_tensors: int = 24) -> list[TensorSpec]:
+def _random_specs(draw: st.DrawFn, max_tensors: int = 24) -> list[TensorSpec]:
     """Unstructured populations: 0-3 dims, zero-size dims, mixed dtypes, some non-contiguous views."""
     count = draw(st.integers(0, max_tensors))
     specs = []
@@ -52,7 +52,7 @@ def random_specs(draw: st.DrawFn, max_tensors: int = 24) -> list[TensorSpec]:
             TensorSpec(
                 name=f"t{i}",
                 shape=shape,
-                dtype=draw(st.sampled_from(DTYPES)),
+                dtype=draw(st.sampled_from(_DTYPES)),
                 transposed=ndim == 2 and draw(st.booleans()),
             )
         )
@@ -87,19 +87,19 @@ def gpt_layer_specs(num_layers: int, hidden: int, dtype: torch.dtype, qk_head_di
 
 
 @st.composite
-def gpt_like_specs(draw: st.DrawFn) -> list[TensorSpec]:
+def _gpt_like_specs(draw: st.DrawFn) -> list[TensorSpec]:
     """A GPT-like population with drawn depth, width, dtype and qk-layernorm head size."""
     return gpt_layer_specs(
         num_layers=draw(st.integers(1, 4)),
         hidden=draw(st.integers(1, 48)),
-        dtype=draw(st.sampled_from(DTYPES)),
+        dtype=draw(st.sampled_from(_DTYPES)),
         qk_head_dim=draw(st.sampled_from([0, 4, 8])),
     )
 
 
 def populations() -> st.SearchStrategy[list[TensorSpec]]:
     """Either kind of population."""
-    return st.one_of(random_specs(), gpt_like_specs())
+    return st.one_of(_random_specs(), _gpt_like_specs())
 
 
 @st.composite
@@ -118,7 +118,7 @@ def budgets_for(draw: st.DrawFn, specs: list[TensorSpec]) -> int:
     return draw(st.one_of(near_boundary, st.integers(1, 2 * total + 1)))
 
 
-PARAM_LEAVES = (
+_PARAM_LEAVES = (
     "input_layernorm.weight",
     "input_layernorm.bias",
     "self_attention.q_layernorm.weight",
@@ -142,7 +142,7 @@ def fake_module_populations(draw: st.DrawFn, max_params: int = 12) -> Population
         count = draw(st.integers(1, max_params))
         specs = []
         for i in range(count):
-            leaf = draw(st.sampled_from(PARAM_LEAVES))
+            leaf = draw(st.sampled_from(_PARAM_LEAVES))
             specs.append(
                 FakeParameter(
                     name=f"decoder.layers.{i}.{leaf}",

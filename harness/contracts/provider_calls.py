@@ -25,13 +25,13 @@ from hypothesis import strategies as st
 
 from harness.targets.matrix import ALWAYS_PASSED
 
-POSITIONAL_ONLY = inspect.Parameter.POSITIONAL_ONLY
-POSITIONAL_OR_KEYWORD = inspect.Parameter.POSITIONAL_OR_KEYWORD
-KEYWORD_ONLY = inspect.Parameter.KEYWORD_ONLY
-BY_NAME = (POSITIONAL_OR_KEYWORD, KEYWORD_ONLY)
+_POSITIONAL_ONLY = inspect.Parameter.POSITIONAL_ONLY
+_POSITIONAL_OR_KEYWORD = inspect.Parameter.POSITIONAL_OR_KEYWORD
+_KEYWORD_ONLY = inspect.Parameter.KEYWORD_ONLY
+_BY_NAME = (_POSITIONAL_OR_KEYWORD, _KEYWORD_ONLY)
 
 # Keywords some Megatron release passes to a provider, and names a provider may declare that no caller passes.
-OPTIONAL_NAMES = (
+_OPTIONAL_NAMES = (
     "vp_stage",
     "config",
     "pg_collection",
@@ -42,13 +42,13 @@ OPTIONAL_NAMES = (
 )
 # Absent, by name or positional-only; positional-only drawn less often, since one such name already puts a
 # positional-only group in front of the whole signature.
-OPTIONAL_KINDS = (None, POSITIONAL_OR_KEYWORD, KEYWORD_ONLY) * 2 + (POSITIONAL_ONLY,)
+_OPTIONAL_KINDS = (None, _POSITIONAL_OR_KEYWORD, _KEYWORD_ONLY) * 2 + (_POSITIONAL_ONLY,)
 # How a provider reaches the wrapper: a plain function, a ``functools.partial`` over a leading builder argument (the
 # form Megatron-LM's pretrain scripts hand to ``get_model`` from 0.16 on), or an object with ``__call__``.
-FORMS = ("function", "partial", "callable")
-VAR_POSITIONAL_NAME = "extra_args"
-VAR_KEYWORD_NAME = "extra_kwargs"
-BUILDER_NAME = "builder"
+_FORMS = ("function", "partial", "callable")
+_VAR_POSITIONAL_NAME = "extra_args"
+_VAR_KEYWORD_NAME = "extra_kwargs"
+_BUILDER_NAME = "builder"
 
 # Parameter names of a 2-layer GPTModel on the local layer spec with learned absolute positions, the same on
 # megatron-core 0.13.1 to 0.16.1; the real-model case checks the freeze rules on the model it builds itself.
@@ -72,7 +72,7 @@ GPT_PARAMETER_NAMES = (
     "decoder.final_layernorm.bias",
     "output_layer.weight",
 )
-REALISTIC_PATTERNS = (
+_REALISTIC_PATTERNS = (
     r"embedding",
     r"^embedding\.",
     r"\.bias$",
@@ -90,7 +90,7 @@ class ProviderFailure(Exception):
     """An error of the provider's own making, of a type no wrapper could anticipate."""
 
 
-ERROR_TYPES: tuple[type[BaseException], ...] = (
+_ERROR_TYPES: tuple[type[BaseException], ...] = (
     ProviderFailure,
     RuntimeError,
     TypeError,
@@ -132,26 +132,28 @@ class ProviderSpec:
 
     def accepts_by_name(self, name: str) -> bool:
         """Whether a keyword ``name`` binds to a named parameter."""
-        return any(p.name == name and p.kind in BY_NAME for p in self.params)
+        return any(p.name == name and p.kind in _BY_NAME for p in self.params)
 
     def signature_source(self) -> str:
         """The parameter list as written in the provider's ``def``."""
         # ``self`` or the partial's builder leads; it joins a positional-only group, which must come first.
-        leading_kind = POSITIONAL_ONLY if any(p.kind is POSITIONAL_ONLY for p in self.params) else POSITIONAL_OR_KEYWORD
-        leading = {"callable": ["self"], "partial": [BUILDER_NAME]}.get(self.form, [])
+        leading_kind = (
+            _POSITIONAL_ONLY if any(p.kind is _POSITIONAL_ONLY for p in self.params) else _POSITIONAL_OR_KEYWORD
+        )
+        leading = {"callable": ["self"], "partial": [_BUILDER_NAME]}.get(self.form, [])
         entries = [ProviderParameter(name, leading_kind, False) for name in leading] + list(self.params)
-        parts = [_parameter_source(p) for p in entries if p.kind is POSITIONAL_ONLY]
+        parts = [_parameter_source(p) for p in entries if p.kind is _POSITIONAL_ONLY]
         if parts:
             parts.append("/")
-        parts.extend(_parameter_source(p) for p in entries if p.kind is POSITIONAL_OR_KEYWORD)
-        keyword_only = [_parameter_source(p) for p in entries if p.kind is KEYWORD_ONLY]
+        parts.extend(_parameter_source(p) for p in entries if p.kind is _POSITIONAL_OR_KEYWORD)
+        keyword_only = [_parameter_source(p) for p in entries if p.kind is _KEYWORD_ONLY]
         if self.var_positional:
-            parts.append(f"*{VAR_POSITIONAL_NAME}")
+            parts.append(f"*{_VAR_POSITIONAL_NAME}")
         elif keyword_only:
             parts.append("*")
         parts.extend(keyword_only)
         if self.var_keyword:
-            parts.append(f"**{VAR_KEYWORD_NAME}")
+            parts.append(f"**{_VAR_KEYWORD_NAME}")
         return ", ".join(parts)
 
     def describe(self) -> str:
@@ -204,12 +206,12 @@ class InnerProvider:
             self.callable = namespace["provider"]
 
     def _receive(self, local_names: dict[str, Any]) -> Any:
-        hidden = ("self", VAR_POSITIONAL_NAME, VAR_KEYWORD_NAME)
+        hidden = ("self", _VAR_POSITIONAL_NAME, _VAR_KEYWORD_NAME)
         self.receptions.append(
             Reception(
                 named={k: v for k, v in local_names.items() if k not in hidden},
-                args=tuple(local_names.get(VAR_POSITIONAL_NAME, ())),
-                kwargs=dict(local_names.get(VAR_KEYWORD_NAME, {})),
+                args=tuple(local_names.get(_VAR_POSITIONAL_NAME, ())),
+                kwargs=dict(local_names.get(_VAR_KEYWORD_NAME, {})),
             )
         )
         if self.spec.error is not None:
@@ -229,19 +231,19 @@ class InnerProvider:
     def reception_problems(self, passed: dict[str, Any], reception: Reception) -> list[tuple[str, str]]:
         """``(keyword, problem)`` for each way ``reception`` differs from what a call passing ``passed`` must give."""
         problems: list[tuple[str, str]] = []
-        if self.spec.form == "partial" and reception.named.get(BUILDER_NAME) is not self.builder:
-            got = reception.named.get(BUILDER_NAME)
-            problems.append((BUILDER_NAME, f"the partial's bound argument was replaced by {got!r}"))
+        if self.spec.form == "partial" and reception.named.get(_BUILDER_NAME) is not self.builder:
+            got = reception.named.get(_BUILDER_NAME)
+            problems.append((_BUILDER_NAME, f"the partial's bound argument was replaced by {got!r}"))
         for param in self.spec.params:
             got = reception.named[param.name]
             default = self.defaults.get(param.name)
-            if param.kind in BY_NAME and param.name in passed:
+            if param.kind in _BY_NAME and param.name in passed:
                 want = passed[param.name]
                 if got is not want:
                     lost = "its own default: the wrapper dropped it" if got is default else repr(got)
                     problems.append((param.name, f"the caller passed {want!r}; the inner provider received {lost}"))
             elif got is not default:
-                why = "takes it positionally only" if param.kind is POSITIONAL_ONLY else "was not passed it"
+                why = "takes it positionally only" if param.kind is _POSITIONAL_ONLY else "was not passed it"
                 detail = f"the inner provider {why}, yet received {got!r} instead of its own default: invented"
                 problems.append((param.name, detail))
         if self.spec.var_keyword:
@@ -260,7 +262,7 @@ class InnerProvider:
         if reception.args:
             problems.append(
                 (
-                    f"*{VAR_POSITIONAL_NAME}",
+                    f"*{_VAR_POSITIONAL_NAME}",
                     f"the inner provider's *args received {reception.args!r}: the caller passes keywords only",
                 )
             )
@@ -277,20 +279,20 @@ def provider_specs(draw: st.DrawFn, failing: bool = False) -> ProviderSpec:
     var_keyword = draw(st.booleans())
     params = []
     for name in ALWAYS_PASSED:
-        kinds = [POSITIONAL_OR_KEYWORD, KEYWORD_ONLY, *([None] if var_keyword else [])]
+        kinds = [_POSITIONAL_OR_KEYWORD, _KEYWORD_ONLY, *([None] if var_keyword else [])]
         kind = draw(st.sampled_from(kinds))
         if kind is not None:
             params.append(ProviderParameter(name, kind, draw(st.booleans())))
-    for name in OPTIONAL_NAMES:
-        kind = draw(st.sampled_from(OPTIONAL_KINDS))
+    for name in _OPTIONAL_NAMES:
+        kind = draw(st.sampled_from(_OPTIONAL_KINDS))
         if kind is not None:
             params.append(ProviderParameter(name, kind, True))
     return ProviderSpec(
         params=_valid_order(draw(st.permutations(params))),
         var_positional=draw(st.booleans()),
         var_keyword=var_keyword,
-        form=draw(st.sampled_from(FORMS)),
-        error=draw(st.sampled_from(ERROR_TYPES)) if failing else None,
+        form=draw(st.sampled_from(_FORMS)),
+        error=draw(st.sampled_from(_ERROR_TYPES)) if failing else None,
     )
 
 
@@ -301,13 +303,13 @@ def _valid_order(params: Iterable[ProviderParameter]) -> tuple[ProviderParameter
     parameter that would follow a positional-only default becomes keyword-only instead.
     """
     params = list(params)
-    positional_only = [p for p in params if p.kind is POSITIONAL_ONLY]
+    positional_only = [p for p in params if p.kind is _POSITIONAL_ONLY]
     positional = []
-    keyword_only = [p for p in params if p.kind is KEYWORD_ONLY]
+    keyword_only = [p for p in params if p.kind is _KEYWORD_ONLY]
     for param in params:
-        if param.kind is POSITIONAL_OR_KEYWORD:
+        if param.kind is _POSITIONAL_OR_KEYWORD:
             if positional_only and not param.has_default:
-                keyword_only.append(ProviderParameter(param.name, KEYWORD_ONLY, False))
+                keyword_only.append(ProviderParameter(param.name, _KEYWORD_ONLY, False))
             else:
                 positional.append(param)
     positional.sort(key=lambda p: p.has_default)
@@ -355,7 +357,7 @@ def _name_fragment(draw: st.DrawFn) -> str:
 
 def freeze_patterns() -> st.SearchStrategy[list[str] | None]:
     """A freeze or train-only pattern list as a launcher would configure it (absent, empty, or a few regexes)."""
-    pattern = st.one_of(st.sampled_from(REALISTIC_PATTERNS), _name_fragment())
+    pattern = st.one_of(st.sampled_from(_REALISTIC_PATTERNS), _name_fragment())
     return st.one_of(st.none(), st.lists(pattern, max_size=3))
 
 
@@ -396,11 +398,11 @@ def _some(names: list[str], shown: int = 4) -> str:
     return "[" + ", ".join(names[:shown]) + more + "]"
 
 
-NUM_LAYERS = 2
-HIDDEN_SIZE = 16
-NUM_ATTENTION_HEADS = 4
-VOCAB_SIZE = 64
-SEQ_LENGTH = 8
+_NUM_LAYERS = 2
+_HIDDEN_SIZE = 16
+_NUM_ATTENTION_HEADS = 4
+_VOCAB_SIZE = 64
+_SEQ_LENGTH = 8
 
 
 def tiny_gpt_config() -> Any:
@@ -408,9 +410,9 @@ def tiny_gpt_config() -> Any:
     from megatron.core.transformer.transformer_config import TransformerConfig
 
     return TransformerConfig(
-        num_layers=NUM_LAYERS,
-        hidden_size=HIDDEN_SIZE,
-        num_attention_heads=NUM_ATTENTION_HEADS,
+        num_layers=_NUM_LAYERS,
+        hidden_size=_HIDDEN_SIZE,
+        num_attention_heads=_NUM_ATTENTION_HEADS,
         use_cpu_initialization=True,
         params_dtype=torch.float32,
     )
@@ -448,8 +450,8 @@ class GPTProvider:
         model = GPTModel(
             config=config if config is not None else tiny_gpt_config(),
             transformer_layer_spec=get_gpt_layer_local_spec(),
-            vocab_size=VOCAB_SIZE,
-            max_sequence_length=SEQ_LENGTH,
+            vocab_size=_VOCAB_SIZE,
+            max_sequence_length=_SEQ_LENGTH,
             pre_process=pre_process,
             post_process=post_process,
             vp_stage=vp_stage,

@@ -7,7 +7,7 @@ import xml.etree.ElementTree as ET
 from dataclasses import dataclass
 from pathlib import Path
 
-RED_TAGS = ("failure", "error")
+_RED_TAGS = ("failure", "error")
 
 
 @dataclass(frozen=True)
@@ -56,7 +56,7 @@ def parse_case(element: ET.Element) -> JUnitCase:
         module, classes = _split_classname(classname)
     else:
         module, classes, name = name.replace(".", "/") + ".py", (), ""
-    red = next((child for child in element if child.tag in RED_TAGS), None)
+    red = next((child for child in element if child.tag in _RED_TAGS), None)
     skipped = next((child for child in element if child.tag == "skipped"), None)
     if red is not None:
         return JUnitCase(module, classes, name, "failed", red)

@@ -6,14 +6,14 @@ from __future__ import annotations
 import re
 
 
-def table_cell(text: str) -> str:
+def _table_cell(text: str) -> str:
     """``text`` as one cell of a pipe table: pipes escaped, line breaks folded into spaces."""
     return " ".join(text.splitlines()).replace("|", "\\|")
 
 
 def table_row(cells: list[str]) -> str:
     """One pipe-table row of already formatted cells, each escaped."""
-    return "| " + " | ".join(table_cell(cell) for cell in cells) + " |"
+    return "| " + " | ".join(_table_cell(cell) for cell in cells) + " |"
 
 
 def _longest_backtick_run(text: str) -> int:

@@ -16,15 +16,15 @@ from pathlib import Path
 from harness import REPO_ROOT
 from harness.formats.junit import JUnitCase, read_cases
 
-PLUGIN = "harness.plugin.gate"
-CASES_INI = Path(__file__).resolve().parent / "cases.ini"
-DEFAULT_SELECTION = ("cases",)
+_PLUGIN = "harness.plugin.gate"
+_CASES_INI = Path(__file__).resolve().parent / "cases.ini"
+_DEFAULT_SELECTION = ("cases",)
 
 
 def case_command(
     target: str,
     report_dir: Path,
-    selection: Sequence[str] = DEFAULT_SELECTION,
+    selection: Sequence[str] = _DEFAULT_SELECTION,
     *,
     python: str | Path = "python",
     matrix: Path | None = None,
@@ -40,11 +40,11 @@ def case_command(
         "-m",
         "pytest",
         "-c",
-        str(CASES_INI),
+        str(_CASES_INI),
         "--rootdir",
         str(REPO_ROOT),
         "-p",
-        PLUGIN,
+        _PLUGIN,
         "-n",
         workers,
         "--dist",

@@ -25,18 +25,18 @@ from harness.plugin.subjects import REFERENCE_SUBJECT, SUBJECT_ENV_VAR, load_sub
 from harness.targets.installed_versions import installed_versions, megatron_origin
 from harness.targets.matrix import Matrix, Target, load_matrix
 
-TARGET_ENV_VAR = "MEGATRON_CONFORMANCE_TARGET"
-MATRIX_ENV_VAR = "MEGATRON_CONFORMANCE_MATRIX"
-REPORT_COUNTS = ("passed", "failed", "error", "skipped", "xfailed", "xpassed")
+_TARGET_ENV_VAR = "MEGATRON_CONFORMANCE_TARGET"
+_MATRIX_ENV_VAR = "MEGATRON_CONFORMANCE_MATRIX"
+_REPORT_COUNTS = ("passed", "failed", "error", "skipped", "xfailed", "xpassed")
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
     hypothesis_profiles.register()
     group = parser.getgroup("megatron-conformance")
-    group.addoption("--target", default=os.environ.get(TARGET_ENV_VAR), help="session name of the target in force")
+    group.addoption("--target", default=os.environ.get(_TARGET_ENV_VAR), help="session name of the target in force")
     group.addoption(
         "--matrix",
-        default=os.environ.get(MATRIX_ENV_VAR, str(REPO_ROOT / "matrix.yaml")),
+        default=os.environ.get(_MATRIX_ENV_VAR, str(REPO_ROOT / "matrix.yaml")),
         help="matrix file that defines the target",
     )
     group.addoption("--subject", default=None, help=f"subject module or .py path (default: ${SUBJECT_ENV_VAR})")
@@ -48,7 +48,7 @@ def pytest_configure(config: pytest.Config) -> None:
     hypothesis_profiles.load_default(config)
     name = config.getoption("--target")
     if not name:
-        raise pytest.UsageError(f"no target: pass --target <session> or set {TARGET_ENV_VAR} (see matrix.yaml)")
+        raise pytest.UsageError(f"no target: pass --target <session> or set {_TARGET_ENV_VAR} (see matrix.yaml)")
     matrix = load_matrix(config.getoption("--matrix"))
     config.stash[_MATRIX] = matrix
     config.stash[_TARGET] = matrix.target(name)
@@ -105,7 +105,7 @@ def pytest_xdist_node_collection_finished(node: Any, ids: list[str]) -> None:
     config.stash[_STALE] = expected_failures.stale(prefixes, ids)
 
 
-def repro_command(config: pytest.Config, nodeid: str) -> str:
+def _repro_command(config: pytest.Config, nodeid: str) -> str:
     """The shell line that re-runs one case on this target with this subject, from this matrix file (a candidate's
     matrix is generated, so its path is part of the command)."""
     environment = {}
@@ -114,7 +114,7 @@ def repro_command(config: pytest.Config, nodeid: str) -> str:
         environment[SUBJECT_ENV_VAR] = spec
     matrix = config.stash[_MATRIX].path
     if matrix != (REPO_ROOT / "matrix.yaml").resolve():
-        environment[MATRIX_ENV_VAR] = str(matrix)
+        environment[_MATRIX_ENV_VAR] = str(matrix)
     return repro_line(config.stash[_TARGET].session, nodeid, environment)
 
 
@@ -129,7 +129,7 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) ->
     contract = marker.args[0] if marker else (owner.name if owner else item.module.__name__.rsplit(".", 1)[-1])
     symbol = marker.kwargs.get("symbol", "-") if marker else (owner.symbol if owner else "-")
     target = item.config.stash[_TARGET]
-    section = RedSection(target.session, contract, symbol, repro_command(item.config, report.nodeid))
+    section = RedSection(target.session, contract, symbol, _repro_command(item.config, report.nodeid))
     report.longrepr.addsection(SECTION_TITLE, section.text())
 
 
@@ -141,7 +141,7 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
     report_dir = _report_dir(config)
     reporter = config.pluginmanager.get_plugin("terminalreporter")
     stats = reporter.stats if reporter else {}
-    counts = {key: len(stats.get(key, [])) for key in REPORT_COUNTS}
+    counts = {key: len(stats.get(key, [])) for key in _REPORT_COUNTS}
     summary = {
         "target": target.session,
         "subject": subject_spec(config.getoption("--subject")),

@@ -13,7 +13,7 @@ import os
 import pytest
 from hypothesis import HealthCheck, Phase, settings
 
-PROFILES = {
+_PROFILES = {
     "ci": {"max_examples": 200, "derandomize": True},
     "dev": {"max_examples": 50},
     "thorough": {"max_examples": 2000},
@@ -23,7 +23,7 @@ PROFILES = {
 
 def register() -> None:
     """Register the profiles; must run before hypothesis' own plugin reads ``--hypothesis-profile``."""
-    for name, options in PROFILES.items():
+    for name, options in _PROFILES.items():
         settings.register_profile(
             name,
             deadline=None,

@@ -16,7 +16,7 @@ from types import ModuleType
 
 SUBJECT_ENV_VAR = "MEGATRON_CONFORMANCE_SUBJECT"
 REFERENCE_SUBJECT = "harness.reference"
-PROTOCOL = (
+_PROTOCOL = (
     "split_into_chunks",
     "allreduce_non_tensor_model_parallel_grads",
     "install",
@@ -67,11 +67,11 @@ def _load_from_path(path: Path) -> ModuleType:
     return module
 
 
-def protocol_symbol(subject: ModuleType, name: str) -> object:
+def _protocol_symbol(subject: ModuleType, name: str) -> object:
     """The subject's ``name``, or a :class:`SubjectError` saying the protocol requires it."""
     try:
         return getattr(subject, name)
     except AttributeError:
         raise SubjectError(
-            f"subject {subject.__name__!r} lacks {name!r}, required by the subject protocol ({', '.join(PROTOCOL)})"
+            f"subject {subject.__name__!r} lacks {name!r}, required by the subject protocol ({', '.join(_PROTOCOL)})"
         ) from None

@@ -14,14 +14,14 @@ from collections.abc import Iterator
 from types import ModuleType
 from typing import Any
 
-FINALIZE_MODULE = "megatron.core.distributed.finalize_model_grads"
+_FINALIZE_MODULE = "megatron.core.distributed.finalize_model_grads"
 UPSTREAM_NAME = "_allreduce_non_tensor_model_parallel_grads"
 ALIAS_NAME = "_allreduce_layernorm_grads"
 
 
 def finalize_module() -> ModuleType:
     """The module (not the re-exported function of the same name)."""
-    return importlib.import_module(FINALIZE_MODULE)
+    return importlib.import_module(_FINALIZE_MODULE)
 
 
 def initialize_task(rank: int, world_size: int, tensor_parallel: int) -> None:
@@ -73,5 +73,5 @@ def upstream_fsdp_flag() -> str:
     source = inspect.getsource(getattr(finalize_module(), UPSTREAM_NAME))
     flags = sorted(set(re.findall(r"ddp_config\.(\w+)", source)))
     if len(flags) != 1:
-        raise RuntimeError(f"{FINALIZE_MODULE}.{UPSTREAM_NAME} reads {flags or 'no'} ddp_config flags; expected one")
+        raise RuntimeError(f"{_FINALIZE_MODULE}.{UPSTREAM_NAME} reads {flags or 'no'} ddp_config flags; expected one")
     return flags[0]

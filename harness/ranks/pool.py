@@ -34,20 +34,20 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-DEFAULT_TIMEOUT_S = 120.0
+_DEFAULT_TIMEOUT_S = 120.0
 TIMEOUT_ENV_VAR = "MEGATRON_CONFORMANCE_RANK_TIMEOUT_S"
 # After the first rank fails, how long to keep listening for the others: ranks that raise together are all reported,
 # while a peer stuck in a collective with the failed rank only costs this much.
-FAILURE_GRACE_S = 0.5
+_FAILURE_GRACE_S = 0.5
 # Starting ranks imports torch (and whatever the tasks' modules import) in every rank at once: seconds when idle, far
 # more on a loaded CI machine. A rank that never joins the process group still fails the start.
 START_TIMEOUT_S = 300.0
 # How long ``close`` lets ranks leave their process group on their own before terminating them.
-CLOSE_GRACE_S = 5.0
+_CLOSE_GRACE_S = 5.0
 # How long a terminated rank gets before SIGKILL.
-KILL_GRACE_S = 2.0
+_KILL_GRACE_S = 2.0
 # How long a timed-out rank gets to dump its stack into the timeout message.
-STACK_DUMP_WAIT_S = 2.0
+_STACK_DUMP_WAIT_S = 2.0
 _PR_SET_PDEATHSIG = 1
 # What every rank imports before its first task; preloaded once in the fork server.
 FORKSERVER_PRELOAD = ("torch", "torch.distributed", "megatron.core", "harness.ranks.pool")
@@ -114,7 +114,7 @@ def default_timeout_s() -> float:
     """The per-task timeout when neither the call nor the pool sets one: ``$MEGATRON_CONFORMANCE_RANK_TIMEOUT_S``."""
     raw = os.environ.get(TIMEOUT_ENV_VAR)
     if raw is None or not raw.strip():
-        return DEFAULT_TIMEOUT_S
+        return _DEFAULT_TIMEOUT_S
     try:
         value = float(raw)
     except ValueError:
@@ -263,7 +263,7 @@ class RankPool:
             for conn in self._conns:
                 with contextlib.suppress(OSError):
                     conn.send_bytes(stop)
-            deadline = time.monotonic() + CLOSE_GRACE_S
+            deadline = time.monotonic() + _CLOSE_GRACE_S
             for process in self._processes:
                 process.join(max(0.0, deadline - time.monotonic()))
             self._teardown()
@@ -304,7 +304,7 @@ class RankPool:
                 else:
                     failures[rank] = reply[1]
             if (failures or deaths) and pending:
-                deadline = min(deadline, time.monotonic() + FAILURE_GRACE_S)
+                deadline = min(deadline, time.monotonic() + _FAILURE_GRACE_S)
         elapsed = time.monotonic() - started
         if deaths:
             raise RankDied(self._died_message(what, deaths, failures, pending), deaths)
@@ -335,7 +335,7 @@ class RankPool:
 
     def _death_of(self, rank: int) -> str:
         process = self._processes[rank]
-        process.join(KILL_GRACE_S)
+        process.join(_KILL_GRACE_S)
         code = process.exitcode
         if code is None:
             return "closed its pipe but is still running"
@@ -401,7 +401,7 @@ class RankPool:
                 with contextlib.suppress(OSError):
                     os.kill(pid, _STACK_SIGNAL)
         sizes: dict[int, int] = {}
-        deadline = time.monotonic() + STACK_DUMP_WAIT_S
+        deadline = time.monotonic() + _STACK_DUMP_WAIT_S
         while time.monotonic() < deadline:
             time.sleep(0.05)
             current = {rank: _file_size(path) for rank, path in files.items()}
@@ -421,7 +421,7 @@ class RankPool:
         for process in self._processes:
             if process.is_alive():
                 process.terminate()
-        deadline = time.monotonic() + KILL_GRACE_S
+        deadline = time.monotonic() + _KILL_GRACE_S
         for process in self._processes:
             process.join(max(0.0, deadline - time.monotonic()))
         for process in self._processes:

@@ -28,15 +28,15 @@ from harness.contracts.fingerprint.checks import resolved_member
 from harness.contracts.fingerprint.declaration import Declared
 from harness.formats.markdown import table_row
 
-ROOT = REPO_ROOT
-FINGERPRINT_TIMEOUT_S = 600
-BODY_CHANGED = "body changed"
+_ROOT = REPO_ROOT
+_FINGERPRINT_TIMEOUT_S = 600
+_BODY_CHANGED = "body changed"
 CALLS_ADDED = "calls added"
 CALLS_REMOVED = "calls removed"
 READS_ADDED = "reads new config attributes"
 READS_REMOVED = "no longer reads config attributes"
 NEW_REDUCTION = "new coalesced reduction after the patched call"
-_BODY_CHANGES = (BODY_CHANGED, CALLS_ADDED, CALLS_REMOVED, READS_ADDED, READS_REMOVED)
+_BODY_CHANGES = (_BODY_CHANGED, CALLS_ADDED, CALLS_REMOVED, READS_ADDED, READS_REMOVED)
 _PHRASES = {
     CALLS_ADDED: "now calls",
     CALLS_REMOVED: "no longer calls",
@@ -49,11 +49,11 @@ class ApiDiffError(RuntimeError):
     """A target could not be fingerprinted; the message names it and carries its error output."""
 
 
-def fingerprint_targets(pythons: dict[str, Path], subject: str, cache_dir: Path) -> dict[str, dict[str, Any]]:
+def _fingerprint_targets(pythons: dict[str, Path], subject: str, cache_dir: Path) -> dict[str, dict[str, Any]]:
     """Each target's fingerprint of the subject's declared symbols, made by that target's interpreter."""
     if Path(subject).exists():
         subject = str(Path(subject).resolve())
-    environment = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))}
+    environment = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(_ROOT), os.environ.get("PYTHONPATH")]))}
     with tempfile.TemporaryDirectory(prefix="api-diff-") as scratch:
         running = {}
         for session, python in pythons.items():
@@ -61,16 +61,16 @@ def fingerprint_targets(pythons: dict[str, Path], subject: str, cache_dir: Path)
             command = [str(python), "-m", "harness.contracts.fingerprint", "--session", session, "--subject", subject]
             command += ["--cache-dir", str(cache_dir), "--out", str(out)]
             process = subprocess.Popen(
-                command, cwd=ROOT, env=environment, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
+                command, cwd=_ROOT, env=environment, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
             )
             running[session] = (process, out)
         outputs = {}
         for session, (process, _) in running.items():
             try:
-                outputs[session] = process.communicate(timeout=FINGERPRINT_TIMEOUT_S)[0]
+                outputs[session] = process.communicate(timeout=_FINGERPRINT_TIMEOUT_S)[0]
             except subprocess.TimeoutExpired:
                 process.kill()
-                outputs[session] = process.communicate()[0] + f"\n(killed after {FINGERPRINT_TIMEOUT_S} s)"
+                outputs[session] = process.communicate()[0] + f"\n(killed after {_FINGERPRINT_TIMEOUT_S} s)"
         results = {}
         for session, (process, out) in running.items():
             if process.returncode != 0:
@@ -90,7 +90,7 @@ def diff(declaration: list[Declared], before: dict[str, Any], after: dict[str, A
     rows: list[dict[str, Any]] = []
     for entry in declaration:
         for member in entry.members:
-            for change, detail in symbol_changes(before[member], after[member], replaced):
+            for change, detail in _symbol_changes(before[member], after[member], replaced):
                 review = change == NEW_REDUCTION or (entry.usage == "replaces" and change in _BODY_CHANGES)
                 rows.append(
                     {"symbol": member, "usage": entry.usage, "change": change, "detail": detail, "review": review}
@@ -119,13 +119,13 @@ def _name(symbol: str) -> str:
     return symbol.rsplit(":", 1)[-1].rsplit(".", 1)[-1]
 
 
-def symbol_changes(
+def _symbol_changes(
     before: dict[str, Any], after: dict[str, Any], replaced: dict[str, str | None] | None = None
 ) -> list[tuple[str, str]]:
     """``(change, detail)`` pairs between two fingerprints of one symbol.
 
     ``replaced`` maps each symbol the subject replaces to its replacement, so that calls of them can be found in
-    the bodies of other functions (see :func:`call_changes`).
+    the bodies of other functions (see :func:`_call_changes`).
     """
     if not before["exists"] or not after["exists"]:
         if before["exists"] == after["exists"]:
@@ -139,20 +139,20 @@ def symbol_changes(
     if before.get("parameters") is not None and after.get("parameters") is not None:
         changes += parameter_changes(before["parameters"], after["parameters"])
     if "fields" in before:
-        changes += field_changes(before["fields"], after["fields"])
+        changes += _field_changes(before["fields"], after["fields"])
     for key in ("type", "default", "value"):
         if before.get(key) != after.get(key):
             changes.append((f"{key} changed", f"`{before.get(key)}` → `{after.get(key)}`"))
     if before.get("body_hash") and after.get("body_hash") and before["body_hash"] != after["body_hash"]:
-        changes.append((BODY_CHANGED, f"normalised body {before['body_hash']} → {after['body_hash']}"))
+        changes.append((_BODY_CHANGED, f"normalised body {before['body_hash']} → {after['body_hash']}"))
     if before.get("calls") is not None and after.get("calls") is not None:
-        changes += call_changes(before["calls"], after["calls"], replaced or {}, after)
+        changes += _call_changes(before["calls"], after["calls"], replaced or {}, after)
     if before.get("config_reads") is not None and after.get("config_reads") is not None:
-        changes += config_read_changes(before["config_reads"], after["config_reads"])
+        changes += _config_read_changes(before["config_reads"], after["config_reads"])
     return changes
 
 
-def call_changes(
+def _call_changes(
     before: list[dict[str, Any]],
     after: list[dict[str, Any]],
     replaced: dict[str, str | None],
@@ -232,7 +232,7 @@ def _reduction_finding(
     return sentence
 
 
-def config_read_changes(before: list[str], after: list[str]) -> list[tuple[str, str]]:
+def _config_read_changes(before: list[str], after: list[str]) -> list[tuple[str, str]]:
     """Config attributes read now and not before, and read before and not now."""
     changes: list[tuple[str, str]] = []
     came = [name for name in after if name not in before]
@@ -282,7 +282,7 @@ def parameter_changes(before: list[dict[str, Any]], after: list[dict[str, Any]])
     return changes
 
 
-def field_changes(before: list[dict[str, Any]], after: list[dict[str, Any]]) -> list[tuple[str, str]]:
+def _field_changes(before: list[dict[str, Any]], after: list[dict[str, Any]]) -> list[tuple[str, str]]:
     """Dataclass fields added and removed (one row each, listing them), and defaults and types changed."""
     old = {f["name"]: f for f in before}
     new = {f["name"]: f for f in after}
@@ -312,7 +312,7 @@ def _field(f: dict[str, Any]) -> str:
 
 
 def build_report(before: dict[str, Any], after: dict[str, Any]) -> dict[str, Any]:
-    """The report of two fingerprints written by :func:`fingerprint_targets` (the first one's declaration).
+    """The report of two fingerprints written by :func:`_fingerprint_targets` (the first one's declaration).
 
     ``review`` holds one entry per new coalesced reduction after a patched call (first) and per replaced function
     whose body changed; the calls and config reads that changed with that body are named in its ``finding`` rather
@@ -328,7 +328,7 @@ def build_report(before: dict[str, Any], after: dict[str, Any]) -> dict[str, Any
             "source": after["symbols"][row["symbol"]].get("source"),
         }
         for row in rows
-        if row["review"] and row["change"] in (NEW_REDUCTION, BODY_CHANGED)
+        if row["review"] and row["change"] in (NEW_REDUCTION, _BODY_CHANGED)
         for entry in declaration
         if row["symbol"] in entry.members
     ]
@@ -411,6 +411,6 @@ def write_report(report: dict[str, Any], directory: Path) -> tuple[Path, Path]:
 
 def compare(pythons: dict[str, Path], subject: str, cache_dir: Path) -> dict[str, Any]:
     """Fingerprint the two targets named in ``pythons`` (in order) and build their report."""
-    fingerprints = fingerprint_targets(pythons, subject, cache_dir)
+    fingerprints = _fingerprint_targets(pythons, subject, cache_dir)
     first, second = (fingerprints[session] for session in pythons)
     return build_report(first, second)

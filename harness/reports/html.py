@@ -8,7 +8,7 @@ from collections.abc import Iterable
 
 from harness.reports.results import INSTALLED, KINDS, WORDS, Cell, Failure, ResultGrid, Row, TargetRun, headline
 
-CSS = """
+_CSS = """
 body { font: 14px/1.45 "DejaVu Sans", "Segoe UI", Helvetica, Arial, sans-serif; margin: 24px; color: #1f2328; }
 h1 { font-size: 22px; margin: 0 0 4px; }
 code, pre { font-family: "DejaVu Sans Mono", Menlo, Consolas, monospace; font-size: 13px; }
@@ -107,7 +107,7 @@ def render_html(grid: ResultGrid) -> str:
             "<!DOCTYPE html>",
             '<html lang="en"><head><meta charset="utf-8">',
             '<meta name="viewport" content="width=device-width, initial-scale=1">',
-            f"<title>Megatron compatibility</title><style>{CSS}</style></head><body>",
+            f"<title>Megatron compatibility</title><style>{_CSS}</style></head><body>",
             "<h1>Megatron compatibility</h1>",
             f"<p>{html.escape(headline(grid))}</p>",
             legend,

@@ -11,8 +11,8 @@ import html
 from harness.formats.markdown import code_block, code_span, table_row
 from harness.reports.results import INSTALLED, KINDS, WORDS, Cell, Failure, ResultGrid, Row, TargetRun, headline
 
-MARKS = {"failed": "❌", "xfailed": "🟡", "passed": "✅", "skipped": "⏭️"}
-MARKDOWN_LIMIT = 60_000
+_MARKS = {"failed": "❌", "xfailed": "🟡", "passed": "✅", "skipped": "⏭️"}
+_MARKDOWN_LIMIT = 60_000
 """GitHub refuses comment bodies over 65,536 characters; failures past this budget are left to the HTML page."""
 
 
@@ -21,7 +21,7 @@ def _md_cell(cell: Cell) -> str:
         return "—"
     parts = []
     for status, count in cell.parts:
-        text = f"{MARKS[status]} {count} {WORDS[status]}"
+        text = f"{_MARKS[status]} {count} {WORDS[status]}"
         if status == "failed":
             text = f"[{text}](#{cell.failures[0].anchor})"
         parts.append(text)
@@ -67,7 +67,7 @@ def _md_failure(failure: Failure) -> str:
     return "\n\n".join(parts) + "\n"
 
 
-def render_markdown(grid: ResultGrid, limit: int = MARKDOWN_LIMIT) -> str:
+def render_markdown(grid: ResultGrid, limit: int = _MARKDOWN_LIMIT) -> str:
     """The report as Markdown: headline, legend, the grid, notes, then the failures (within ``limit`` chars)."""
     legend = "✅ passed · ❌ failed or errored (links to its failures) · 🟡 expected failure · ⏭️ skipped · — not run"
     lines = ["## Megatron compatibility", "", headline(grid), "", legend, ""]

@@ -25,7 +25,7 @@ from harness.formats.junit import JUnitCase, read_cases
 from harness.plugin.families import family_of_case
 from harness.plugin.subjects import REFERENCE_SUBJECT, SUBJECT_ENV_VAR
 
-STATUSES = ("failed", "xfailed", "passed", "skipped")
+_STATUSES = ("failed", "xfailed", "passed", "skipped")
 """Cell statuses, worst first: a cell shows the colour of the first one present."""
 WORDS = {"failed": "failed", "xfailed": "xfail", "passed": "passed", "skipped": "skipped"}
 """What each status is called in a cell, in both renderings."""
@@ -37,11 +37,11 @@ KINDS = {
 """What each kind of red is called in its failure entry, in both renderings."""
 INSTALLED = ("megatron-core", "torch", "numpy", "python")
 """The installed versions a target's column header shows, in this order."""
-COLLECTION = "(collection)"
-MESSAGE_LINES = 4
-LINE_CHARS = 300
-EXAMPLE_LINES = 40
-FIXTURE_ARGUMENTS = ("subject", "target")
+_COLLECTION = "(collection)"
+_MESSAGE_LINES = 4
+_LINE_CHARS = 300
+_EXAMPLE_LINES = 40
+_FIXTURE_ARGUMENTS = ("subject", "target")
 """Fixtures every case takes: the same in all examples of a session (the target's repr alone runs to 25 lines)."""
 
 _BLOB = re.compile(r"@reproduce_failure\([^)]*\)")
@@ -108,13 +108,13 @@ class Cell:
     def parts(self) -> list[tuple[str, int]]:
         """Each status present with its count, worst first: what a rendered cell lists."""
         counts = self.counts
-        return [(status, counts[status]) for status in STATUSES if counts[status]]
+        return [(status, counts[status]) for status in _STATUSES if counts[status]]
 
     @property
     def status(self) -> str:
         """The worst status present; ``none`` when the target ran nothing of this row."""
         counts = self.counts
-        return next((status for status in STATUSES if counts[status]), "none")
+        return next((status for status in _STATUSES if counts[status]), "none")
 
     @property
     def failures(self) -> list[Failure]:
@@ -157,7 +157,7 @@ def _message_lines(message: str) -> tuple[str, ...]:
             break
         if line.strip() and not _TRUNCATED.match(line.strip()):
             lines.append(line.rstrip())
-    return tuple(line if len(line) <= LINE_CHARS else line[: LINE_CHARS - 1] + "…" for line in lines[:MESSAGE_LINES])
+    return tuple(line if len(line) <= _LINE_CHARS else line[: _LINE_CHARS - 1] + "…" for line in lines[:_MESSAGE_LINES])
 
 
 def _example(text: str) -> tuple[str, ...]:
@@ -176,7 +176,7 @@ def _example(text: str) -> tuple[str, ...]:
             follower = follower.removeprefix(prefix).rstrip()
             block.append(follower)
             depth += follower.count("(") - follower.count(")")
-        return _without_fixtures(block)[:EXAMPLE_LINES]
+        return _without_fixtures(block)[:_EXAMPLE_LINES]
     return ()
 
 
@@ -186,7 +186,7 @@ def _without_fixtures(block: list[str]) -> tuple[str, ...]:
     for line in block[1:]:
         argument = re.match(r"^ {4}(\w+)=", line)
         if argument:
-            skipping = argument.group(1) in FIXTURE_ARGUMENTS
+            skipping = argument.group(1) in _FIXTURE_ARGUMENTS
         elif not line.startswith(" "):
             skipping = False
         if not skipping:
@@ -194,7 +194,7 @@ def _without_fixtures(block: list[str]) -> tuple[str, ...]:
     return tuple(kept)
 
 
-def parse_failure(element: Element, session: str, nodeid: str, subject: str | None, anchor: str) -> Failure:
+def _parse_failure(element: Element, session: str, nodeid: str, subject: str | None, anchor: str) -> Failure:
     """A ``<failure>`` or ``<error>`` element read into a :class:`Failure`; a red the gate plugin could not annotate
     (strict XPASS, collection) gets the repro line the plugin would have printed."""
     text = element.text or ""
@@ -223,17 +223,17 @@ def _slug(text: str) -> str:
     return re.sub(r"[^a-z0-9]+", "-", text.lower()).strip("-")
 
 
-def case_results(cases: Iterable[JUnitCase], session: str, subject: str | None) -> list[CaseResult]:
+def _case_results(cases: Iterable[JUnitCase], session: str, subject: str | None) -> list[CaseResult]:
     """The JUnit cases of one session, sorted in row order, failures numbered for their anchors."""
     pending = sorted(
-        ((case.module, case.function if case.name else COLLECTION, case.nodeid, case) for case in cases),
+        ((case.module, case.function if case.name else _COLLECTION, case.nodeid, case) for case in cases),
         key=lambda item: item[:3],
     )
     results, numbers = [], itertools.count(1)
     for module, function, nodeid, case in pending:
         failure = None
         if case.verdict == "failed" and case.detail is not None:
-            failure = parse_failure(case.detail, session, nodeid, subject, f"fail-{_slug(session)}-{next(numbers)}")
+            failure = _parse_failure(case.detail, session, nodeid, subject, f"fail-{_slug(session)}-{next(numbers)}")
         results.append(CaseResult(module, function, nodeid, case.verdict, failure))
     return results
 
@@ -256,7 +256,7 @@ def load_target(directory: Path) -> TargetRun:
     results: list[CaseResult] = []
     if junit_path.is_file():
         try:
-            results = case_results(read_cases(junit_path), session, summary.get("subject"))
+            results = _case_results(read_cases(junit_path), session, summary.get("subject"))
         except ParseError as err:
             notes.append(f"junit.xml is unreadable ({err}); no verdicts")
     else:
@@ -270,7 +270,7 @@ def load_target(directory: Path) -> TargetRun:
     return TargetRun(session, summary, results, notes)
 
 
-def contract_name(module: str, results: Iterable[CaseResult]) -> str | None:
+def _contract_name(module: str, results: Iterable[CaseResult]) -> str | None:
     """The contract of a case module: its family in the table, else the one its reds name in their red section."""
     family = family_of_case(module)
     if family is not None:
@@ -282,12 +282,12 @@ def _cells(targets: list[TargetRun], keep: Callable[[CaseResult], bool]) -> dict
     return {run.session: Cell([r for r in run.results if keep(r)]) for run in targets}
 
 
-def build_grid(targets: list[TargetRun]) -> ResultGrid:
+def _build_grid(targets: list[TargetRun]) -> ResultGrid:
     """Rows for the targets' results: the total, then per case module its family row and one row per function."""
     rows = [Row("", None, "all cases", _cells(targets, lambda r: True))]
     results = [r for run in targets for r in run.results]
     for module in sorted({r.module for r in results}):
-        label = contract_name(module, results) or module
+        label = _contract_name(module, results) or module
         rows.append(Row(module, None, label, _cells(targets, lambda r, m=module: r.module == m)))
         for function in sorted({r.function for r in results if r.module == module}):
             cells = _cells(targets, lambda r, m=module, f=function: r.module == m and r.function == f)
@@ -312,7 +312,7 @@ def collect(reports: Path, expected: Iterable[str] = ()) -> ResultGrid:
             "run a target first (nox -s megatron-0.15) or download the gate's artifacts into it"
         )
     sessions = found | set(expected)
-    return build_grid([load_target(reports / name) for name in sorted(sessions, key=natural_key)])
+    return _build_grid([load_target(reports / name) for name in sorted(sessions, key=natural_key)])
 
 
 def headline(grid: ResultGrid) -> str:

@@ -19,12 +19,12 @@ from harness.formats.keys import key_problem
 from harness.plugin.families import MUTABLE, family
 
 CATALOGUE = Path(__file__).resolve().parent / "mutants.yaml"
-FAMILY_NAMES = tuple(f.name for f in MUTABLE)
-KINDS = ("megatron", "subject")
-REQUIRED_KEYS = ("id", "kind", "targets", "why")
-OPTIONAL_KEYS = ("family", "equivalent", "edits", "subject")
-EDIT_KEYS = ("file", "find", "replace")
-EDIT_OPTIONAL_KEYS = ("count",)
+_FAMILY_NAMES = tuple(f.name for f in MUTABLE)
+_KINDS = ("megatron", "subject")
+_REQUIRED_KEYS = ("id", "kind", "targets", "why")
+_OPTIONAL_KEYS = ("family", "equivalent", "edits", "subject")
+_EDIT_KEYS = ("file", "find", "replace")
+_EDIT_OPTIONAL_KEYS = ("count",)
 
 
 class CatalogueError(ValueError):
@@ -76,7 +76,7 @@ def _text(where: str, entry: dict[str, Any], key: str) -> str:
 def _edit(where: str, raw: object) -> Edit:
     if not isinstance(raw, dict):
         raise _fail(where, f"an edit must be a mapping, got {raw!r}")
-    problem = key_problem(raw, EDIT_KEYS, EDIT_OPTIONAL_KEYS)
+    problem = key_problem(raw, _EDIT_KEYS, _EDIT_OPTIONAL_KEYS)
     if problem:
         raise _fail(where, f"edit key '{problem[0]}': {problem[1]}")
     file = _text(where, raw, "file")
@@ -91,12 +91,12 @@ def _edit(where: str, raw: object) -> Edit:
 
 
 def _mutant(where: str, entry: dict[str, Any], known: tuple[str, ...], base: Path) -> Mutant:
-    problem = key_problem(entry, REQUIRED_KEYS, OPTIONAL_KEYS)
+    problem = key_problem(entry, _REQUIRED_KEYS, _OPTIONAL_KEYS)
     if problem:
         raise _fail(where, f"key '{problem[0]}': {problem[1]}")
     kind = entry["kind"]
-    if kind not in KINDS:
-        raise _fail(where, f"kind {kind!r} is not one of {', '.join(KINDS)}")
+    if kind not in _KINDS:
+        raise _fail(where, f"kind {kind!r} is not one of {', '.join(_KINDS)}")
     targets = entry["targets"]
     if not isinstance(targets, list) or not targets:
         raise _fail(where, f"'targets' must be a non-empty list of target sessions, got {targets!r}")
@@ -109,8 +109,8 @@ def _mutant(where: str, entry: dict[str, Any], known: tuple[str, ...], base: Pat
     family = entry.get("family")
     if equivalent and family is not None:
         raise _fail(where, "an equivalent mutant must stay green everywhere; it names no 'family'")
-    if not equivalent and family not in FAMILY_NAMES:
-        raise _fail(where, f"'family' must be one of {', '.join(FAMILY_NAMES)}, got {family!r}")
+    if not equivalent and family not in _FAMILY_NAMES:
+        raise _fail(where, f"'family' must be one of {', '.join(_FAMILY_NAMES)}, got {family!r}")
     edits: tuple[Edit, ...] = ()
     subject = None
     if kind == "megatron":

@@ -16,8 +16,8 @@ from pathlib import Path
 from harness import REPO_ROOT
 from harness.sensitivity.catalogue import Mutant
 
-PREFLIGHT = "import megatron.core; print(megatron.core.__file__)"
-FIND_INSTALLED = (
+_PREFLIGHT = "import megatron.core; print(megatron.core.__file__)"
+_FIND_INSTALLED = (
     "import importlib.util, pathlib; "
     "print(pathlib.Path(importlib.util.find_spec('megatron.core').origin).resolve().parent.parent)"
 )
@@ -82,7 +82,7 @@ def _printed_path(python: Path, code: str, site: Path | None, timeout: float) ->
 
 def installed_package(python: Path) -> Path:
     """The ``megatron`` package directory installed in the venv of ``python`` (found, not imported)."""
-    package, error = _printed_path(python, FIND_INSTALLED, None, timeout=120)
+    package, error = _printed_path(python, _FIND_INSTALLED, None, timeout=120)
     if package is None:
         raise MutationError(f"{python}: cannot find megatron.core: {error.strip()[-2000:]}")
     return package
@@ -98,7 +98,7 @@ def environment(site: Path | None) -> dict[str, str]:
 
 def verify_loaded(mutant: Mutant, python: Path, site: Path) -> None:
     """Import ``megatron.core`` exactly as the run will and fail unless it comes from the mutated copy."""
-    imported, error = _printed_path(python, PREFLIGHT, site, timeout=300)
+    imported, error = _printed_path(python, _PREFLIGHT, site, timeout=300)
     if imported is None:
         raise MutationError(f"mutant {mutant.id}: importing megatron.core failed:\n{error[-3000:]}")
     if not imported.resolve().is_relative_to(site.resolve()):

@@ -23,7 +23,7 @@ def summary_line(report: Report) -> str:
     )
 
 
-def render_markdown(report: Report) -> str:
+def _render_markdown(report: Report) -> str:
     """The report as a Markdown table, the failures first."""
     lines = [
         "# Sensitivity of the gate",
@@ -52,7 +52,7 @@ def write_report(report: Report, directory: Path) -> tuple[Path, Path]:
     """``sensitivity.md`` and ``sensitivity.json`` under ``directory``."""
     directory.mkdir(parents=True, exist_ok=True)
     markdown, data = directory / "sensitivity.md", directory / "sensitivity.json"
-    markdown.write_text(render_markdown(report))
+    markdown.write_text(_render_markdown(report))
     document = {
         "targets": report.targets,
         "subject": report.subject,

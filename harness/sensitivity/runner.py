@@ -30,7 +30,7 @@ from harness.sensitivity.mutate import (
 VERDICTS = ("killed", "survived", "false alarm", "ok", "not applicable", "error")
 # A family file takes 10-150 s here; a mutant's run stops at its first red example. Past this limit the run is
 # reported as an error.
-CASE_TIMEOUT_S = 900
+_CASE_TIMEOUT_S = 900
 
 
 def _family_name(nodeid: str) -> str:
@@ -38,7 +38,7 @@ def _family_name(nodeid: str) -> str:
     return owner.name if owner else "?"
 
 
-def run_mutant(
+def _run_mutant(
     python: Path,
     target: str,
     selection: list[str],
@@ -55,7 +55,7 @@ def run_mutant(
     profile = "fail-fast" if first_failure else "ci"
     options = ["-x", f"--subject={subject}"] if first_failure else [f"--subject={subject}"]
     command = case_command(target, report_dir, selection, python=python, profile=profile, options=options)
-    return run_cases(command, environment(site), timeout=CASE_TIMEOUT_S)
+    return run_cases(command, environment(site), timeout=_CASE_TIMEOUT_S)
 
 
 @dataclass
@@ -97,7 +97,7 @@ def judge(mutant: Mutant, run: CaseRun) -> tuple[str, str]:
     return "killed", f"caught only by {', '.join(families)}, not by its own family"
 
 
-def evaluate(mutant: Mutant, target: str, python: Path, package: Path, subject: str, workdir: Path) -> Outcome:
+def _evaluate(mutant: Mutant, target: str, python: Path, package: Path, subject: str, workdir: Path) -> Outcome:
     """Run the gate on one mutant: its family's cases, then every other family if those stayed green."""
     if target not in mutant.targets:
         return _outcome(mutant, target, "not applicable")
@@ -108,10 +108,10 @@ def evaluate(mutant: Mutant, target: str, python: Path, package: Path, subject: 
         verify_loaded(mutant, python, site)
     chosen = mutant.subject or subject
     must_fail = not mutant.equivalent
-    run = run_mutant(python, target, mutant.selection(), chosen, site, workdir, first_failure=must_fail)
+    run = _run_mutant(python, target, mutant.selection(), chosen, site, workdir, first_failure=must_fail)
     if not run.broken() and must_fail and not run.failed():
         others = [f.case_file for f in MUTABLE if f.name != mutant.family]
-        run = run_mutant(python, target, others, chosen, site, workdir, first_failure=True)
+        run = _run_mutant(python, target, others, chosen, site, workdir, first_failure=True)
     verdict, note = judge(mutant, run)
     seconds = round(time.monotonic() - started, 1)
     return _outcome(mutant, target, verdict, caught_by=sorted(run.failed()), note=note, seconds=seconds)
@@ -147,7 +147,7 @@ class Report:
         return [o for o in self.outcomes if o.verdict in ("survived", "false alarm", "error")]
 
 
-def check_catalogue(mutants: list[Mutant], packages: dict[str, Path]) -> None:
+def _check_catalogue(mutants: list[Mutant], packages: dict[str, Path]) -> None:
     """Make every applicable megatron mutant's edits in memory, so a stale edit fails before anything runs."""
     for target, package in packages.items():
         for mutant in mutants:
@@ -165,7 +165,7 @@ def run_sensitivity(
     """Every mutant on every target in ``pythons`` (session name to interpreter), ``workers`` runs at a time."""
     started = time.monotonic()
     packages = {target: installed_package(python) for target, python in pythons.items()}
-    check_catalogue(mutants, packages)
+    _check_catalogue(mutants, packages)
     jobs = [(m, t) for t in pythons for m in mutants]
     # Equivalent mutants run every family and take longest: start them first so the pool ends evenly.
     jobs.sort(key=lambda job: (not job[0].equivalent, job[0].kind != "megatron"))
@@ -174,7 +174,7 @@ def run_sensitivity(
     def job(mutant: Mutant, target: str) -> Outcome:
         with tempfile.TemporaryDirectory(prefix=f"mutant-{mutant.id}-") as workdir:
             try:
-                outcome = evaluate(mutant, target, pythons[target], packages[target], subject, Path(workdir))
+                outcome = _evaluate(mutant, target, pythons[target], packages[target], subject, Path(workdir))
             except (MutationError, subprocess.TimeoutExpired) as err:
                 outcome = _outcome(mutant, target, "error", note=str(err))
         done = next(finished)

@@ -30,10 +30,10 @@ from harness.targets.interpreters import find_interpreter, running_version
 from harness.targets.matrix import MEGATRON_DISTRIBUTION, Target
 
 SESSION = "megatron-candidate"
-PYTHONS = ("3.10", "3.11", "3.12", "3.13", "3.14")
+_PYTHONS = ("3.10", "3.11", "3.12", "3.13", "3.14")
 """Interpreter versions a candidate may run on, lowest first: the lowest one its Requires-Python admits is taken,
 unless the running interpreter qualifies."""
-DOWNLOAD_TIMEOUT_S = 600
+_DOWNLOAD_TIMEOUT_S = 600
 
 
 class CandidateError(ValueError):
@@ -96,7 +96,7 @@ def wheel_metadata(wheel: Path, spec: str) -> tuple[str, SpecifierSet | None]:
     return str(metadata["Version"]), _specifier(metadata.get("Requires-Python"), spec)
 
 
-def download_wheel(spec: str, directory: Path) -> Path:
+def _download_wheel(spec: str, directory: Path) -> Path:
     """The wheel the package index has for ``spec``, fetched with pip (which reads this machine's index settings).
 
     Requires-Python is ignored on purpose: the wheel is only read for its metadata, and a release for a newer Python
@@ -108,9 +108,9 @@ def download_wheel(spec: str, directory: Path) -> Path:
     command = [sys.executable, "-m", "pip", "download", "--quiet", "--no-deps", "--ignore-requires-python"]
     command += ["--only-binary=:all:", "--dest", str(directory), spec]
     try:
-        completed = subprocess.run(command, capture_output=True, text=True, timeout=DOWNLOAD_TIMEOUT_S, check=False)
+        completed = subprocess.run(command, capture_output=True, text=True, timeout=_DOWNLOAD_TIMEOUT_S, check=False)
     except subprocess.TimeoutExpired:
-        raise CandidateError(f"candidate {spec}: the package index did not answer in {DOWNLOAD_TIMEOUT_S} s") from None
+        raise CandidateError(f"candidate {spec}: the package index did not answer in {_DOWNLOAD_TIMEOUT_S} s") from None
     if completed.returncode != 0:
         raise CandidateError(f"candidate {spec}: {_pip_reason(completed.stderr, spec)}")
     wheels = sorted(directory.glob("*.whl"))
@@ -154,7 +154,7 @@ def tree_metadata(tree: Path, spec: str) -> tuple[str | None, SpecifierSet | Non
     return version, _specifier(requires, spec)
 
 
-def clone(url: str, directory: Path) -> Path:
+def _clone(url: str, directory: Path) -> Path:
     """A shallow checkout of a ``git+https://host/repo.git@ref`` URL."""
     if shutil.which("git") is None:
         raise CandidateError(f"candidate {url}: git is not installed")
@@ -174,7 +174,7 @@ def clone(url: str, directory: Path) -> Path:
         repository,
         str(directory),
     ]
-    completed = subprocess.run(command, capture_output=True, text=True, timeout=DOWNLOAD_TIMEOUT_S, check=False)
+    completed = subprocess.run(command, capture_output=True, text=True, timeout=_DOWNLOAD_TIMEOUT_S, check=False)
     if completed.returncode != 0:
         reason = (completed.stderr.strip().splitlines() or ["git clone failed"])[-1]
         raise CandidateError(f"candidate {url}: could not clone it: {reason}")
@@ -185,10 +185,10 @@ def resolve(spec: str, workdir: Path) -> Candidate:
     """Read what the gate needs to know of ``spec`` before a venv exists."""
     kind, location = classify(spec)
     if kind in ("pypi", "wheel"):
-        wheel = download_wheel(spec, workdir / "metadata") if kind == "pypi" else Path(location)
+        wheel = _download_wheel(spec, workdir / "metadata") if kind == "pypi" else Path(location)
         version, requires = wheel_metadata(wheel, spec)
         return Candidate(spec, kind, location, version, requires)
-    tree = Path(location) if kind == "tree" else clone(location, workdir / "checkout")
+    tree = Path(location) if kind == "tree" else _clone(location, workdir / "checkout")
     if not (tree / "megatron" / "core").is_dir():
         raise CandidateError(f"candidate {spec}: the checkout holds no megatron/core package: not a Megatron tree")
     version, requires = tree_metadata(tree, spec)
@@ -201,7 +201,7 @@ def pick_python(candidate: Candidate) -> str:
     requires = candidate.requires_python
     if requires is None or requires.contains(running_version() + ".0", prereleases=True):
         return running_version()
-    admitted = [v for v in PYTHONS if requires.contains(f"{v}.0", prereleases=True) or requires.contains(f"{v}.99")]
+    admitted = [v for v in _PYTHONS if requires.contains(f"{v}.0", prereleases=True) or requires.contains(f"{v}.99")]
     for version in admitted:
         if find_interpreter(version) is not None:
             return version

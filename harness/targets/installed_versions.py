@@ -17,24 +17,24 @@ from packaging.version import Version
 
 from harness.targets.matrix import MEGATRON_DISTRIBUTION, Target
 
-PINNED_DISTRIBUTIONS = (MEGATRON_DISTRIBUTION, "torch", "numpy")
+_PINNED_DISTRIBUTIONS = (MEGATRON_DISTRIBUTION, "torch", "numpy")
 
 
 def installed_versions() -> dict[str, str | None]:
     """Versions of the pinned distributions and of Python in this interpreter (``None`` when absent); torch's with
     its build label (``2.13.0+cpu``, ``2.13.0+cu130``)."""
     versions: dict[str, str | None] = {"python": platform.python_version()}
-    for dist in PINNED_DISTRIBUTIONS:
+    for dist in _PINNED_DISTRIBUTIONS:
         try:
             versions[dist] = importlib.metadata.version(dist)
         except importlib.metadata.PackageNotFoundError:
             versions[dist] = None
     if versions["torch"] is not None:
-        versions["torch"] = torch_build_version() or versions["torch"]
+        versions["torch"] = _torch_build_version() or versions["torch"]
     return versions
 
 
-def torch_build_version() -> str | None:
+def _torch_build_version() -> str | None:
     """torch's own ``__version__`` (build label included), read from ``torch/version.py`` without importing torch.
 
     The package index's Linux wheel for some Pythons is a CUDA build whose distribution metadata says ``2.13.0``

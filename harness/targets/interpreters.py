@@ -20,8 +20,8 @@ import sys
 from collections.abc import Iterator
 from pathlib import Path
 
-VERSION_PROBE = "import sys; print('%d.%d' % sys.version_info[:2])"
-PROBE_TIMEOUT_S = 15
+_VERSION_PROBE = "import sys; print('%d.%d' % sys.version_info[:2])"
+_PROBE_TIMEOUT_S = 15
 
 
 def running_version() -> str:
@@ -29,15 +29,15 @@ def running_version() -> str:
     return f"{sys.version_info[0]}.{sys.version_info[1]}"
 
 
-def interpreter_version(executable: Path) -> str | None:
+def _interpreter_version(executable: Path) -> str | None:
     """The ``X.Y`` an interpreter reports when run, or ``None`` when it does not run (a shim of an unselected
     version, a broken link)."""
     try:
         completed = subprocess.run(
-            [str(executable), "-c", VERSION_PROBE],
+            [str(executable), "-c", _VERSION_PROBE],
             capture_output=True,
             text=True,
-            timeout=PROBE_TIMEOUT_S,
+            timeout=_PROBE_TIMEOUT_S,
             check=False,
         )
     except (OSError, subprocess.TimeoutExpired):
@@ -71,7 +71,7 @@ def _uv_managed(version: str, environ: dict[str, str]) -> Iterator[Path]:
             [uv, "python", "find", "--managed-python", "--no-python-downloads", version],
             capture_output=True,
             text=True,
-            timeout=PROBE_TIMEOUT_S,
+            timeout=_PROBE_TIMEOUT_S,
             check=False,
             env=environ,
         )
@@ -105,7 +105,7 @@ def candidates(version: str, environ: dict[str, str] | None = None) -> Iterator[
 def find_interpreter(version: str, environ: dict[str, str] | None = None) -> Path | None:
     """An interpreter that runs and reports ``version``; ``None`` when this machine has none."""
     for candidate in candidates(version, environ):
-        if interpreter_version(candidate) == version:
+        if _interpreter_version(candidate) == version:
             return candidate
     return None
 
@@ -119,7 +119,7 @@ def expose_on_path(version: str, directory: Path, environ: dict[str, str] | None
     environ = os.environ if environ is None else environ
     name = f"python{version}"
     on_path = shutil.which(name, path=environ.get("PATH"))
-    if on_path and interpreter_version(Path(on_path)) == version:
+    if on_path and _interpreter_version(Path(on_path)) == version:
         return True
     found = find_interpreter(version, dict(environ))
     if found is None:

@@ -19,13 +19,13 @@ from packaging.specifiers import InvalidSpecifier, SpecifierSet
 from harness.formats.keys import key_problem
 
 MEGATRON_DISTRIBUTION = "megatron-core"
-SESSION_NAME = re.compile(r"^megatron-[A-Za-z0-9][A-Za-z0-9._-]*$")
-PYTHON_VERSION = re.compile(r"^3\.\d+$")
-SOURCE_KINDS = ("pypi", "wheel", "tree", "git")
+_SESSION_NAME = re.compile(r"^megatron-[A-Za-z0-9][A-Za-z0-9._-]*$")
+_PYTHON_VERSION = re.compile(r"^3\.\d+$")
+_SOURCE_KINDS = ("pypi", "wheel", "tree", "git")
 
-REQUIRED_KEYS = ("session", "megatron", "python", "torch", "expected_failures", "provider")
-OPTIONAL_KEYS = ("description", "numpy", "extra_packages")
-PROVIDER_KEYS = ("process_group_keyword", "calls")
+_REQUIRED_KEYS = ("session", "megatron", "python", "torch", "expected_failures", "provider")
+_OPTIONAL_KEYS = ("description", "numpy", "extra_packages")
+_PROVIDER_KEYS = ("process_group_keyword", "calls")
 ALWAYS_PASSED = ("pre_process", "post_process")
 
 
@@ -142,13 +142,13 @@ def _parse_target(path: Path, index: int, entry: Any) -> Target:
     def fail(key: str, problem: str) -> MatrixError:
         return MatrixError(f"{path}: target {label}: key {key!r}: {problem}")
 
-    problem = key_problem(entry, REQUIRED_KEYS, OPTIONAL_KEYS)
+    problem = key_problem(entry, _REQUIRED_KEYS, _OPTIONAL_KEYS)
     if problem:
         raise fail(*problem)
-    if not isinstance(name, str) or not SESSION_NAME.match(name):
+    if not isinstance(name, str) or not _SESSION_NAME.match(name):
         raise fail("session", f"{name!r} is not a session name of the form megatron-<short>")
     python = str(entry["python"])
-    if not PYTHON_VERSION.match(python):
+    if not _PYTHON_VERSION.match(python):
         raise fail("python", f"{python!r} is not a Python version like '3.11'")
     torch = _specifier(entry["torch"], fail, "torch", optional=False)
     numpy = _specifier(entry.get("numpy"), fail, "numpy", optional=True)
@@ -193,13 +193,13 @@ def _specifier(value: Any, fail: Any, key: str, *, optional: bool) -> SpecifierS
 
 def _parse_source(base: Path, value: Any, fail: Any) -> MegatronSource:
     if not isinstance(value, dict):
-        raise fail("megatron", f"must be a mapping with one of {', '.join(SOURCE_KINDS)}")
-    problem = key_problem(value, (), (*SOURCE_KINDS, "version"))
+        raise fail("megatron", f"must be a mapping with one of {', '.join(_SOURCE_KINDS)}")
+    problem = key_problem(value, (), (*_SOURCE_KINDS, "version"))
     if problem:
         raise fail(f"megatron.{problem[0]}", problem[1])
-    kinds = [k for k in SOURCE_KINDS if k in value]
+    kinds = [k for k in _SOURCE_KINDS if k in value]
     if len(kinds) != 1:
-        raise fail("megatron", f"needs exactly one of {', '.join(SOURCE_KINDS)}, found {kinds or 'none'}")
+        raise fail("megatron", f"needs exactly one of {', '.join(_SOURCE_KINDS)}, found {kinds or 'none'}")
     kind = kinds[0]
     location = value[kind]
     if not isinstance(location, str) or not location:
@@ -232,7 +232,7 @@ def _parse_source(base: Path, value: Any, fail: Any) -> MegatronSource:
 def _parse_provider(value: Any, fail: Any) -> ProviderContract:
     if not isinstance(value, dict):
         raise fail("provider", "must be a mapping with process_group_keyword and calls")
-    problem = key_problem(value, PROVIDER_KEYS)
+    problem = key_problem(value, _PROVIDER_KEYS)
     if problem:
         raise fail(f"provider.{problem[0]}", problem[1])
     pg_keyword = value["process_group_keyword"]

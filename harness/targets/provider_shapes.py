@@ -29,10 +29,10 @@ from typing import Any
 
 from harness.targets.matrix import MEGATRON_DISTRIBUTION
 
-PROCESS_GROUPS_MODULE = "megatron.core.process_groups_config"
+_PROCESS_GROUPS_MODULE = "megatron.core.process_groups_config"
 
-TRAINING_FILE = "megatron/training/training.py"
-GET_MODEL = "get_model"
+_TRAINING_FILE = "megatron/training/training.py"
+_GET_MODEL = "get_model"
 
 
 class ProviderShapeError(ValueError):
@@ -59,13 +59,13 @@ def installed_training_file() -> Path | None:
     except importlib.metadata.PackageNotFoundError:
         return None
     for file in files:
-        if str(file).replace("\\", "/") == TRAINING_FILE:
+        if str(file).replace("\\", "/") == _TRAINING_FILE:
             path = Path(file.locate()).resolve()
             return path if path.is_file() else None
     return None
 
 
-def shape_name(keywords: tuple[str, ...]) -> str:
+def _shape_name(keywords: tuple[str, ...]) -> str:
     """The matrix's name for a call passing ``keywords``."""
     if "vp_stage" in keywords:
         return "virtual_pipeline"
@@ -74,17 +74,17 @@ def shape_name(keywords: tuple[str, ...]) -> str:
     return "plain"
 
 
-def derive_calls(source: str, file: str = TRAINING_FILE) -> list[DerivedCall]:
+def derive_calls(source: str, file: str = _TRAINING_FILE) -> list[DerivedCall]:
     """Every call of ``get_model``'s first parameter in ``source``, nested functions included, in line order."""
     tree = ast.parse(source, filename=file)
     function = next(
-        (n for n in tree.body if isinstance(n, ast.FunctionDef | ast.AsyncFunctionDef) and n.name == GET_MODEL), None
+        (n for n in tree.body if isinstance(n, ast.FunctionDef | ast.AsyncFunctionDef) and n.name == _GET_MODEL), None
     )
     if function is None:
-        raise ProviderShapeError(f"{file}: no module-level function {GET_MODEL}()")
+        raise ProviderShapeError(f"{file}: no module-level function {_GET_MODEL}()")
     arguments = [*function.args.posonlyargs, *function.args.args]
     if not arguments:
-        raise ProviderShapeError(f"{file}:{function.lineno}: {GET_MODEL}() takes no provider parameter")
+        raise ProviderShapeError(f"{file}:{function.lineno}: {_GET_MODEL}() takes no provider parameter")
     provider = arguments[0].arg
     calls = []
     for node in ast.walk(function):
@@ -92,9 +92,9 @@ def derive_calls(source: str, file: str = TRAINING_FILE) -> list[DerivedCall]:
             if any(k.arg is None for k in node.keywords):
                 raise ProviderShapeError(f"{file}:{node.lineno}: {provider}(**...) passes keywords not readable here")
             keywords = tuple(k.arg for k in node.keywords if k.arg is not None)
-            calls.append(DerivedCall(shape_name(keywords), keywords, node.lineno, len(node.args)))
+            calls.append(DerivedCall(_shape_name(keywords), keywords, node.lineno, len(node.args)))
     if not calls:
-        raise ProviderShapeError(f"{file}:{function.lineno}: {GET_MODEL}() never calls its provider {provider!r}")
+        raise ProviderShapeError(f"{file}:{function.lineno}: {_GET_MODEL}() never calls its provider {provider!r}")
     return sorted(calls, key=lambda c: c.line)
 
 
@@ -140,7 +140,7 @@ def shape_mismatches(calls: list[DerivedCall], recorded: dict[str, tuple[str, ..
                 )
     for shape in recorded:
         if shape not in made:
-            problems.append(f"{file}: the matrix records shape '{shape}', which {GET_MODEL}() never makes")
+            problems.append(f"{file}: the matrix records shape '{shape}', which {_GET_MODEL}() never makes")
     return problems
 
 
@@ -153,7 +153,7 @@ def process_group_parameter(init: Callable[..., Any]) -> tuple[str, type] | None
     found = []
     for param in inspect.signature(init, eval_str=True).parameters.values():
         for candidate in (param.annotation, *typing.get_args(param.annotation)):
-            if isinstance(candidate, type) and candidate.__module__ == PROCESS_GROUPS_MODULE:
+            if isinstance(candidate, type) and candidate.__module__ == _PROCESS_GROUPS_MODULE:
                 found.append((param.name, candidate))
     if len(found) > 1:
         raise RuntimeError(f"{init.__qualname__} takes several process-group parameters: {found}")

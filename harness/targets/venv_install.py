@@ -23,7 +23,7 @@ PIP_CONFIG_FILES = (
     Path.home() / ".pip" / "pip.conf",
     Path.home() / ".config" / "pip" / "pip.conf",
 )
-PASSED_TO_UV = {
+_PASSED_TO_UV = {
     "find-links": "--find-links",
     "constraint": "--constraint",
     "extra-index-url": "--extra-index-url",
@@ -41,7 +41,7 @@ def pip_settings(environ: dict[str, str] | None = None) -> dict[str, list[str]]:
         files.append(Path(environ["PIP_CONFIG_FILE"]))
     parser.read([str(f) for f in files if f.is_file()])
     settings: dict[str, list[str]] = {}
-    for key in PASSED_TO_UV:
+    for key in _PASSED_TO_UV:
         value = environ.get(f"PIP_{key.upper().replace('-', '_')}")
         if value is None and parser.has_option("global", key):
             value = parser.get("global", key)
@@ -50,10 +50,10 @@ def pip_settings(environ: dict[str, str] | None = None) -> dict[str, list[str]]:
     return settings
 
 
-def uv_options(settings: dict[str, list[str]]) -> list[str]:
+def _uv_options(settings: dict[str, list[str]]) -> list[str]:
     """uv command-line options equivalent to ``settings``, plus bytecode compilation."""
     options = ["--compile-bytecode"]
-    for key, flag in PASSED_TO_UV.items():
+    for key, flag in _PASSED_TO_UV.items():
         for value in settings.get(key, []):
             options += [flag, value]
     if settings.get("find-links") or settings.get("extra-index-url"):
@@ -107,7 +107,7 @@ def install_command(requirements: list[str], backend: str, python_version: str |
         settings = pip_settings()
         links = settings.get("find-links", [])
         pinned = [str(local_wheel(r, links, python_version) or r) if r.startswith("torch") else r for r in requirements]
-        return [*uv_options(settings), *pinned]
+        return [*_uv_options(settings), *pinned]
     return list(requirements)
 
 

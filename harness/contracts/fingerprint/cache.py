@@ -2,7 +2,7 @@
 
 ``python -m harness.contracts.fingerprint`` (:mod:`harness.contracts.fingerprint.__main__`) writes the fingerprint
 of a subject's declared symbols from inside a target venv, cached per installed Megatron under
-``reports/.fingerprints/<session>-<key>.json`` (see :func:`install_key`).
+``reports/.fingerprints/<session>-<key>.json`` (see :func:`_install_key`).
 """
 
 from __future__ import annotations
@@ -30,10 +30,10 @@ def _package_digest() -> str:
     return digest.hexdigest()[:12]
 
 
-HARNESS_DIGEST = _package_digest()
+_HARNESS_DIGEST = _package_digest()
 
 
-def install_key() -> str | None:
+def _install_key() -> str | None:
     """``<version>-<digest of the installed .py files>``; ``None`` when the distribution lists no Python files.
 
     The digest is over the files pip installed (from the distribution's RECORD), so an index install, a local
@@ -56,21 +56,21 @@ def cached_fingerprint(symbols: list[str], session: str, cache_dir: Path) -> dic
     """Fingerprints of ``symbols`` on the running interpreter's Megatron, read from or added to the cache.
 
     The cache file of an install holds every symbol fingerprinted there so far and the digest of this package's code
-    (:data:`HARNESS_DIGEST`), so a change of how fingerprints are made invalidates it.
+    (:data:`_HARNESS_DIGEST`), so a change of how fingerprints are made invalidates it.
     """
-    key = install_key()
+    key = _install_key()
     path = cache_dir / f"{session}-{key}.json" if key else None
     known: dict[str, Any] = {}
     if path is not None and path.is_file():
         stored = json.loads(path.read_text())
-        if stored.get("harness") == HARNESS_DIGEST:
+        if stored.get("harness") == _HARNESS_DIGEST:
             known = stored["symbols"]
     missing = [s for s in symbols if s not in known]
     known.update(fingerprint_symbols(missing))
     record = {
         "session": session,
         "key": key,
-        "harness": HARNESS_DIGEST,
+        "harness": _HARNESS_DIGEST,
         "megatron_core": installed_versions()[_DISTRIBUTION],
         "origin": megatron_origin(),
         "symbols": known,

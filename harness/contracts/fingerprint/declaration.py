@@ -21,8 +21,8 @@ import re
 from collections.abc import Iterable
 from types import ModuleType
 
-DECLARATION_NAME = "MEGATRON_SYMBOLS"
-USAGES = ("imports", "calls", "reads", "replaces", "relies")
+_DECLARATION_NAME = "MEGATRON_SYMBOLS"
+_USAGES = ("imports", "calls", "reads", "replaces", "relies")
 
 _DOTTED = r"[A-Za-z_]\w*(?:\.[A-Za-z_]\w*)*"
 _SYMBOL = re.compile(rf"^({_DOTTED}):({_DOTTED})$")
@@ -47,30 +47,30 @@ class Declared:
 def parse_declaration(raw: object) -> list[Declared]:
     """Validate a ``MEGATRON_SYMBOLS`` mapping; raise :class:`DeclarationError` on the first bad entry."""
     if not isinstance(raw, dict) or not raw:
-        raise DeclarationError(f"{DECLARATION_NAME} must be a non-empty dict of symbol -> usage, got {raw!r:.80}")
+        raise DeclarationError(f"{_DECLARATION_NAME} must be a non-empty dict of symbol -> usage, got {raw!r:.80}")
     entries: list[Declared] = []
     owner: dict[str, str] = {}
     for key, value in raw.items():
         if not isinstance(key, str) or not isinstance(value, str):
-            raise DeclarationError(f"{DECLARATION_NAME}[{key!r}]: keys and values must be strings")
+            raise DeclarationError(f"{_DECLARATION_NAME}[{key!r}]: keys and values must be strings")
         members = tuple(member.strip() for member in key.split("|"))
         for member in members:
             if not _SYMBOL.match(member):
-                raise DeclarationError(f"{DECLARATION_NAME}[{key!r}]: {member!r} is not of the form module:qualname")
+                raise DeclarationError(f"{_DECLARATION_NAME}[{key!r}]: {member!r} is not of the form module:qualname")
             if member in owner:
                 raise DeclarationError(
-                    f"{DECLARATION_NAME}[{key!r}]: {member} is already declared by {owner[member]!r}"
+                    f"{_DECLARATION_NAME}[{key!r}]: {member} is already declared by {owner[member]!r}"
                 )
             owner[member] = key
         match = _USAGE.match(value.strip())
-        if not match or match["usage"] not in USAGES:
+        if not match or match["usage"] not in _USAGES:
             raise DeclarationError(
-                f"{DECLARATION_NAME}[{key!r}] = {value!r}: expected one of {', '.join(USAGES)}, "
+                f"{_DECLARATION_NAME}[{key!r}] = {value!r}: expected one of {', '.join(_USAGES)}, "
                 "'replaces with <subject name>', optionally followed by ', optional'"
             )
         if (match["usage"] == "replaces") != (match["replacement"] is not None):
             raise DeclarationError(
-                f"{DECLARATION_NAME}[{key!r}] = {value!r}: 'with <subject name>' goes with 'replaces' and only there"
+                f"{_DECLARATION_NAME}[{key!r}] = {value!r}: 'with <subject name>' goes with 'replaces' and only there"
             )
         entries.append(Declared(key, members, match["usage"], bool(match["optional"]), match["replacement"]))
     return entries
@@ -78,12 +78,12 @@ def parse_declaration(raw: object) -> list[Declared]:
 
 def read_declaration(subject: ModuleType) -> list[Declared]:
     """The subject's parsed ``MEGATRON_SYMBOLS``; a :class:`DeclarationError` when it has none or a bad one."""
-    if not hasattr(subject, DECLARATION_NAME):
+    if not hasattr(subject, _DECLARATION_NAME):
         raise DeclarationError(
-            f"subject {subject.__name__!r} declares no {DECLARATION_NAME}: name every Megatron symbol it imports, "
+            f"subject {subject.__name__!r} declares no {_DECLARATION_NAME}: name every Megatron symbol it imports, "
             "calls, replaces or reads (format: harness/contracts/fingerprint/declaration.py)"
         )
-    return parse_declaration(getattr(subject, DECLARATION_NAME))
+    return parse_declaration(getattr(subject, _DECLARATION_NAME))
 
 
 def declared_symbols(declaration: Iterable[Declared]) -> list[str]:

@@ -5,7 +5,7 @@ annotation), dataclass fields with their defaults, and a hash of the function bo
 (docstrings, comments and whitespace do not count), so a changed body shows up even when the signature did not
 change. For a function it also records what the body does, so a diff can say how it changed: the module-level
 functions it calls, in order, with same-module callees classified as coalesced reductions or not
-(:func:`function_calls`), and the model-config attributes it reads (:func:`config_reads`).
+(:func:`_function_calls`), and the model-config attributes it reads (:func:`_config_reads`).
 """
 
 from __future__ import annotations
@@ -38,10 +38,10 @@ _CONFIG_GETTER = "get_model_config"
 
 def fingerprint_symbols(symbols: Iterable[str]) -> dict[str, dict[str, Any]]:
     """The fingerprint of each ``module:qualname`` in the running interpreter (imports the modules)."""
-    return {symbol: fingerprint_symbol(symbol) for symbol in symbols}
+    return {symbol: _fingerprint_symbol(symbol) for symbol in symbols}
 
 
-def fingerprint_symbol(symbol: str) -> dict[str, Any]:
+def _fingerprint_symbol(symbol: str) -> dict[str, Any]:
     """Whether ``symbol`` exists here and, if so, its kind, defining module and shape (see the module docstring)."""
     module_name, qualname = symbol.split(":")
     try:
@@ -58,10 +58,10 @@ def fingerprint_symbol(symbol: str) -> dict[str, Any]:
         if not hasattr(obj, part):
             return {"exists": False, "missing": f"{owner} has no attribute {part!r}"}
         obj = getattr(obj, part)
-    return {"exists": True, **describe(obj)}
+    return {"exists": True, **_describe(obj)}
 
 
-def describe(obj: Any) -> dict[str, Any]:
+def _describe(obj: Any) -> dict[str, Any]:
     """Kind, defining module and shape of a live object."""
     if inspect.ismodule(obj):
         return {"kind": "module", "module": obj.__name__}
@@ -77,8 +77,8 @@ def describe(obj: Any) -> dict[str, Any]:
             "qualname": getattr(obj, "__qualname__", None),
             "parameters": parameters(obj),
             "body_hash": body_hash(obj),
-            "calls": function_calls(obj),
-            "config_reads": config_reads(obj),
+            "calls": _function_calls(obj),
+            "config_reads": _config_reads(obj),
             "source": _source_location(obj),
         }
     return {"kind": "value", "type": type(obj).__qualname__, "value": _repr(obj)}
@@ -122,7 +122,7 @@ def body_hash(func: Any) -> str | None:
     return hashlib.sha256("\n".join(ast.dump(part) for part in parts).encode()).hexdigest()[:16]
 
 
-def function_calls(func: Any) -> list[dict[str, Any]] | None:
+def _function_calls(func: Any) -> list[dict[str, Any]] | None:
     """The module-level functions ``func`` calls, in source order, each resolved through its module's globals.
 
     A changed body hash says only that something changed; the callees say what: a reduction upstream added after
@@ -130,7 +130,7 @@ def function_calls(func: Any) -> list[dict[str, Any]] | None:
     (``name``), its line counted from the first line of the function's source (0), so moving the function in its
     file changes nothing, the object it resolves to (``target``, ``module:qualname``; for a function-local import,
     the imported name) and, for a callee defined in the same module, ``coalesced_reduction``: whether its own body
-    flattens tensors into one buffer and all-reduces it (:func:`coalesces`); ``None`` for other callees. Calls
+    flattens tensors into one buffer and all-reduces it (:func:`_coalesces`); ``None`` for other callees. Calls
     through locals, parameters, attributes of objects and builtins are left out. ``None`` without source.
     """
     definition = _definition(func)
@@ -166,12 +166,12 @@ def function_calls(func: Any) -> list[dict[str, Any]] | None:
         target = f"{getattr(callee, '__module__', None)}:{getattr(callee, '__qualname__', name)}"
         verdict = None
         if getattr(callee, "__module__", None) == module_name and inspect.isfunction(inspect.unwrap(callee)):
-            verdict = classified.setdefault(target, coalesces(callee))
+            verdict = classified.setdefault(target, _coalesces(callee))
         calls.append({**record, "target": target, "coalesced_reduction": verdict})
     return calls
 
 
-def coalesces(func: Any) -> bool:
+def _coalesces(func: Any) -> bool:
     """Whether ``func``'s own body flattens tensors into one buffer and calls an all-reduce.
 
     That is the pattern whose peak memory is one buffer the size of everything reduced: an adapter that chunks
@@ -192,7 +192,7 @@ def coalesces(func: Any) -> bool:
     return flattens and reduces
 
 
-def config_reads(func: Any) -> list[str] | None:
+def _config_reads(func: Any) -> list[str] | None:
     """The attributes ``func`` reads from the model config, sorted; ``None`` without source.
 
     An adapter hands upstream a config it builds or patches, and replaces functions that upstream calls with that

@@ -9,7 +9,7 @@ Kinds (:data:`KINDS`):
 
 ``module-attribute``
     An attribute added, deleted or re-bound (compared by identity) on a watched module, or on a class defined in
-    one. Watched: loaded modules under :data:`WATCHED_BY_DEFAULT` and under the caller's ``watch_modules``, plus
+    one. Watched: loaded modules under :data:`_WATCHED_BY_DEFAULT` and under the caller's ``watch_modules``, plus
     every fake module of an isolated load (see :mod:`harness.contracts.imports.isolation`) that runs during the call.
 ``sys-modules``
     A module imported for the first time, removed or replaced, other than the package's own (``own_prefix``, and
@@ -40,7 +40,7 @@ Kinds (:data:`KINDS`):
     ``torch.cuda.is_initialized()`` flipped; checked only if torch was imported before the call.
 ``file``
     A file or directory created, deleted or modified under the working directory (or ``file_root``), not looking
-    into :data:`SKIPPED_DIRS`.
+    into :data:`_SKIPPED_DIRS`.
 
 What cannot be seen: environment access below ``os.environ`` (``os.putenv``, ``posix.environ``, C code) and reads
 through a reference to the real ``os.environ`` taken before the call; threads and processes started by native code
@@ -85,8 +85,8 @@ KINDS = (
     "cuda-init",
     "file",
 )
-WATCHED_BY_DEFAULT = ("megatron", "torch.distributed")
-SKIPPED_DIRS = frozenset(
+_WATCHED_BY_DEFAULT = ("megatron", "torch.distributed")
+_SKIPPED_DIRS = frozenset(
     {
         ".git",
         ".hg",
@@ -264,7 +264,7 @@ class _ModuleProbe(_Probe):
     kinds = ("module-attribute", "sys-modules")
 
     def __init__(self, watch: tuple[str, ...], allowed_imports: tuple[str, ...], own_prefix: str | None) -> None:
-        self._watched = (*WATCHED_BY_DEFAULT, *watch)
+        self._watched = (*_WATCHED_BY_DEFAULT, *watch)
         self._expected = (*allowed_imports, *((own_prefix,) if own_prefix else ()))
         self._namespaces: dict[int, _Namespace] = {}
         self._isolations: list[Isolation] = []
@@ -785,7 +785,7 @@ class _FileProbe(_Probe):
 def _listing(root: Path) -> dict[str, _FileEntry]:
     listing = {}
     for directory, dirnames, filenames in os.walk(root):
-        dirnames[:] = sorted(name for name in dirnames if name not in SKIPPED_DIRS)
+        dirnames[:] = sorted(name for name in dirnames if name not in _SKIPPED_DIRS)
         base = Path(directory)
         for name in (*dirnames, *filenames):
             path = base / name
