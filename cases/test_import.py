@@ -1,25 +1,37 @@
-"""Contract: import side-effect freedom. Importing the adapter package changes nothing; install() changes exactly
-the documented Megatron names and uninstall() puts back the very objects it found.
+"""Contract: import side-effect freedom. Loading the subject and importing its adapter package change nothing;
+install() changes exactly the documented Megatron names, uninstall() puts back the very objects it found, and the
+first calls of the subject's functions patch nothing. Across the whole session, Megatron's functions are the same
+after every case as before the first (``harness/contracts/imports/session_watch.py``).
 
-A subject may relax the detector for its adapter by declaring ``IMPORT_SIDE_EFFECTS_ALLOWED`` (kinds from
-``harness.contracts.imports.side_effects.KINDS``) and widen it with ``IMPORT_WATCH_MODULES`` (module names to
-watch too).
+Every observation starts from the same state, whatever ran before in the process: the Megatron modules the subject
+declares are imported first, and the block runs in a private working directory that the file probe watches.
+
+A subject may waive effects of its adapter per name, never per kind alone, with ``IMPORT_SIDE_EFFECTS_ALLOWED``
+(``{kind: [name patterns]}``, kinds from ``harness.contracts.imports.side_effects.KINDS``); every waiver used is
+written to ``summary.json`` and shown in the report. ``IMPORT_WATCH_MODULES`` names more modules to watch.
 """
 
 from __future__ import annotations
 
+import argparse
+import contextlib
+import fnmatch
+import importlib
 import json
 import re
 import subprocess
 import sys
+from collections.abc import Callable
 from pathlib import Path
 from types import ModuleType
+from typing import Any
 
 import pytest
 
+from harness.contracts.fingerprint.declaration import DeclarationError, read_declaration
 from harness.contracts.imports.fake_modules import build_fakes
-from harness.contracts.imports.isolation import load_isolated
-from harness.contracts.imports.side_effects import SideEffect, detect, format_effects
+from harness.contracts.imports.isolation import adapter_import_root, load_isolated
+from harness.contracts.imports.side_effects import SideEffect, detect_with_allowances, format_effects
 from harness.plugin.failure import contract_failure
 from harness.plugin.families import family
 from harness.ranks.megatron_state import ALIAS_NAME, UPSTREAM_NAME, finalize_module
@@ -39,11 +51,47 @@ FAKE_ONLY = {
 IMPORT_TIME_RATIO_LIMIT = 1.0
 
 
-def _declared(subject: ModuleType) -> dict[str, object]:
+def _declared(subject: ModuleType) -> dict[str, Any]:
     return {
-        "allow": tuple(getattr(subject, "IMPORT_SIDE_EFFECTS_ALLOWED", ())),
+        "allow": dict(getattr(subject, "IMPORT_SIDE_EFFECTS_ALLOWED", {}) or {}),
         "watch_modules": tuple(getattr(subject, "IMPORT_WATCH_MODULES", ())),
     }
+
+
+@pytest.fixture
+def observe(
+    subject: ModuleType, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, record_waiver: Callable[[str, str, str], None]
+) -> Callable[..., list[SideEffect]]:
+    """Run a block under the detector from the same starting point in any process: the Megatron modules the subject
+    declares already imported, a private working directory (the file probe's root, never the repository or
+    ``reports/``); effects the subject's declaration waives are recorded as waivers, the others returned."""
+    for module in _declared_modules(subject):
+        with contextlib.suppress(ImportError):
+            importlib.import_module(module)
+    private = tmp_path / "cwd"
+    private.mkdir()
+    monkeypatch.chdir(private)
+    declared = _declared(subject)
+
+    def run(block: Callable[[], object], **options: Any) -> list[SideEffect]:
+        effects, waived = detect_with_allowances(block, **{**declared, "file_root": private, **options})
+        allowances = options.get("allow", declared["allow"])
+        for effect in waived:
+            patterns = allowances.get(effect.kind, ())
+            matched = next((p for p in patterns if fnmatch.fnmatchcase(effect.name, p)), "?")
+            record_waiver(effect.kind, effect.name, matched)
+        return effects
+
+    return run
+
+
+def _declared_modules(subject: ModuleType) -> list[str]:
+    """The Megatron modules named in the subject's ``MEGATRON_SYMBOLS`` (none when it declares none)."""
+    try:
+        declaration = read_declaration(subject)
+    except DeclarationError:
+        return []
+    return sorted({member.split(":", 1)[0] for entry in declaration for member in entry.members})
 
 
 def _effects(effects: list[SideEffect]) -> list[str]:
@@ -51,17 +99,30 @@ def _effects(effects: list[SideEffect]) -> list[str]:
     return format_effects(effects).splitlines()
 
 
-def test_importing_the_adapter_with_real_megatron_changes_nothing(target: Target, subject: ModuleType) -> None:
+def test_loading_the_subject_changes_nothing(
+    target: Target, subject_name: str, observe: Callable[..., list[SideEffect]]
+) -> None:
+    effects = observe(lambda: load_isolated(subject_name))
+    assert not effects, contract_failure(
+        target, FAMILY.name, f"loading the subject {subject_name} had side effects", _effects(effects)
+    )
+
+
+def test_importing_the_adapter_with_real_megatron_changes_nothing(
+    target: Target, subject: ModuleType, observe: Callable[..., list[SideEffect]]
+) -> None:
     finalize_module()
-    effects = detect(lambda: load_isolated(subject.ADAPTER_PACKAGE), **_declared(subject))
+    effects = observe(lambda: load_isolated(subject.ADAPTER_PACKAGE))
     assert not effects, contract_failure(
         target, FAMILY.name, f"importing {FAMILY.symbol} {subject.ADAPTER_PACKAGE} had side effects", _effects(effects)
     )
 
 
-def test_importing_the_adapter_with_only_fakes_changes_nothing(target: Target, subject: ModuleType) -> None:
+def test_importing_the_adapter_with_only_fakes_changes_nothing(
+    target: Target, subject: ModuleType, observe: Callable[..., list[SideEffect]]
+) -> None:
     fakes = build_fakes(FAKE_ONLY)
-    effects = detect(lambda: load_isolated(subject.ADAPTER_PACKAGE, fakes), **_declared(subject))
+    effects = observe(lambda: load_isolated(subject.ADAPTER_PACKAGE, fakes))
     assert not effects, contract_failure(
         target,
         FAMILY.name,
@@ -70,12 +131,15 @@ def test_importing_the_adapter_with_only_fakes_changes_nothing(target: Target, s
     )
 
 
-def test_install_rebinds_exactly_the_documented_names(target: Target, subject: ModuleType) -> None:
+def test_install_rebinds_exactly_the_documented_names(
+    target: Target, subject: ModuleType, observe: Callable[..., list[SideEffect]]
+) -> None:
     module = finalize_module()
     originals = {name: getattr(module, name) for name in PATCHED if hasattr(module, name)}
     expected = {f"{module.__name__}.{name}" for name in originals}
+    undone: list[SideEffect] = []
     try:
-        first = detect(lambda: subject.install(budget_bytes=1 << 20), watch_modules=("megatron",))
+        first = observe(lambda: subject.install(budget_bytes=1 << 20), watch_modules=("megatron",))
         rebound = {e.name for e in first if e.kind == "module-attribute"}
         assert rebound == expected, contract_failure(
             target,
@@ -87,12 +151,12 @@ def test_install_rebinds_exactly_the_documented_names(target: Target, subject: M
         assert not others, contract_failure(
             target, FAMILY.name, "install() did more than re-bind the documented names", _effects(others)
         )
-        second = detect(lambda: subject.install(budget_bytes=1 << 20), watch_modules=("megatron",))
+        second = observe(lambda: subject.install(budget_bytes=1 << 20), watch_modules=("megatron",))
         assert not [e for e in second if e.kind == "module-attribute"], contract_failure(
             target, FAMILY.name, "a second install() changed Megatron again", _effects(second)
         )
     finally:
-        subject.uninstall()
+        undone = observe(subject.uninstall, watch_modules=("megatron",))
     for name, original in originals.items():
         assert getattr(module, name) is original, contract_failure(
             target,
@@ -100,6 +164,44 @@ def test_install_rebinds_exactly_the_documented_names(target: Target, subject: M
             "uninstall() did not put back the original",
             f"after uninstall() {module.__name__}.{name} is {getattr(module, name)!r}, not the original {original!r}",
         )
+    others = [e for e in undone if not (e.kind == "module-attribute" and e.name in expected)]
+    assert not others, contract_failure(
+        target, FAMILY.name, "uninstall() did more than put back the documented names", _effects(others)
+    )
+
+
+class _OneRank:
+    """A process group of one rank: the replacement's first call returns before any collective."""
+
+    def size(self) -> int:
+        return 1
+
+    def rank(self) -> int:
+        return 0
+
+
+def test_first_calls_of_the_subject_change_nothing(
+    target: Target, subject: ModuleType, observe: Callable[..., list[SideEffect]]
+) -> None:
+    """A subject that patches lazily, on the first call of one of its functions, is red here or, when another case
+    called it first, in the session watch after that case."""
+
+    def first_calls() -> None:
+        # Whether each call succeeds is other families' business; what it changed on the way is this one's.
+        wrap = subject.wrap_model_provider
+        calls = [
+            lambda: subject.split_into_chunks([], [], 1 << 20),
+            lambda: wrap(lambda pre_process=True, post_process=True: None, argparse.Namespace())(True, True),
+            lambda: subject.allreduce_non_tensor_model_parallel_grads([], argparse.Namespace(), tp_group=_OneRank()),
+        ]
+        for call in calls:
+            with contextlib.suppress(Exception):
+                call()
+
+    effects = observe(first_calls, watch_modules=("megatron",))
+    assert not effects, contract_failure(
+        target, FAMILY.name, "the first calls of the subject's functions had side effects", _effects(effects)
+    )
 
 
 def test_after_uninstall_finalize_model_grads_reaches_upstream(target: Target, subject: ModuleType) -> None:
@@ -139,13 +241,14 @@ def _cumulative_import_us(code: str) -> dict[str, int]:
 
 
 def test_adapter_import_time_is_small_next_to_megatron(target: Target, subject: ModuleType, report_dir: Path) -> None:
-    package = Path(subject.ADAPTER_PACKAGE)
-    if not package.exists():
-        pytest.fail(contract_failure(target, FAMILY.name, f"{FAMILY.symbol} {package} is not a path on disk"))
+    try:
+        root, name = adapter_import_root(subject.ADAPTER_PACKAGE)
+    except ImportError as err:
+        pytest.fail(contract_failure(target, FAMILY.name, f"{FAMILY.symbol} cannot be found", str(err)))
     # One interpreter, Megatron first: its own cumulative time, then the adapter's on top of an imported Megatron.
-    setup = f"import sys; import megatron.core; sys.path.insert(0, {str(package.parent)!r}); import {package.stem}"
+    setup = f"import sys; import megatron.core; sys.path.insert(0, {str(root)!r}); import {name}"
     times = _cumulative_import_us(setup)
-    megatron_us, adapter_us = times["megatron.core"], times[package.stem]
+    megatron_us, adapter_us = times["megatron.core"], times[name]
     ratio = adapter_us / megatron_us
     (report_dir / "import_time.json").write_text(
         json.dumps({"megatron_core_us": megatron_us, "adapter_us": adapter_us, "ratio": round(ratio, 4)}, indent=2)
@@ -153,7 +256,7 @@ def test_adapter_import_time_is_small_next_to_megatron(target: Target, subject: 
     assert ratio <= IMPORT_TIME_RATIO_LIMIT, contract_failure(
         target,
         FAMILY.name,
-        f"importing {package.stem} is slow next to megatron.core",
+        f"importing {name} is slow next to megatron.core",
         f"after megatron.core it costs {adapter_us / 1e6:.2f} s, {ratio:.2f}x megatron.core's "
         f"{megatron_us / 1e6:.2f} s (limit {IMPORT_TIME_RATIO_LIMIT}x)",
     )

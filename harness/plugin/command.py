@@ -16,7 +16,8 @@ from pathlib import Path
 from harness import REPO_ROOT
 from harness.formats.junit import JUnitCase, read_cases
 
-_PLUGIN = "harness.plugin.gate"
+_PLUGINS = ("harness.plugin.gate", "harness.contracts.imports.session_watch")
+"""The gate plugin, and the import family's watch over the whole session (Megatron unchanged after every case)."""
 _CASES_INI = Path(__file__).resolve().parent / "cases.ini"
 _DEFAULT_SELECTION = ("cases",)
 
@@ -43,8 +44,7 @@ def case_command(
         str(_CASES_INI),
         "--rootdir",
         str(REPO_ROOT),
-        "-p",
-        _PLUGIN,
+        *(option for plugin in _PLUGINS for option in ("-p", plugin)),
         "-n",
         workers,
         "--dist",

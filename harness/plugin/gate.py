@@ -9,7 +9,9 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import time
+from collections.abc import Callable
 from pathlib import Path
 from types import ModuleType
 from typing import Any
@@ -54,12 +56,20 @@ def pytest_configure(config: pytest.Config) -> None:
     config.stash[_TARGET] = matrix.target(name)
     config.stash[_STARTED] = time.monotonic()
     config.stash[_STALE] = []
+    if not hasattr(config, "workerinput"):
+        shutil.rmtree(_report_dir(config) / _WAIVERS_DIR, ignore_errors=True)
 
 
 _MATRIX = pytest.StashKey[Matrix]()
 _TARGET = pytest.StashKey[Target]()
 _STARTED = pytest.StashKey[float]()
 _STALE = pytest.StashKey[list]()
+_WAIVERS_DIR = "waivers"
+
+
+def configured_target(config: pytest.Config) -> Target:
+    """The target in force, for plugins that run beside this one."""
+    return config.stash[_TARGET]
 
 
 @pytest.fixture(scope="session")
@@ -84,6 +94,32 @@ def subject(subject_name: str) -> ModuleType:
 def report_dir(pytestconfig: pytest.Config) -> Path:
     """Where this session's reports go (shared by all xdist workers)."""
     return _report_dir(pytestconfig)
+
+
+@pytest.fixture(scope="session")
+def record_waiver(report_dir: Path) -> Callable[[str, str, str], None]:
+    """Record that the subject's own declaration waived an effect (kind, name, the allowance that matched), so that
+    ``summary.json`` and the report show every waiver a green relied on. Each process appends to its own file; the
+    session's end merges them."""
+    path = report_dir / _WAIVERS_DIR / f"{os.getpid()}.jsonl"
+
+    def record(kind: str, name: str, allowed_by: str) -> None:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        with path.open("a") as stream:
+            stream.write(json.dumps({"kind": kind, "name": name, "allowed_by": allowed_by}) + "\n")
+
+    return record
+
+
+def _waivers(report_dir: Path) -> list[dict[str, str]]:
+    """Every waiver recorded in this session, once each, sorted."""
+    seen = {
+        tuple(sorted(json.loads(line).items()))
+        for path in (report_dir / _WAIVERS_DIR).glob("*.jsonl")
+        for line in path.read_text().splitlines()
+        if line.strip()
+    }
+    return [dict(entry) for entry in sorted(seen)]
 
 
 def _report_dir(config: pytest.Config) -> Path:
@@ -155,6 +191,7 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
         "megatron_origin": megatron_origin(),
         "counts": counts,
         "stale_expected_failures": config.stash[_STALE],
+        "waivers": _waivers(report_dir),
         "exit_status": int(exitstatus),
         "wall_time_s": round(time.monotonic() - config.stash[_STARTED], 2),
     }
@@ -162,6 +199,11 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
 
 
 def pytest_terminal_summary(terminalreporter: Any, config: pytest.Config) -> None:
+    waivers = _waivers(_report_dir(config)) if _TARGET in config.stash else []
+    if waivers:
+        terminalreporter.write_sep("-", "effects the subject's declaration waived")
+        for waiver in waivers:
+            terminalreporter.write_line(f"{waiver['kind']} {waiver['name']} (allowed by {waiver['allowed_by']!r})")
     stale = config.stash.get(_STALE, [])
     if stale:
         terminalreporter.write_sep("-", "stale expected failures")

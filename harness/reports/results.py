@@ -267,6 +267,10 @@ def load_target(directory: Path) -> TargetRun:
     notes += [
         f"stale expected failure: {prefix!r} matches no test" for prefix in summary.get("stale_expected_failures", [])
     ]
+    notes += [
+        f"waived by the subject's declaration: {w['kind']} {w['name']} (allowed by {w['allowed_by']!r})"
+        for w in summary.get("waivers", [])
+    ]
     return TargetRun(session, summary, results, notes)
 
 

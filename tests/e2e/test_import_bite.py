@@ -20,6 +20,47 @@ SEEDED_BREAKS = {
     "import_sets_logger_level": ("test_importing_the_adapter_with_", "logger-config megatron.core"),
     "import_starts_thread": ("test_importing_the_adapter_with_", "thread adapter-watcher"),
     "import_inserts_sys_path": ("test_importing_the_adapter_with_", "sys-path sys.path"),
+    "import_swaps_code": (
+        "test_importing_the_adapter_with_",
+        f"function-state {FINALIZE}.finalize_model_grads: __code__ replaced",
+    ),
+    "import_changes_defaults": (
+        "test_importing_the_adapter_with_",
+        f"function-state {FINALIZE}.finalize_model_grads: __defaults__ replaced",
+    ),
+    "import_changes_kwdefaults": (
+        "test_importing_the_adapter_with_",
+        "function-state megatron.core.utils.log_single_rank: __kwdefaults__ replaced",
+    ),
+    "import_mutates_megatron_dict": (
+        "test_importing_the_adapter_with_",
+        "mutable-global megatron.core.tensor_parallel.layers._MODEL_PARALLEL_ATTRIBUTE_DEFAULTS: dict changed in place",
+    ),
+    "import_appends_megatron_list": (
+        "test_importing_the_adapter_with_",
+        "mutable-global megatron.core.tensor_parallel.__all__: list changed in place",
+    ),
+    "import_changes_dataclass_default": (
+        "test_importing_the_adapter_with_",
+        "class-attribute megatron.core.distributed.distributed_data_parallel_config.DistributedDataParallelConfig"
+        ".grad_reduce_in_fp32: dataclass default False -> True",
+    ),
+    "import_registers_atexit": ("test_importing_the_adapter_with_", "process-hook atexit: callback registered"),
+    "import_installs_signal_handler": ("test_importing_the_adapter_with_", "process-hook signal.SIGUSR1: handler"),
+    "import_arms_timer": ("test_importing_the_adapter_with_", "process-hook signal.ITIMER_REAL: disarmed -> fires in"),
+    "import_adds_gc_callback": ("test_importing_the_adapter_with_", "process-hook gc.callbacks: callback added"),
+    "import_sets_trace": ("test_importing_the_adapter_with_", "process-hook sys.settrace:"),
+    "import_sets_profile": ("test_importing_the_adapter_with_", "process-hook sys.setprofile:"),
+    "import_sets_thread_trace": ("test_importing_the_adapter_with_", "process-hook threading.settrace:"),
+    "import_sets_excepthook": ("test_importing_the_adapter_with_", "process-hook sys.excepthook:"),
+    "import_patches_process_group": (
+        "test_importing_the_adapter_with_",
+        "class-attribute torch.distributed.distributed_c10d.ProcessGroup.allreduce: re-bound",
+    ),
+    "import_patches_tensor": (
+        "test_importing_the_adapter_with_",
+        "class-attribute torch.Tensor.register_hook: re-bound",
+    ),
     "import_install_one_name": ("test_install_rebinds_exactly_the_documented_names", "_allreduce_layernorm_grads"),
     "import_uninstall_keeps_alias": (
         "test_install_rebinds_exactly_the_documented_names",

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import importlib
 import json
 import sys
 from pathlib import Path
@@ -13,12 +14,27 @@ from harness.contracts.imports.fake_modules import FakeModule, build_fakes
 from harness.contracts.imports.isolation import (
     UNIQUE_PREFIX,
     Isolation,
+    adapter_import_root,
+    adapter_location,
     isolated_modules,
     load_isolated,
     observe_isolations,
 )
+from harness.contracts.imports.side_effects import detect, format_effects
 
 FIXTURES = Path(__file__).resolve().parent.parent / "import_fixtures"
+FRAMEWORK_ROOT = FIXTURES / "framework_root"
+FAKE_ONLY_SPEC = {"megatron": {}, "deep_ep": {"Buffer": "class"}}
+SUBMODULES_MADE = {
+    "megatron.core",
+    "megatron.core.distributed",
+    "megatron.core.distributed.finalize_model_grads",
+    "megatron.core.parallel_state",
+    "megatron.core.transformer",
+    "megatron.core.transformer.module",
+    # ``from m import MegatronModule`` cannot tell a submodule from an attribute: undeclared, it is made a module too.
+    "megatron.core.transformer.module.MegatronModule",
+}
 
 FAKES_SPEC = {
     "deep_ep": {"Buffer": "class", "Config": "class"},
@@ -209,10 +225,9 @@ def test_fake_tree_links_parents_children_and_packages() -> None:
         parent, _, child = name.rpartition(".")
         if parent:
             assert vars(fakes[parent])[child] is module
-    packages = {name for name, module in fakes.items() if "__path__" in vars(module)}
-    assert packages == {"megatron", "megatron.core", "megatron.core.distributed"}
-    assert all(vars(fakes[name])["__path__"] == [] for name in packages)
-    assert fakes["megatron"].__spec__.submodule_search_locations == []
+    # Every fake is a package, so that submodules below any of them can be made on demand.
+    assert all(vars(module)["__path__"] == [] for module in fakes.values())
+    assert all(module.__spec__.submodule_search_locations == [] for module in fakes.values())
     assert fakes.touched() == set()
 
 
@@ -259,3 +274,253 @@ def test_touched_ignores_dunders_and_child_modules() -> None:
 def test_an_attribute_declared_twice_is_refused() -> None:
     with pytest.raises(ValueError, match="both as a module and as an attribute"):
         build_fakes({"pkg": {"sub": "function"}, "pkg.sub": {}})
+
+
+def _assert_same_meta_path(before: list[object]) -> None:
+    assert [id(finder) for finder in sys.meta_path] == [id(finder) for finder in before], sys.meta_path
+
+
+def test_fake_only_load_makes_the_megatron_submodules_it_imports() -> None:
+    fakes = build_fakes(FAKE_ONLY_SPEC)
+    before, meta_path = dict(sys.modules), list(sys.meta_path)
+    finished: list[Isolation] = []
+    with observe_isolations(lambda isolation: None, finished.append):
+        module = load_isolated(FIXTURES / "uses_megatron_submodules", fakes)
+    assert fakes.created() == SUBMODULES_MADE
+    assert fakes.touched() == set()
+    assert fakes.missing() == set(), "a name imported as a submodule is not a missing attribute"
+    megatron = fakes["megatron"]
+    assert module.PARALLEL_STATE is megatron.core.parallel_state
+    assert module.FINALIZE is megatron.core.distributed.finalize_model_grads
+    assert module.MODULE is megatron.core.transformer.module.MegatronModule
+    for name in SUBMODULES_MADE:
+        parent, _, child = name.rpartition(".")
+        made = vars(fakes[parent] if parent in fakes else _walk(megatron, parent))[child]
+        assert isinstance(made, FakeModule)
+        assert made.__name__ == made.__spec__.name == name
+        assert vars(made)["__path__"] == [] and made.__loader__ is None
+    assert set(fakes) == {"megatron", "deep_ep"}, "the declared tree stays as declared"
+    (isolation,) = finished
+    assert set(isolation.created) == SUBMODULES_MADE
+    assert set(isolation.imported) == {module.__name__}
+    _assert_same_modules(before)
+    _assert_same_meta_path(meta_path)
+
+
+def _walk(module: ModuleType, dotted: str) -> ModuleType:
+    for part in dotted.split(".")[1:]:
+        module = vars(module)[part]
+    return module
+
+
+def test_a_second_load_reuses_and_records_the_submodules_made() -> None:
+    fakes = build_fakes(FAKE_ONLY_SPEC)
+    first = load_isolated(FIXTURES / "uses_megatron_submodules", fakes)
+    fakes.reset()
+    assert fakes.created() == set()
+    second = load_isolated(FIXTURES / "uses_megatron_submodules", fakes)
+    assert second.PARALLEL_STATE is first.PARALLEL_STATE
+    assert second.FINALIZE is first.FINALIZE
+    assert fakes.created() == SUBMODULES_MADE
+
+
+def test_fake_only_load_of_megatron_submodules_has_no_side_effects(tmp_path: Path) -> None:
+    fakes = build_fakes(FAKE_ONLY_SPEC)
+    effects = detect(lambda: load_isolated(FIXTURES / "uses_megatron_submodules", fakes), file_root=tmp_path)
+    assert effects == [], format_effects(effects)
+
+
+def test_sys_modules_and_meta_path_identical_after_a_fake_only_load_that_raises(tmp_path: Path) -> None:
+    package = tmp_path / "raises_after_megatron"
+    package.mkdir()
+    (package / "__init__.py").write_text(
+        "from megatron.core import parallel_state\n"
+        "import megatron.core.models.gpt\n\n"
+        "raise RuntimeError(f'failed after {parallel_state.__name__}')\n"
+    )
+    fakes = build_fakes(FAKE_ONLY_SPEC)
+    before, meta_path = dict(sys.modules), list(sys.meta_path)
+    with pytest.raises(RuntimeError, match=r"failed after megatron\.core\.parallel_state"):
+        load_isolated(package, fakes)
+    assert fakes.created() == {
+        "megatron.core",
+        "megatron.core.parallel_state",
+        "megatron.core.models",
+        "megatron.core.models.gpt",
+    }
+    _assert_same_modules(before)
+    _assert_same_meta_path(meta_path)
+
+
+def test_the_finder_is_in_meta_path_only_during_the_block() -> None:
+    fakes = build_fakes({"conformance_fake": {}})
+    meta_path = list(sys.meta_path)
+    with isolated_modules(fakes):
+        (added,) = [finder for finder in sys.meta_path if all(finder is not old for old in meta_path)]
+        assert sys.meta_path[0] is added
+    _assert_same_meta_path(meta_path)
+    with isolated_modules({"conformance_plain": ModuleType("conformance_plain")}):
+        _assert_same_meta_path(meta_path)  # hand-made fakes are not FakeModules: nothing is made on demand
+    with pytest.raises(RuntimeError), isolated_modules(fakes):
+        raise RuntimeError("the block fails")
+    _assert_same_meta_path(meta_path)
+
+
+def test_importing_a_name_a_fake_binds_to_an_attribute_fails_as_it_would_for_real() -> None:
+    fakes = build_fakes({"conformance_fake": {"function": "function", "value": None}})
+    before = dict(sys.modules)
+    with isolated_modules(fakes):
+        with pytest.raises(ModuleNotFoundError):
+            importlib.import_module("conformance_fake.function")
+        with pytest.raises(ModuleNotFoundError):
+            importlib.import_module("conformance_fake.value")
+        assert callable(vars(fakes["conformance_fake"])["function"])
+        made = importlib.import_module("conformance_fake.sub.deeper")
+        assert made is fakes["conformance_fake"].sub.deeper
+    assert fakes.created() == {"conformance_fake.sub", "conformance_fake.sub.deeper"}
+    assert fakes.make_child("conformance_fake.value") is None
+    assert fakes.make_child("conformance_elsewhere.sub") is None
+    assert vars(fakes["conformance_fake"])["value"] is None
+    _assert_same_modules(before)
+
+
+def test_attribute_access_on_a_fake_is_not_on_demand() -> None:
+    fakes = build_fakes(FAKE_ONLY_SPEC)
+    with isolated_modules(fakes):
+        with pytest.raises(AttributeError):
+            _ = fakes["megatron"].core
+        assert getattr(fakes["deep_ep"], "low_latency_mode", None) is None
+    assert fakes.missing() == {"megatron.core", "deep_ep.low_latency_mode"}
+    assert fakes.created() == set()
+
+
+def test_a_real_submodule_of_a_faked_package_is_replaced_by_a_fake_on_import(monkeypatch: pytest.MonkeyPatch) -> None:
+    real, real_sub = ModuleType("conformance_real"), ModuleType("conformance_real.sub")
+    real.__path__ = []
+    monkeypatch.setitem(sys.modules, "conformance_real", real)
+    monkeypatch.setitem(sys.modules, "conformance_real.sub", real_sub)
+    fakes = build_fakes({"conformance_real": {}})
+    before = dict(sys.modules)
+    with isolated_modules(fakes):
+        imported = importlib.import_module("conformance_real.sub")
+        assert imported is not real_sub
+        assert isinstance(imported, FakeModule)
+    assert fakes.created() == {"conformance_real.sub"}
+    assert "sub" not in vars(real)
+    _assert_same_modules(before)
+
+
+def test_adapter_location_of_paths() -> None:
+    assert adapter_location(FIXTURES / "relative_pkg") == FIXTURES / "relative_pkg"
+    assert adapter_location(str(FIXTURES / "relative_pkg" / "__init__.py")) == FIXTURES / "relative_pkg"
+    assert adapter_location(str(FIXTURES / "single_module.py")) == FIXTURES / "single_module.py"
+    with pytest.raises(ModuleNotFoundError, match="not_there"):
+        adapter_location(str(FIXTURES / "not_there"))
+
+
+def test_adapter_location_of_module_names_imports_nothing(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    monkeypatch.syspath_prepend(str(FIXTURES))
+    monkeypatch.syspath_prepend(str(FRAMEWORK_ROOT))
+    before = dict(sys.modules)
+    assert adapter_location("relative_pkg") == FIXTURES / "relative_pkg"
+    assert adapter_location("single_module") == FIXTURES / "single_module.py"
+    adapter = FRAMEWORK_ROOT / "myframework" / "megatron_adapter"
+    assert adapter_location("myframework.megatron_adapter") == adapter
+    assert adapter_location("myframework.megatron_adapter.patches") == adapter / "patches.py"
+    assert adapter_location("myframework.utils") == FRAMEWORK_ROOT / "myframework" / "utils.py"
+    assert adapter_import_root("myframework.megatron_adapter") == (FRAMEWORK_ROOT, "myframework.megatron_adapter")
+    assert adapter_import_root(str(adapter)) == (FRAMEWORK_ROOT, "myframework.megatron_adapter")
+    assert adapter_import_root(FIXTURES / "relative_pkg") == (FIXTURES, "relative_pkg")
+    assert adapter_import_root("single_module") == (FIXTURES, "single_module")
+    assert capsys.readouterr().out == "", "myframework/__init__.py ran"
+    _assert_same_modules(before)
+
+
+def test_adapter_location_of_a_dotted_name_below_an_imported_package(monkeypatch: pytest.MonkeyPatch) -> None:
+    parent = ModuleType("conformance_imported")
+    parent.__path__ = [str(FIXTURES)]
+    monkeypatch.setitem(sys.modules, "conformance_imported", parent)
+    assert adapter_location("conformance_imported.relative_pkg") == FIXTURES / "relative_pkg"
+
+
+@pytest.mark.parametrize(
+    ("spec", "message"),
+    [
+        ("conformance_module_that_is_not_installed", "'conformance_module_that_is_not_installed'"),
+        ("myframework.not_there", "'myframework.not_there'"),
+        ("conformance_module_that_is_not_installed.sub", "looking for 'conformance_module_that_is_not_installed.sub'"),
+        ("myframework.utils.helper", "'myframework.utils' is not a package"),
+        ("not a module", "'not a module' is neither a path nor a module name"),
+    ],
+)
+def test_adapter_location_of_an_unknown_name_says_which(
+    spec: str, message: str, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    monkeypatch.syspath_prepend(str(FRAMEWORK_ROOT))
+    before = dict(sys.modules)
+    with pytest.raises(ModuleNotFoundError) as raised:
+        adapter_location(spec)
+    assert message in str(raised.value)
+    assert "\n" not in str(raised.value)
+    assert capsys.readouterr().out == ""
+    _assert_same_modules(before)
+
+
+def test_framework_adapter_loads_by_dotted_name_without_running_the_framework_first(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    monkeypatch.syspath_prepend(str(FRAMEWORK_ROOT))
+    before, path = dict(sys.modules), list(sys.path)
+    quiet = load_isolated("myframework.quiet_adapter")
+    assert quiet.VALUE == "quiet"
+    assert capsys.readouterr().out == "", "finding the adapter ran myframework/__init__.py"
+
+    finished: list[Isolation] = []
+    with observe_isolations(lambda isolation: None, finished.append):
+        adapter = load_isolated("myframework.megatron_adapter")
+    assert adapter.HELPED == "helped by myframework.utils"
+    assert adapter.PATCHED == ("finalize_model_grads",)
+    assert adapter.patches.__name__ == f"{adapter.__name__}.patches"
+    assert capsys.readouterr().out == "myframework/__init__.py ran\n", "only the adapter's own import runs it"
+    (isolation,) = finished
+    assert isolation.own == (adapter.__name__, "myframework")
+    assert {"myframework", "myframework.utils"} <= set(isolation.imported)
+    assert sys.path == path
+    _assert_same_modules(before)
+
+
+def test_framework_adapter_loads_by_path_with_the_source_root_on_sys_path_only_during_the_load(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    root = str(FRAMEWORK_ROOT)
+    assert root not in sys.path
+    before, path, cached = dict(sys.modules), list(sys.path), root in sys.path_importer_cache
+    finished: list[Isolation] = []
+    with observe_isolations(lambda isolation: None, finished.append):
+        adapter = load_isolated(FRAMEWORK_ROOT / "myframework" / "megatron_adapter")
+    assert adapter.HELPED == "helped by myframework.utils"
+    assert capsys.readouterr().out == "myframework/__init__.py ran\n"
+    (isolation,) = finished
+    assert isolation.own == (adapter.__name__, "myframework")
+    assert sys.path == path
+    assert (root in sys.path_importer_cache) == cached
+    _assert_same_modules(before)
+
+
+def test_sys_path_and_modules_identical_after_a_framework_adapter_that_raises(tmp_path: Path) -> None:
+    framework = tmp_path / "src" / "conformance_framework"
+    (framework / "adapter").mkdir(parents=True)
+    (framework / "__init__.py").write_text("")
+    (framework / "utils.py").write_text("NAME = 'utils'\n")
+    (framework / "adapter" / "__init__.py").write_text(
+        "from conformance_framework.utils import NAME\n\nraise RuntimeError(f'adapter failed after {NAME}')\n"
+    )
+    before, path, meta_path = dict(sys.modules), list(sys.path), list(sys.meta_path)
+    with pytest.raises(RuntimeError, match="adapter failed after utils"):
+        load_isolated(framework / "adapter", build_fakes(FAKE_ONLY_SPEC))
+    assert sys.path == path
+    assert str(tmp_path / "src") not in sys.path_importer_cache
+    _assert_same_meta_path(meta_path)
+    _assert_same_modules(before)

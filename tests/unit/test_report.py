@@ -179,3 +179,12 @@ def test_report_session_writes_both_files(synthetic: Path) -> None:
     assert (synthetic / "compatibility.md").read_text() == expected
     assert "- megatron-0.14: not run: no reports of it here" in expected
     assert (synthetic / "compatibility.html").read_text().startswith("<!DOCTYPE html>")
+
+
+def test_waivers_the_subject_declared_are_shown(synthetic: Path) -> None:
+    waiver = {"kind": "env-read", "name": "SLIME_CHUNK_BYTES", "allowed_by": "SLIME_*"}
+    (synthetic / "megatron-0.13" / "summary.json").write_text(json.dumps(summary("megatron-0.13", waivers=[waiver])))
+    notes = render_markdown(collect(synthetic))
+    assert (
+        "- megatron-0.13: waived by the subject's declaration: env-read SLIME_CHUNK_BYTES (allowed by 'SLIME_*')"
+    ) in notes

@@ -3,9 +3,14 @@
 from __future__ import annotations
 
 import _thread
+import atexit
+import collections
+import dataclasses
+import gc
 import importlib
 import logging
 import os
+import signal
 import subprocess
 import sys
 import threading
@@ -19,7 +24,17 @@ import pytest
 
 from harness.contracts.imports.fake_modules import build_fakes
 from harness.contracts.imports.isolation import load_isolated
-from harness.contracts.imports.side_effects import KINDS, SideEffect, SideEffectDetector, detect, format_effects
+from harness.contracts.imports.side_effects import (
+    KINDS,
+    CallableState,
+    SideEffect,
+    SideEffectDetector,
+    callable_state_changes,
+    capture_callable_state,
+    detect,
+    detect_with_allowances,
+    format_effects,
+)
 
 FIXTURES = Path(__file__).resolve().parent.parent / "import_fixtures"
 MEGATRON_FAKES = {
@@ -129,7 +144,7 @@ SEEDED: list[tuple[str, Callable[[pytest.MonkeyPatch, Path], dict[str, Any]], se
         _setup_patches_module,
         {("module-attribute", "megatron.core.distributed.finalize_model_grads._allreduce_layernorm_grads")},
     ),
-    ("patches_class", _setup_patches_class, {("module-attribute", "conformance_watched.Layer.forward")}),
+    ("patches_class", _setup_patches_class, {("class-attribute", "conformance_watched.Layer.forward")}),
     ("imports_module", _setup_imports_module, {("sys-modules", "conformance_probe_dependency")}),
     ("inserts_sys_path", _setup_sys_path, {("sys-path", "sys.path")}),
     ("logs", _setup_logs, {("log-record", "conformance.probe.logs"), ("log-record", "conformance.probe.quiet")}),
@@ -171,7 +186,7 @@ def test_seeded_side_effect_is_named(
 @pytest.mark.filterwarnings("ignore:this adapter API is deprecated:DeprecationWarning")
 @pytest.mark.usefixtures("level_logger")
 @pytest.mark.parametrize(("fixture", "setup", "expected"), SEEDED, ids=[case[0] for case in SEEDED])
-def test_allowing_the_kind_suppresses_it(
+def test_allowing_the_names_moves_them_to_allowed(
     fixture: str,
     setup: Callable[[pytest.MonkeyPatch, Path], dict[str, Any]],
     expected: set[tuple[str, str]],
@@ -181,15 +196,20 @@ def test_allowing_the_kind_suppresses_it(
     options = setup(monkeypatch, tmp_path)
     fakes = options.pop("fakes", None)
     (kind,) = {kind for kind, _ in expected}
-    module, effects = _load_detecting(fixture, fakes, allow={kind}, **options)
-    _stop_worker(module)
+    allow = {kind: [name for _, name in expected]}
+    loaded: list[ModuleType] = []
+    effects, allowed = detect_with_allowances(
+        lambda: loaded.append(load_isolated(FIXTURES / fixture, fakes)), allow=allow, **options
+    )
+    _stop_worker(loaded[0] if loaded else None)
     assert effects == [], format_effects(effects)
+    assert _pairs(allowed) == expected, format_effects(allowed)
 
 
 def test_allow_suppresses_exactly_the_allowed_kind(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.delenv("CONFORMANCE_PROBE_NOISY_LEVEL", raising=False)
     _, everything = _load_detecting("noisy")
-    _, without_logs = _load_detecting("noisy", allow={"log-record"})
+    _, without_logs = _load_detecting("noisy", allow={"log-record": ["conformance.probe.*"]})
     assert _pairs(everything) == {
         ("env-read", "CONFORMANCE_PROBE_NOISY_LEVEL"),
         ("log-record", "conformance.probe.noisy"),
@@ -284,8 +304,8 @@ def test_environment_writes_changes_and_deletions(monkeypatch: pytest.MonkeyPatc
     assert os.environ["CONFORMANCE_PROBE_CHANGED"] == "new"
 
 
-@pytest.mark.parametrize("allow", [(), ("env-read",)])
-def test_replacing_os_environ_is_reported_and_undone(allow: tuple[str, ...]) -> None:
+@pytest.mark.parametrize("allow", [{}, {"env-read": ["*"]}])
+def test_replacing_os_environ_is_reported_and_undone(allow: dict[str, list[str]]) -> None:
     real = os.environ
     (effect,) = detect(lambda: setattr(os, "environ", {}), allow=allow)
     assert (effect.kind, effect.name) == ("env-write", "os.environ")
@@ -310,7 +330,7 @@ def test_megatron_modules_are_watched_by_default(monkeypatch: pytest.MonkeyPatch
         "megatron.conformance_probe.deleted": "deleted",
         "megatron.conformance_probe.added": "added",
     }, format_effects(effects)
-    assert detect(lambda: setattr(probe, "rebound", object()), allow={"module-attribute"}) == []
+    assert detect(lambda: setattr(probe, "rebound", object()), allow={"module-attribute": ["megatron.*"]}) == []
 
 
 def test_threads_and_processes_started_below_the_usual_entry_points() -> None:
@@ -411,6 +431,12 @@ def _instrumented() -> dict[str, object]:
         "root handlers": list(logging.getLogger().handlers),
         "warnings.showwarning": warnings.showwarning,
         "warnings.filters": list(warnings.filters),
+        "atexit.register": atexit.register,
+        "sys.gettrace": sys.gettrace(),
+        "sys.getprofile": sys.getprofile(),
+        "threading.gettrace": threading.gettrace(),
+        "threading.getprofile": threading.getprofile(),
+        "gc.callbacks": list(gc.callbacks),
     }
 
 
@@ -449,7 +475,7 @@ def test_a_kept_environ_reference_still_reads_and_writes_the_real_environment(mo
 
 def test_unknown_kinds_are_refused() -> None:
     with pytest.raises(ValueError, match="unknown side-effect kinds"):
-        SideEffectDetector(allow={"env_read"})
+        SideEffectDetector(allow={"env_read": ["*"]})
 
 
 def test_a_detector_is_used_once() -> None:
@@ -465,3 +491,520 @@ def test_format_effects() -> None:
     assert format_effects(effects) == "env-read HOME: read (set)\nthread worker: started, finished"
     assert format_effects([]) == "no side effects"
     assert set(KINDS) >= {effect.kind for effect in effects}
+
+
+# --- function-state, class-attribute, mutable-global, process-hook -------------------------------------------------
+
+
+@pytest.fixture
+def probe_module(monkeypatch: pytest.MonkeyPatch) -> ModuleType:
+    """A module under ``megatron``, so watched by default, for the tests to seed and patch."""
+    module = ModuleType("megatron.conformance_probe")
+    monkeypatch.setitem(sys.modules, module.__name__, module)
+    return module
+
+
+def _effect_lines(effects: list[SideEffect]) -> set[str]:
+    return {str(effect) for effect in effects}
+
+
+def test_function_code_and_defaults_swapped_in_place(probe_module: ModuleType) -> None:
+    def finalize(model: object, num_tokens: object = None, *, scale: int = 1) -> str:
+        return "upstream"
+
+    def replacement(model: object, num_tokens: object = None, *, scale: int = 1) -> str:
+        return "patched"
+
+    probe_module.finalize = finalize
+    code = finalize.__code__
+
+    (swap,) = detect(lambda: setattr(finalize, "__code__", replacement.__code__))
+    assert (swap.kind, swap.name) == ("function-state", "megatron.conformance_probe.finalize")
+    assert swap.detail.startswith(
+        f"__code__ replaced (<code finalize at tests/unit/test_side_effects.py:{code.co_firstlineno}>"
+    )
+    assert (
+        f"-> <code replacement at tests/unit/test_side_effects.py:{replacement.__code__.co_firstlineno}>)"
+        in swap.detail
+    )
+    assert finalize(None) == "patched"  # the detector reports; it does not undo a patch
+
+    (defaults,) = detect(lambda: setattr(finalize, "__defaults__", ("all-reduce",)))
+    assert (
+        str(defaults)
+        == "function-state megatron.conformance_probe.finalize: __defaults__ replaced ((None,) -> ('all-reduce',))"
+    )
+    (kwdefaults,) = detect(lambda: setattr(finalize, "__kwdefaults__", {"scale": 2}))
+    assert kwdefaults.detail == "__kwdefaults__ replaced ({'scale': 1} -> {'scale': 2})"
+    (in_place,) = detect(lambda: finalize.__kwdefaults__.update(scale=3))
+    assert in_place.detail == "__kwdefaults__ changed in place ({'scale': 2} -> {'scale': 3})"
+    assert detect(lambda: setattr(finalize, "__defaults__", ("all-reduce",))) == []  # the same default again
+
+
+def test_function_state_reaches_methods_of_classes_bound_in_watched_modules(probe_module: ModuleType) -> None:
+    class Group:  # defined here, only bound in the watched module (like a torch._C type in torch.distributed)
+        def size(self) -> int:
+            return 2
+
+        @staticmethod
+        def backend() -> str:
+            return "nccl"
+
+        @classmethod
+        def create(cls) -> Group:
+            return cls()
+
+        @property
+        def ranks(self) -> list[int]:
+            return [0, 1]
+
+    probe_module.Group = Group
+
+    def one() -> int:
+        return 1
+
+    def patch() -> None:
+        Group.size.__code__ = one.__code__
+        vars(Group)["backend"].__func__.__defaults__ = (1,)
+        vars(Group)["create"].__func__.__code__ = one.__code__
+        vars(Group)["ranks"].fget.__code__ = one.__code__
+
+    effects = detect(patch)
+    assert {(effect.kind, effect.name, effect.detail.partition(" (")[0]) for effect in effects} == {
+        ("function-state", "megatron.conformance_probe.Group.size", "__code__ replaced"),
+        ("function-state", "megatron.conformance_probe.Group.backend", "__defaults__ replaced"),
+        ("function-state", "megatron.conformance_probe.Group.create", "__code__ replaced"),
+        ("function-state", "megatron.conformance_probe.Group.ranks.fget", "__code__ replaced"),
+    }, format_effects(effects)
+
+
+def test_an_object_bound_twice_is_named_at_its_home(monkeypatch: pytest.MonkeyPatch) -> None:
+    alias, home = ModuleType("megatron.conformance_alias"), ModuleType("megatron.conformance_home")
+
+    def finalize() -> None:
+        pass
+
+    finalize.__module__, finalize.__qualname__ = home.__name__, "finalize"
+    alias.finalize = home.finalize = finalize  # the package attribute that shadows its submodule, seen first
+    monkeypatch.setitem(sys.modules, alias.__name__, alias)
+    monkeypatch.setitem(sys.modules, home.__name__, home)
+    (effect,) = detect(lambda: setattr(finalize, "__code__", (lambda: None).__code__))
+    assert effect.name == "megatron.conformance_home.finalize"
+
+
+def test_attributes_of_classes_bound_in_watched_modules(probe_module: ModuleType) -> None:
+    class Buffer:
+        def __init__(self) -> None:
+            self.size = 0
+
+        def flush(self) -> None:
+            pass
+
+    Buffer.__module__ = "deep_ep"  # defined elsewhere, bound in a watched module
+    probe_module.Buffer = Buffer
+    original_init = Buffer.__init__
+
+    def patch() -> None:
+        Buffer.__init__ = lambda self: None  # type: ignore[method-assign]
+        del Buffer.flush
+        Buffer.extra = 1  # type: ignore[attr-defined]
+
+    effects = detect(patch)
+    details = {effect.name: effect.detail for effect in effects}
+    assert {effect.kind for effect in effects} == {"class-attribute"}, format_effects(effects)
+    assert details == {
+        "megatron.conformance_probe.Buffer.__init__": (
+            f"re-bound: {_describe_function(original_init)} -> {_describe_function(Buffer.__init__)}"
+        ),
+        "megatron.conformance_probe.Buffer.flush": details["megatron.conformance_probe.Buffer.flush"],
+        "megatron.conformance_probe.Buffer.extra": "added: 1",
+    }
+    assert details["megatron.conformance_probe.Buffer.flush"].startswith("deleted: <function ")
+
+
+def _describe_function(function: Any) -> str:
+    return f"<function {function.__module__}.{function.__qualname__}>"
+
+
+def test_dataclass_field_defaults(probe_module: ModuleType) -> None:
+    @dataclasses.dataclass
+    class Config:
+        grad_reduce_in_fp32: bool = False
+        buckets: list[int] = dataclasses.field(default_factory=list)
+
+    @dataclasses.dataclass
+    class DerivedConfig(Config):
+        extra: int = 0
+
+    probe_module.Config, probe_module.DerivedConfig = Config, DerivedConfig
+    fields = vars(Config)["__dataclass_fields__"]
+
+    def patch() -> None:
+        fields["grad_reduce_in_fp32"].default = True
+        fields["buckets"].default_factory = dict
+
+    effects = detect(patch)
+    assert _effect_lines(effects) == {
+        "class-attribute megatron.conformance_probe.Config.grad_reduce_in_fp32: dataclass default False -> True",
+        "class-attribute megatron.conformance_probe.Config.buckets: dataclass default_factory <class builtins.list> "
+        "-> <class builtins.dict>",
+    }, format_effects(effects)  # once per field, under the class that declares it, not under DerivedConfig too
+
+
+def test_torch_tensor_is_a_watched_class() -> None:
+    torch = pytest.importorskip("torch")
+    original = vars(torch.Tensor)["backward"]
+
+    def backward(self: Any, *args: Any, **kwargs: Any) -> Any:
+        return original(self, *args, **kwargs)
+
+    try:
+        effects = detect(lambda: setattr(torch.Tensor, "backward", backward))
+    finally:
+        torch.Tensor.backward = original
+    assert [(effect.kind, effect.name) for effect in effects] == [("class-attribute", "torch.Tensor.backward")]
+    assert effects[0].detail == f"re-bound: <function torch._tensor.Tensor.backward> -> {_describe_function(backward)}"
+
+
+def test_mutable_globals_changed_in_place(probe_module: ModuleType) -> None:
+    probe_module.DEFAULTS = {"tensor_model_parallel": False, "partition_dim": -1, "stride": 1}
+    probe_module.SUPPORTED = ["swiglu", "geglu"]
+    probe_module.SEEN = {"a"}
+    probe_module.BUFFER = bytearray(b"ab")
+    probe_module.QUEUE = collections.deque([1])
+    probe_module.REBOUND = {"x": 1}
+    hook = object()
+
+    def patch() -> None:
+        probe_module.DEFAULTS["partition_dim"] = 0
+        probe_module.DEFAULTS["added"] = hook
+        del probe_module.DEFAULTS["stride"]
+        probe_module.SUPPORTED.append("relu")
+        probe_module.SEEN.add("b")
+        probe_module.BUFFER.extend(b"cd")
+        probe_module.QUEUE.appendleft(0)
+        probe_module.REBOUND = {"x": 2}  # a re-binding: module-attribute, not mutable-global
+
+    effects = detect(patch)
+    by_name = {effect.name: effect for effect in effects}
+    assert by_name["megatron.conformance_probe.REBOUND"].kind == "module-attribute"
+    changed = {name: effect.detail for name, effect in by_name.items() if effect.kind == "mutable-global"}
+    assert changed == {
+        "megatron.conformance_probe.DEFAULTS": (
+            f"dict changed in place: 3 changes: key 'added' added: {hook!r}; key 'stride' removed (was 1); "
+            "key 'partition_dim' re-bound: -1 -> 0"
+        ),
+        "megatron.conformance_probe.SUPPORTED": "list changed in place: item added at 2: 'relu'",
+        "megatron.conformance_probe.SEEN": "set changed in place: item added: 'b'",
+        "megatron.conformance_probe.BUFFER": "bytearray changed in place: contents changed (length 2 -> 4)",
+        "megatron.conformance_probe.QUEUE": "deque changed in place: item added at 0: 0",
+    }, format_effects(effects)
+
+
+def test_a_container_bound_twice_is_reported_once(probe_module: ModuleType, monkeypatch: pytest.MonkeyPatch) -> None:
+    probe_module.REGISTRY = {}
+    other = ModuleType("megatron.conformance_other")
+    other.REGISTRY_ALIAS = probe_module.REGISTRY
+    monkeypatch.setitem(sys.modules, other.__name__, other)
+    (effect,) = detect(lambda: probe_module.REGISTRY.update(x=1))
+    assert str(effect) == (
+        "mutable-global megatron.conformance_probe.REGISTRY: dict changed in place: key 'x' added: 1 "
+        "(also bound as megatron.conformance_other.REGISTRY_ALIAS)"
+    )
+
+
+def test_a_long_in_place_change_is_shortened(probe_module: ModuleType) -> None:
+    probe_module.REGISTRY = {}
+    (effect,) = detect(lambda: probe_module.REGISTRY.update({f"key{n}": "x" * 500 for n in range(100)}))
+    assert effect.detail.startswith("dict changed in place: 100 changes: key 'key0' added: 'xxx")
+    assert len(effect.detail) <= 200 and effect.detail.endswith("...")
+
+
+def test_atexit_registrations() -> None:
+    def flush() -> None:
+        pass
+
+    register = atexit.register
+    try:
+        effects = detect(lambda: atexit.register(flush))
+    finally:
+        atexit.unregister(flush)
+    assert _effect_lines(effects) == {f"process-hook atexit: callback registered: {_describe_function(flush)}"}
+    assert atexit.register is register
+
+
+def test_atexit_registration_below_the_entry_point_is_counted() -> None:
+    def flush() -> None:
+        pass
+
+    try:
+        (effect,) = detect(lambda: _register_natively(flush))
+    finally:
+        atexit.unregister(flush)
+    assert (effect.kind, effect.name) == ("process-hook", "atexit")
+    assert effect.detail.startswith("1 callback(s) registered below atexit.register (atexit._ncallbacks() ")
+
+
+def _register_natively(function: Callable[[], None]) -> None:
+    """Register through a reference to the C function taken before the detector instrumented ``atexit.register``."""
+    _NATIVE_ATEXIT_REGISTER(function)
+
+
+_NATIVE_ATEXIT_REGISTER = atexit.register
+
+
+def test_signal_handlers_are_reported_and_put_back() -> None:
+    before = signal.getsignal(signal.SIGUSR1)
+
+    def on_usr1(signum: int, frame: object) -> None:
+        pass
+
+    (effect,) = detect(lambda: signal.signal(signal.SIGUSR1, on_usr1))
+    assert str(effect) == (
+        f"process-hook signal.SIGUSR1: handler {getattr(before, 'name', before)} -> {_describe_function(on_usr1)}; "
+        "put back"
+    )
+    assert signal.getsignal(signal.SIGUSR1) is before
+
+
+@pytest.mark.parametrize("arm", ["setitimer", "alarm"])
+def test_a_timer_armed_by_the_block_is_reported_and_disarmed(arm: str) -> None:
+    assert signal.getitimer(signal.ITIMER_REAL) == (0.0, 0.0), "a timer is armed already"
+    block = {
+        "setitimer": lambda: signal.setitimer(signal.ITIMER_REAL, 3600),
+        "alarm": lambda: signal.alarm(3600),
+    }[arm]
+    try:
+        (effect,) = detect(block)
+        assert signal.getitimer(signal.ITIMER_REAL) == (0.0, 0.0)
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+    assert (effect.kind, effect.name) == ("process-hook", "signal.ITIMER_REAL")
+    assert effect.detail.startswith("disarmed -> fires in 3") and effect.detail.endswith(" s; disarmed again")
+
+
+def test_a_timer_the_block_re_armed_is_put_back_near_where_it_was() -> None:
+    assert signal.getitimer(signal.ITIMER_REAL) == (0.0, 0.0), "a timer is armed already"
+    previous = signal.signal(signal.SIGALRM, signal.SIG_IGN)
+    signal.setitimer(signal.ITIMER_REAL, 1000)
+    try:
+        (effect,) = detect(lambda: signal.setitimer(signal.ITIMER_REAL, 5000))
+        remaining, interval = signal.getitimer(signal.ITIMER_REAL)
+        assert detect(lambda: None) == []  # a timer that keeps running down is no change
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, previous)
+    assert 990 < remaining <= 1000 and interval == 0
+    assert (
+        effect.detail.startswith("fires in 99")
+        and "-> fires in 5000 s; re-armed to about where it was" in effect.detail
+    )
+
+
+def test_trace_and_profile_functions_are_reported_and_put_back() -> None:
+    def tracer(frame: object, event: str, arg: object) -> None:
+        return None
+
+    before = {"sys.settrace": sys.gettrace(), "sys.setprofile": sys.getprofile()}
+    before |= {"threading.settrace": threading.gettrace(), "threading.setprofile": threading.getprofile()}
+
+    def install() -> None:
+        sys.setprofile(tracer)
+        threading.settrace(tracer)
+        threading.setprofile(tracer)
+        sys.settrace(tracer)
+
+    effects = detect(install)
+    now = {"sys.settrace": sys.gettrace(), "sys.setprofile": sys.getprofile()}
+    now |= {"threading.settrace": threading.gettrace(), "threading.setprofile": threading.getprofile()}
+    assert now == before
+    assert {effect.name: effect.detail for effect in effects} == {
+        name: f"{_describe_value(old)} -> {_describe_function(tracer)}; put back" for name, old in before.items()
+    }
+    assert {effect.kind for effect in effects} == {"process-hook"}
+
+
+def _describe_value(value: object) -> str:
+    return "None" if value is None else _describe_function(value)
+
+
+def test_gc_callbacks_and_exception_hooks(monkeypatch: pytest.MonkeyPatch) -> None:
+    hooks = ((sys, "excepthook"), (threading, "excepthook"), (sys, "unraisablehook"), (sys, "displayhook"))
+    originals = {f"{module.__name__}.{hook}": getattr(module, hook) for module, hook in hooks}
+    for module, hook in hooks:
+        monkeypatch.setattr(module, hook, getattr(module, hook))  # restored at teardown: the detector only reports
+
+    def on_gc(phase: str, info: dict[str, int]) -> None:
+        pass
+
+    def hook(*args: object) -> None:
+        pass
+
+    def install() -> None:
+        gc.callbacks.append(on_gc)
+        for module, name in hooks:
+            setattr(module, name, hook)
+
+    try:
+        effects = detect(install)
+    finally:
+        gc.callbacks.remove(on_gc)
+    details = {effect.name: effect.detail for effect in effects}
+    assert details.keys() == {"gc.callbacks", *originals}, format_effects(effects)
+    assert details.pop("gc.callbacks") == f"callback added: {_describe_function(on_gc)}"
+    for name, detail in details.items():
+        old = originals[name]
+        shown = _describe_function(old) if hasattr(old, "__qualname__") else repr(old)[:20]
+        assert detail.startswith(shown) and detail.endswith(f" -> {_describe_function(hook)}"), detail
+    assert {effect.kind for effect in effects} == {"process-hook"}
+
+
+def test_the_detector_leaves_hooks_and_timers_as_it_found_them() -> None:
+    before = _instrumented()
+    handlers = {signum: signal.getsignal(signum) for signum in (signal.SIGUSR1, signal.SIGUSR2, signal.SIGALRM)}
+
+    def break_everything() -> None:
+        sys.settrace(lambda *args: None)
+        threading.setprofile(lambda *args: None)
+        signal.signal(signal.SIGUSR2, lambda *args: None)
+        signal.setitimer(signal.ITIMER_VIRTUAL, 3600)
+        signal.setitimer(signal.ITIMER_PROF, 3600)
+        signal.alarm(3600)
+        raise RuntimeError("adapter failed")
+
+    detector = SideEffectDetector()
+    with pytest.raises(RuntimeError, match="adapter failed"), detector:
+        break_everything()
+    _assert_instrumentation_restored(before)
+    assert {effect.name for effect in detector.effects} == {
+        "sys.settrace",
+        "threading.setprofile",
+        "signal.SIGUSR2",
+        "signal.ITIMER_REAL",
+        "signal.ITIMER_VIRTUAL",
+        "signal.ITIMER_PROF",
+    }, format_effects(detector.effects)
+    assert {signum: signal.getsignal(signum) for signum in handlers} == handlers
+    for timer in (signal.ITIMER_REAL, signal.ITIMER_VIRTUAL, signal.ITIMER_PROF):
+        assert signal.getitimer(timer) == (0.0, 0.0)
+
+
+# --- allowances --------------------------------------------------------------------------------------------------
+
+
+def test_allowances_are_per_name(probe_module: ModuleType) -> None:
+    class Buffer:
+        def __init__(self) -> None:
+            pass
+
+    probe_module.Buffer = Buffer
+
+    def patch() -> None:
+        Buffer.__init__ = lambda self: None  # type: ignore[method-assign]
+        Buffer.flush = lambda self: None  # type: ignore[attr-defined]
+
+    effects, allowed = detect_with_allowances(
+        patch, allow={"class-attribute": ["megatron.conformance_probe.Buffer.__init__"], "env-read": ["SLIME_*"]}
+    )
+    assert [effect.name for effect in allowed] == ["megatron.conformance_probe.Buffer.__init__"]
+    assert [effect.name for effect in effects] == ["megatron.conformance_probe.Buffer.flush"]
+    assert allowed[0].kind == "class-attribute"
+
+    detector = SideEffectDetector(allow={"class-attribute": ["*.Buffer.*"]})
+    with detector:
+        Buffer.__init__ = lambda self: None  # type: ignore[method-assign]
+    assert detector.effects == [] and [effect.kind for effect in detector.allowed] == ["class-attribute"]
+    # A pattern for another kind does not waive this one.
+    assert detect(lambda: setattr(Buffer, "flush", None), allow={"module-attribute": ["*"]}) != []
+
+
+def test_allowing_a_kind_alone_is_refused() -> None:
+    with pytest.raises(ValueError, match=r"per name.*\{'env-read': \['<name pattern>'\]\}.*SLIME_\*"):
+        SideEffectDetector(allow=["env-read"])  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match="per name"):
+        detect(lambda: None, allow=("log-record", "warning"))  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match="list of name patterns"):
+        SideEffectDetector(allow={"env-read": "SLIME_*"})  # type: ignore[dict-item]
+    for nothing in ((), [], {}, None):
+        assert SideEffectDetector(allow=nothing).allow == {}  # type: ignore[arg-type]
+
+
+def test_every_probe_runs_whatever_is_allowed(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("CONFORMANCE_PROBE_ALLOWED", raising=False)
+    everything = {kind: ["*"] for kind in KINDS}
+    effects, allowed = detect_with_allowances(lambda: os.environ.get("CONFORMANCE_PROBE_ALLOWED"), allow=everything)
+    assert effects == [] and _pairs(allowed) == {("env-read", "CONFORMANCE_PROBE_ALLOWED")}
+
+
+# --- the session-wide snapshot of callables ----------------------------------------------------------------------
+
+
+@pytest.fixture
+def state_modules(monkeypatch: pytest.MonkeyPatch) -> tuple[ModuleType, ModuleType]:
+    package, module = ModuleType("conformance_state"), ModuleType("conformance_state.grads")
+
+    def finalize() -> str:
+        return "upstream"
+
+    def helper() -> str:
+        return "helper"
+
+    class Reducer:
+        def reduce(self) -> str:
+            return "sum"
+
+    module.finalize, module.helper, module.Reducer, module._GROUP = finalize, helper, Reducer, None
+    module.os = os
+    package.grads = module
+    monkeypatch.setitem(sys.modules, package.__name__, package)
+    monkeypatch.setitem(sys.modules, module.__name__, module)
+    return package, module
+
+
+def test_callable_state_sees_code_swaps_and_rebinds_not_data(
+    state_modules: tuple[ModuleType, ModuleType], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    _, module = state_modules
+    before = capture_callable_state(["conformance_state"])
+    assert isinstance(before, CallableState)
+    assert callable_state_changes(before, capture_callable_state(["conformance_state"])) == []
+
+    def patched() -> str:
+        return "patched"
+
+    module.finalize.__code__ = patched.__code__
+    module.Reducer.reduce.__defaults__ = (1,)
+    module.helper = patched
+    module._GROUP = object()  # a data global re-bound, as parallel_state does: not compared
+    module.added = len
+    del module.os
+    late = ModuleType("conformance_state.late")  # imported after the first capture: not compared
+    late.f = patched
+    monkeypatch.setitem(sys.modules, late.__name__, late)
+
+    changes = callable_state_changes(before, capture_callable_state(["conformance_state"]))
+    lines = {(change.kind, change.name, change.detail.partition(":")[0].partition(" (")[0]) for change in changes}
+    assert lines == {
+        ("function-state", "conformance_state.grads.finalize", "__code__ replaced"),
+        ("function-state", "conformance_state.grads.Reducer.reduce", "__defaults__ replaced"),
+        ("module-attribute", "conformance_state.grads.helper", "re-bound"),
+        ("module-attribute", "conformance_state.grads.added", "added"),
+        ("module-attribute", "conformance_state.grads.os", "deleted"),
+    }, format_effects(changes)
+    assert [change.kind for change in changes][:3] == ["module-attribute"] * 3  # bindings first, then functions
+    (swap,) = [change for change in changes if change.name == "conformance_state.grads.finalize"]
+    assert "-> <code patched at tests/unit/test_side_effects.py:" in swap.detail
+
+
+def test_callable_state_ignores_new_submodules_and_prefix_neighbours(
+    state_modules: tuple[ModuleType, ModuleType], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    package, _ = state_modules
+    neighbour = ModuleType("conformance_statex")
+    neighbour.f = len
+    monkeypatch.setitem(sys.modules, neighbour.__name__, neighbour)
+    before = capture_callable_state(("conformance_state",))
+    assert "conformance_statex" not in before.modules
+    package.late = ModuleType("conformance_state.late")  # the import system binding a new submodule
+    neighbour.f = print
+    assert callable_state_changes(before, capture_callable_state(("conformance_state",))) == []

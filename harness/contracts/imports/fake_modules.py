@@ -8,7 +8,17 @@ time -- and which ones it reached for without declaring them.
 Spec: ``{"dotted.module.name": {"attribute": kind_or_value, ...}, ...}``. A kind is one of the strings ``"class"``
 (a fresh class whose constructor accepts any arguments), ``"function"`` (accepts any arguments, returns ``None``) or
 ``"module"`` (an empty child fake module); any other value is bound as it is. Parent packages are created as needed,
-every module with a child is a package (``__path__ == []``), and children are bound as attributes of their parents.
+and children are bound as attributes of their parents.
+
+Every fake is a package (``__path__ == []``) that makes child fake packages on demand: while an isolated load runs
+(see :mod:`harness.contracts.imports.isolation`), ``import megatron.core.parallel_state`` or ``from megatron.core
+import parallel_state`` below a fake of ``megatron`` yields a fake ``megatron.core.parallel_state``, so an adapter's
+ordinary imports of Megatron submodules need not be declared. :meth:`FakeModuleTree.created` tells which submodules
+were made (or reached again) that way. Such a child is bound as an attribute of its parent and kept in the tree, so
+that a second load sees the same object; it is in ``sys.modules`` only during a load. Plain attribute access is
+not on demand: a lookup of an undeclared name raises :class:`AttributeError` and is recorded by
+:meth:`FakeModuleTree.missing`. Because ``from pkg import name`` cannot tell a submodule from an attribute, an
+undeclared ``name`` imported that way becomes a child fake *module* too (declare it to get a class or a function).
 """
 
 from __future__ import annotations
@@ -22,8 +32,9 @@ class FakeModule(ModuleType):
     """A module that reports the non-dunder attribute lookups made on it to its :class:`FakeModuleTree`.
 
     Dunder lookups are not recorded: the import system and introspection make them on every module. Lookups that
-    return a child fake module are not recorded either: reaching ``megatron.core`` on the way to
-    ``megatron.core.parallel_state.get_group`` is traversal, not use.
+    return a child fake module are not recorded as touched: reaching ``megatron.core`` on the way to
+    ``megatron.core.parallel_state.get_group`` is traversal, not use; reaching a child made on demand is recorded by
+    :meth:`FakeModuleTree.created` instead.
     """
 
     __slots__ = ("_fake_tree",)
@@ -40,6 +51,8 @@ class FakeModule(ModuleType):
             raise
         if not isinstance(value, FakeModule):
             tree._touched.add(qualified)
+        elif tree._on_demand.get(qualified) is value:
+            tree._created.add(qualified)
         return value
 
 
@@ -52,12 +65,14 @@ class FakeModuleTree(Mapping[str, ModuleType]):
 
     def __init__(self) -> None:
         self._modules: dict[str, FakeModule] = {}
+        self._on_demand: dict[str, FakeModule] = {}
         self._touched: set[str] = set()
         self._missing: set[str] = set()
+        self._created: set[str] = set()
 
     @property
     def modules(self) -> dict[str, ModuleType]:
-        """The fake modules by dotted name (a copy)."""
+        """The declared fake modules (parents included) by dotted name (a copy); children made on demand are not."""
         return dict(self._modules)
 
     def touched(self) -> set[str]:
@@ -65,13 +80,43 @@ class FakeModuleTree(Mapping[str, ModuleType]):
         return set(self._touched)
 
     def missing(self) -> set[str]:
-        """Qualified names looked up on a fake module that the spec does not declare."""
+        """Qualified names looked up on a fake module that the spec does not declare (and no import made)."""
         return set(self._missing)
 
+    def created(self) -> set[str]:
+        """Dotted names of the undeclared submodules imported (made on demand) or reached since building or reset."""
+        return set(self._created)
+
     def reset(self) -> None:
-        """Forget the lookups recorded so far."""
+        """Forget the lookups and imports recorded so far; children made on demand stay in the tree."""
         self._touched.clear()
         self._missing.clear()
+        self._created.clear()
+
+    def make_child(self, name: str) -> FakeModule | None:
+        """The fake package ``name`` below one of this tree's modules, made on demand; ``None`` if it cannot be one.
+
+        It is ``None`` when the parent is not a module of this tree or binds ``name``'s last part to something else
+        (a declared function, say: ``import pkg.function`` fails for real too); a declared module is returned as it
+        is. A new child is bound as an attribute of its parent; it is recorded by :meth:`created` and no longer by
+        :meth:`missing`, and a second call returns the same object. Called through the finder that
+        :func:`harness.contracts.imports.isolation.isolated_modules` installs.
+        """
+        if name in self._modules:
+            return self._modules[name]
+        parent_name, _, child = name.rpartition(".")
+        parent = self._modules.get(parent_name, self._on_demand.get(parent_name))
+        if parent is None:
+            return None
+        module = self._on_demand.get(name)
+        if child in vars(parent) and (module is None or vars(parent)[child] is not module):
+            return None
+        if module is None:
+            module = self._on_demand[name] = _new_module(self, name)
+        setattr(parent, child, module)
+        self._created.add(name)
+        self._missing.discard(name)
+        return module
 
     def __getitem__(self, name: str) -> ModuleType:
         return self._modules[name]
@@ -94,11 +139,10 @@ def build_fakes(spec: Mapping[str, Mapping[str, object]]) -> FakeModuleTree:
     for name in list(names):
         parts = name.split(".")
         names.update(".".join(parts[:end]) for end in range(1, len(parts)))
-    packages = {name.rpartition(".")[0] for name in names} - {""}
 
     tree = FakeModuleTree()
     for name in sorted(names, key=lambda name: name.count(".")):
-        module = _new_module(tree, name, is_package=name in packages)
+        module = _new_module(tree, name)
         tree._modules[name] = module
         parent, _, child = name.rpartition(".")
         if parent:
@@ -114,12 +158,11 @@ def build_fakes(spec: Mapping[str, Mapping[str, object]]) -> FakeModuleTree:
     return tree
 
 
-def _new_module(tree: FakeModuleTree, name: str, *, is_package: bool) -> FakeModule:
+def _new_module(tree: FakeModuleTree, name: str) -> FakeModule:
     module = FakeModule(name, f"Fake of {name}, declared for the megatron-conformance gate.")
     object.__setattr__(module, "_fake_tree", tree)
-    module.__spec__ = importlib.machinery.ModuleSpec(name, None, origin="fake", is_package=is_package)
-    if is_package:
-        module.__path__ = []
+    module.__spec__ = importlib.machinery.ModuleSpec(name, None, origin="fake", is_package=True)
+    module.__path__ = []
     return module
 
 

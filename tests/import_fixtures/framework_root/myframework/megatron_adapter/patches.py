@@ -1,0 +1,3 @@
+"""The adapter's own submodule, imported relatively."""
+
+PATCHED = ("finalize_model_grads",)

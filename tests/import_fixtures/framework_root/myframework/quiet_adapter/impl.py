@@ -1,0 +1,3 @@
+"""The quiet adapter's own submodule."""
+
+VALUE = "quiet"
