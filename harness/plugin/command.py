@@ -1,8 +1,9 @@
 """The one pytest command that runs cases on a target, and running it to read the verdicts back.
 
 The nox target sessions, the sensitivity runner and the harness's own tests all build it here, so what ``tests/``
-exercises is the command users run. The plugin is loaded with ``-p harness.plugin.gate``; the command runs from the
-repository root, which ``python -m`` puts on ``sys.path`` so the ``harness`` package is found.
+exercises is the command users run. The plugins are loaded with ``-p`` (the gate's, and the import family's session
+watch); the command runs from the repository root, which ``python -m`` puts on ``sys.path`` so the ``harness``
+package is found.
 """
 
 from __future__ import annotations
