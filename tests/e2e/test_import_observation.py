@@ -4,6 +4,7 @@ lazily, on the first call of a subject function, is red whichever case makes tha
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pytest
@@ -50,3 +51,25 @@ def test_a_lazy_patch_is_red_where_the_first_call_happens(tmp_path: Path) -> Non
     watch = [text for name, text in failed.items() if name.startswith("test_partition")]
     assert watch and "first seen after cases/test_chunks.py::test_partition" in watch[0], after_chunks.output[-3000:]
     assert "finalize_model_grads" in watch[0]
+
+
+def test_adapter_package_by_module_name_and_waivers_per_name(tmp_path: Path) -> None:
+    """``ADAPTER_PACKAGE`` given as a module name is found without a path; an effect the subject waives by name is
+    green, and the waiver is written to summary.json and printed."""
+    subject = tmp_path / "waiving_subject.py"
+    subject.write_text(
+        "import sys\n"
+        "from harness.reference import *  # noqa: F403\n"
+        f"sys.path.insert(0, {str(SEEDED / 'adapters')!r})\n"
+        "ADAPTER_PACKAGE = 'reads_env'\n"
+        "IMPORT_SIDE_EFFECTS_ALLOWED = {'env-read': ['ADAPTER_*'], 'sys-path': ['sys.path']}\n"
+    )
+    selection = [f"{IMPORT_CASES[0]}::test_importing_the_adapter_with_real_megatron_changes_nothing"]
+    waived = run(tmp_path / "waived", selection, "0", subject)
+    assert waived.returncode == 0, waived.output[-3000:]
+    summary = json.loads((tmp_path / "waived" / "summary.json").read_text())
+    assert {"kind": "env-read", "name": "ADAPTER_CHUNK_BYTES", "allowed_by": "ADAPTER_*"} in summary["waivers"]
+    assert "env-read ADAPTER_CHUNK_BYTES (allowed by 'ADAPTER_*')" in waived.output
+    subject.write_text(subject.read_text().replace("'ADAPTER_*'", "'OTHER_*'"))
+    red = run(tmp_path / "red", selection, "0", subject)
+    assert any("env-read ADAPTER_CHUNK_BYTES" in text for text in red.require_red("waiver for another name").values())
