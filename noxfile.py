@@ -301,9 +301,19 @@ def candidate(session: nox.Session) -> None:
         _nested_nox(session, ["-s", baseline.session, "--install-only"])
     session.log(f"drift of the candidate from {baseline.session}, the newest target of another version:")
     _print_drift(session, {s: venv_python(ROOT, s) for s in (baseline.session, candidates.SESSION)})
+    for finding in _findings(REPORTS / candidates.SESSION / "summary.json"):
+        session.log(f"candidate finding ({finding['family']}): {finding['text']}")
     if gate != 0:
         session.error(f"candidate {spec}: the gate is red (exit {gate}); reports/{candidates.SESSION}/ has the details")
     session.log(f"candidate {spec}: every family green")
+
+
+def _findings(summary: Path) -> list[dict[str, str]]:
+    """The findings a target session recorded (not verdicts: e.g. whether upstream still coalesces everything)."""
+    try:
+        return json.loads(summary.read_text()).get("findings", [])
+    except (OSError, ValueError):
+        return []
 
 
 BENCH_TARGET = "megatron-0.15"

@@ -160,7 +160,8 @@ class _CallCounter:
     """Counts the calls ``finalize_model_grads`` makes to whatever ``install()`` bound in upstream's place.
 
     Counting calls, rather than comparing the number of collectives with upstream's, keeps the check true when
-    upstream itself reduces in several buffers.
+    upstream itself reduces in several buffers. ``upstream`` is the pinned object: a name still bound to it was not
+    replaced, whatever the subject did at import.
     """
 
     def __init__(self, module: Any, upstream: Any) -> None:
@@ -244,23 +245,28 @@ def compare_task(
 ) -> RankReport:
     """Rank-side body of one equivalence example (sent through the rank pool).
 
+    Upstream's side calls the function pinned at rank start (``megatron_state.pin_upstream``), never the module
+    attribute: before anything runs, the attribute must still be that object with its pinned code and defaults, and
+    after ``uninstall()`` it must be what it was before ``install()``; either difference is a problem of this rank.
+
     A subject that raises is reported as a problem of this rank rather than as a rank failure, so hypothesis can
     shrink the example without the pool being rebuilt for every try. If it raised on some ranks only, the others wait
     in a collective and the pool's timeout names them.
     """
     report = RankReport(rank=rank)
+    pin = megatron_ranks.pinned_upstream()
     subject = subject_once(subject_spec)
-    module = megatron_ranks.finalize_module()
-    upstream = getattr(module, megatron_ranks.UPSTREAM_NAME)
+    report.problems += [f"rank {rank}: {p}" for p in megatron_ranks.upstream_changes(pin)]
     fsdp_flag = megatron_ranks.upstream_fsdp_flag()
     config = SimpleNamespace(sequence_parallel=population.sequence_parallel, qk_layernorm=population.qk_layernorm)
     megatron_ranks.require_tensor_parallel(tensor_parallel)
     reference, report.upstream_raised, report.upstream_collectives = _expected_reference(
-        population, rank, fsdp_flag, upstream, config
+        population, rank, fsdp_flag, pin.upstream, config
     )
     chunks = _build_chunks(population, rank, fsdp_flag)
     before = _snapshot(chunks)
     group = tp_group()
+    bound_before_install = megatron_ranks.bindings(pin)
     subject.install(budget_bytes=budget)
     try:
         with CollectiveRecorder(group) as recorder:
@@ -270,6 +276,12 @@ def compare_task(
         return report
     finally:
         subject.uninstall()
+        report.problems += [
+            f"rank {rank}: {p}"
+            for p in megatron_ranks.upstream_changes(
+                pin, "and uninstall() did not restore it", expected=bound_before_install
+            )
+        ]
     report.collectives = recorder.calls
     if recorder.foreign_groups:
         report.problems.append(
@@ -382,25 +394,34 @@ def gpt_finalize_task(rank: int, world_size: int, subject_spec: str, budget: int
     from harness.ranks import cpu_gpt
 
     report = RankReport(rank=rank)
+    pin = megatron_ranks.pinned_upstream()
     subject = subject_once(subject_spec)
+    report.problems += [f"rank {rank}: {p}" for p in megatron_ranks.upstream_changes(pin)]
     megatron_ranks.require_tensor_parallel(world_size)
+    module = megatron_ranks.finalize_module()
     with cpu_gpt.cpu_workarounds():
         group = tp_group()
         model, _ = cpu_gpt.build_gpt(qk_layernorm=qk_layernorm, seed=11)
         cpu_gpt.forward_backward(model, seed=5)
-        with CollectiveRecorder(group) as upstream_recorder:
+        # finalize_model_grads looks upstream's name up at call time: bind the pinned object for upstream's run.
+        with megatron_ranks.upstream_bound(pin), CollectiveRecorder(group) as upstream_recorder:
             cpu_gpt.finalize(model)
         expected = cpu_gpt.main_grads(model)
         model, _ = cpu_gpt.build_gpt(qk_layernorm=qk_layernorm, seed=11)
         cpu_gpt.forward_backward(model, seed=5)
-        module = megatron_ranks.finalize_module()
-        upstream = getattr(module, megatron_ranks.UPSTREAM_NAME)
+        bound_before_install = megatron_ranks.bindings(pin)
         subject.install(budget_bytes=budget)
         try:
-            with CollectiveRecorder(group) as recorder, _CallCounter(module, upstream) as counter:
+            with CollectiveRecorder(group) as recorder, _CallCounter(module, pin.upstream) as counter:
                 cpu_gpt.finalize(model)
         finally:
             subject.uninstall()
+            report.problems += [
+                f"rank {rank}: {p}"
+                for p in megatron_ranks.upstream_changes(
+                    pin, "and uninstall() did not restore it", expected=bound_before_install
+                )
+            ]
         got = cpu_gpt.main_grads(model)
     report.collectives, report.upstream_collectives = recorder.calls, upstream_recorder.calls
     if not counter.replaced_upstream or counter.calls == 0:

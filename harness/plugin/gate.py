@@ -57,14 +57,14 @@ def pytest_configure(config: pytest.Config) -> None:
     config.stash[_STARTED] = time.monotonic()
     config.stash[_STALE] = []
     if not hasattr(config, "workerinput"):
-        shutil.rmtree(_report_dir(config) / _WAIVERS_DIR, ignore_errors=True)
+        shutil.rmtree(_report_dir(config) / _RECORDS_DIR, ignore_errors=True)
 
 
 _MATRIX = pytest.StashKey[Matrix]()
 _TARGET = pytest.StashKey[Target]()
 _STARTED = pytest.StashKey[float]()
 _STALE = pytest.StashKey[list]()
-_WAIVERS_DIR = "waivers"
+_RECORDS_DIR = "records"
 
 
 def configured_target(config: pytest.Config) -> Target:
@@ -99,23 +99,38 @@ def report_dir(pytestconfig: pytest.Config) -> Path:
 @pytest.fixture(scope="session")
 def record_waiver(report_dir: Path) -> Callable[[str, str, str], None]:
     """Record that the subject's own declaration waived an effect (kind, name, the allowance that matched), so that
-    ``summary.json`` and the report show every waiver a green relied on. Each process appends to its own file; the
-    session's end merges them."""
-    path = report_dir / _WAIVERS_DIR / f"{os.getpid()}.jsonl"
+    ``summary.json`` and the report show every waiver a green relied on."""
 
     def record(kind: str, name: str, allowed_by: str) -> None:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        with path.open("a") as stream:
-            stream.write(json.dumps({"kind": kind, "name": name, "allowed_by": allowed_by}) + "\n")
+        _append_record(report_dir, "waivers", {"kind": kind, "name": name, "allowed_by": allowed_by})
 
     return record
 
 
-def _waivers(report_dir: Path) -> list[dict[str, str]]:
-    """Every waiver recorded in this session, once each, sorted."""
+@pytest.fixture(scope="session")
+def record_finding(report_dir: Path) -> Callable[[str, str], None]:
+    """Record a finding about the target that is no verdict (``family``, one line), e.g. whether upstream still
+    coalesces what the subject chunks; ``summary.json`` and the report carry it."""
+
+    def record(family: str, text: str) -> None:
+        _append_record(report_dir, "findings", {"family": family, "text": text})
+
+    return record
+
+
+def _append_record(report_dir: Path, kind: str, entry: dict[str, str]) -> None:
+    """Each process appends to its own file (xdist workers share the report directory); the session's end merges."""
+    path = report_dir / _RECORDS_DIR / kind / f"{os.getpid()}.jsonl"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with path.open("a") as stream:
+        stream.write(json.dumps(entry) + "\n")
+
+
+def _records(report_dir: Path, kind: str) -> list[dict[str, str]]:
+    """Every record of ``kind`` made in this session, once each, sorted."""
     seen = {
         tuple(sorted(json.loads(line).items()))
-        for path in (report_dir / _WAIVERS_DIR).glob("*.jsonl")
+        for path in (report_dir / _RECORDS_DIR / kind).glob("*.jsonl")
         for line in path.read_text().splitlines()
         if line.strip()
     }
@@ -191,7 +206,8 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
         "megatron_origin": megatron_origin(),
         "counts": counts,
         "stale_expected_failures": config.stash[_STALE],
-        "waivers": _waivers(report_dir),
+        "waivers": _records(report_dir, "waivers"),
+        "findings": _records(report_dir, "findings"),
         "exit_status": int(exitstatus),
         "wall_time_s": round(time.monotonic() - config.stash[_STARTED], 2),
     }
@@ -199,11 +215,16 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
 
 
 def pytest_terminal_summary(terminalreporter: Any, config: pytest.Config) -> None:
-    waivers = _waivers(_report_dir(config)) if _TARGET in config.stash else []
+    waivers = _records(_report_dir(config), "waivers") if _TARGET in config.stash else []
     if waivers:
         terminalreporter.write_sep("-", "effects the subject's declaration waived")
         for waiver in waivers:
             terminalreporter.write_line(f"{waiver['kind']} {waiver['name']} (allowed by {waiver['allowed_by']!r})")
+    findings = _records(_report_dir(config), "findings") if _TARGET in config.stash else []
+    if findings:
+        terminalreporter.write_sep("-", "findings")
+        for finding in findings:
+            terminalreporter.write_line(f"{finding['family']}: {finding['text']}")
     stale = config.stash.get(_STALE, [])
     if stale:
         terminalreporter.write_sep("-", "stale expected failures")

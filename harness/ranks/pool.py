@@ -49,8 +49,16 @@ _KILL_GRACE_S = 2.0
 # How long a timed-out rank gets to dump its stack into the timeout message.
 _STACK_DUMP_WAIT_S = 2.0
 _PR_SET_PDEATHSIG = 1
-# What every rank imports before its first task; preloaded once in the fork server.
-FORKSERVER_PRELOAD = ("torch", "torch.distributed", "megatron.core", "harness.ranks.pool")
+# What every rank imports before its first task; preloaded once in the fork server. With the finalize module and
+# megatron_state preloaded, the upstream pin each rank takes at start (``_pin_upstream``) costs no import.
+FORKSERVER_PRELOAD = (
+    "torch",
+    "torch.distributed",
+    "megatron.core",
+    "megatron.core.distributed.finalize_model_grads",
+    "harness.ranks.megatron_state",
+    "harness.ranks.pool",
+)
 _UNIX_SOCKET_PATH_MAX = 107
 _STACK_SIGNAL = getattr(signal, "SIGUSR1", None)
 
@@ -535,6 +543,14 @@ def _alive(pid: int) -> bool:
     return True
 
 
+def _pin_upstream() -> None:
+    """Pin Megatron's upstream functions before the rank runs anything else, so before any task loads a subject
+    (``harness.ranks.megatron_state.pin_upstream``: a no-op without Megatron, and it never raises)."""
+    from harness.ranks import megatron_state
+
+    megatron_state.pin_upstream()
+
+
 def _failure(exc: BaseException) -> RankFailure:
     return RankFailure(
         f"{type(exc).__module__}.{type(exc).__qualname__}".removeprefix("builtins."),
@@ -564,6 +580,7 @@ def _rank_main(
 ) -> None:
     """Body of one rank process: join the group, then run tasks until told to stop or the parent goes away."""
     _die_with_parent(parent_pid)
+    _pin_upstream()
     # Ctrl-C reaches the whole process group; the parent handles it and tears the ranks down.
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     stack_file = None

@@ -271,6 +271,7 @@ def load_target(directory: Path) -> TargetRun:
         f"waived by the subject's declaration: {w['kind']} {w['name']} (allowed by {w['allowed_by']!r})"
         for w in summary.get("waivers", [])
     ]
+    notes += [f"finding ({f['family']}): {f['text']}" for f in summary.get("findings", [])]
     return TargetRun(session, summary, results, notes)
 
 

@@ -15,6 +15,19 @@ SEEDED_BREAKS = {
     "allreduce_no_none_skip": ("megatron-0.15", "AttributeError: 'NoneType' object has no attribute 'data'"),
     "allreduce_no_qk_rule": ("megatron-0.15", "differs from upstream, max |diff|"),
     "allreduce_stale_fsdp_flag": ("megatron-0.13", "has no attribute 'use_megatron_fsdp'"),
+    "allreduce_rebinds_upstream_at_import": (
+        "megatron-0.15",
+        "upstream `_allreduce_non_tensor_model_parallel_grads` was replaced before the case ran (by",
+    ),
+    "allreduce_swaps_upstream_code": (
+        "megatron-0.15",
+        "upstream `_allreduce_non_tensor_model_parallel_grads` was replaced before the case ran: its `__code__` was "
+        "swapped (now from",
+    ),
+    "allreduce_uninstall_keeps_replacement": (
+        "megatron-0.15",
+        "upstream `_allreduce_non_tensor_model_parallel_grads` was replaced",
+    ),
 }
 SELECTION = ["cases/test_equivalence.py::test_matches_upstream_on_generated_modules[world2-tp2-gloo]"]
 

@@ -188,3 +188,10 @@ def test_waivers_the_subject_declared_are_shown(synthetic: Path) -> None:
     assert (
         "- megatron-0.13: waived by the subject's declaration: env-read SLIME_CHUNK_BYTES (allowed by 'SLIME_*')"
     ) in notes
+
+
+def test_findings_are_shown(synthetic: Path) -> None:
+    finding = {"family": "equivalence", "text": "megatron-core 0.15.3 coalesces all 4 MiB into one buffer"}
+    (synthetic / "megatron-0.15" / "summary.json").write_text(json.dumps(summary("megatron-0.15", findings=[finding])))
+    notes = render_markdown(collect(synthetic))
+    assert "- megatron-0.15: finding (equivalence): megatron-core 0.15.3 coalesces all 4 MiB into one buffer" in notes
