@@ -1,5 +1,6 @@
 """What the contract families need besides their case files under ``cases/``: grad populations, the rank-side
-upstream-vs-subject comparison, generated providers, import isolation and side-effect detection, fingerprints.
+upstream-vs-subject comparison against a pinned upstream, allocation tracking (memory bound), a deterministic
+measure of work (linear cost), generated providers, import isolation and side-effect detection, fingerprints.
 
 May import ``harness.targets``, ``harness.formats``, ``harness.plugin`` and ``harness.ranks``.
 """

@@ -3,11 +3,13 @@
 The main process describes a population (picklable specs); every rank materialises two identical copies with
 rank-dependent values, runs upstream on one and the subject on the other in the same process groups, and reports
 each difference it sees: grads that differ, grads that should not have been touched, grad objects re-bound
-differently, collectives with another op or group, and buffers larger than the budget allows.
+differently, collectives with another op or group, buffers larger than the budget allows, more memory held at once
+than the budget allows (:mod:`harness.contracts.allocations`), and tensors made on another device than the grads'.
 """
 
 from __future__ import annotations
 
+import contextlib
 import resource
 import traceback
 from dataclasses import dataclass, field
@@ -16,11 +18,15 @@ from typing import Any
 
 import torch
 
+from harness.contracts.allocations import AllocationSummary, AllocationTracker
 from harness.plugin.subjects import load_subject
 from harness.ranks import megatron_state as megatron_ranks
 
 DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
 GRAD_KINDS = ("main_grad", "grad", "main_grad_none", "grad_none")
+
+MEMORY_SLACK = "one more such buffer per reduce op after the first"
+"""The slack of the memory bound, as the messages state it (see ``_memory_bound``)."""
 
 
 @dataclass(frozen=True)
@@ -57,6 +63,9 @@ class RankReport:
     non_bitwise_elements: int = 0
     upstream_raised: str | None = None
     peak_rss_kib: int = 0
+    allocations: AllocationSummary | None = None
+    upstream_allocations: AllocationSummary | None = None
+    memory_bound_bytes: int = 0
 
 
 class _FakeChunk(torch.nn.Module):
@@ -199,23 +208,43 @@ def _without_none_grads(population: Population) -> Population:
 
 
 def _expected_reference(
-    population: Population, rank: int, fsdp_flag: str, upstream: Any, config: Any
-) -> tuple[list[torch.nn.Module], str | None, list]:
-    """Run upstream; where it fails on ``None`` grads (versions before the skip), run it without them."""
+    population: Population, rank: int, fsdp_flag: str, upstream: Any, config: Any, measure: bool = False
+) -> tuple[list[torch.nn.Module], str | None, list, AllocationSummary | None]:
+    """Run upstream; where it fails on ``None`` grads (versions before the skip), run it without them.
+
+    With ``measure``, also returns what upstream's run allocated (the run whose result is the expectation).
+    """
     chunks = _build_chunks(population, rank, fsdp_flag)
     group = tp_group()
+    tracker = AllocationTracker(_grads_device(chunks)) if measure else contextlib.nullcontext()
     with CollectiveRecorder(group) as recorder:
         try:
-            upstream(chunks, config)
-            return chunks, None, recorder.calls
+            with tracker:
+                upstream(chunks, config)
+            return chunks, None, recorder.calls, _summary(tracker)
         except AttributeError as err:
             if not any(s.grad_kind.endswith("_none") for chunk in population.chunks for s in chunk):
                 raise
             raised = f"{type(err).__name__}: {err}"
     chunks = _build_chunks(_without_none_grads(population), rank, fsdp_flag)
-    with CollectiveRecorder(group) as recorder:
+    tracker = AllocationTracker(_grads_device(chunks)) if measure else contextlib.nullcontext()
+    with CollectiveRecorder(group) as recorder, tracker:
         upstream(chunks, config)
-    return chunks, raised, recorder.calls
+    return chunks, raised, recorder.calls, _summary(tracker)
+
+
+def _summary(tracker: object) -> AllocationSummary | None:
+    return tracker.summary() if isinstance(tracker, AllocationTracker) else None
+
+
+def _grads_device(chunks: list[torch.nn.Module]) -> torch.device:
+    """Where the population's grads live (the first grad's device; they are built together)."""
+    for chunk in chunks:
+        for param in chunk.parameters():
+            grad = _grad_of(param)
+            if grad is not None:
+                return grad.device
+    return torch.device("cpu")
 
 
 def tp_group() -> Any:
@@ -242,8 +271,12 @@ def compare_task(
     budget: int,
     tensor_parallel: int,
     bitwise: bool,
+    measure_upstream: bool = False,
 ) -> RankReport:
     """Rank-side body of one equivalence example (sent through the rank pool).
+
+    What the subject's call (with its ``install()``) allocates is always measured; upstream's only with
+    ``measure_upstream`` (the dispatch mode costs a little per op, and only the memory report reads it).
 
     Upstream's side calls the function pinned at rank start (``megatron_state.pin_upstream``), never the module
     attribute: before anything runs, the attribute must still be that object with its pinned code and defaults, and
@@ -260,17 +293,20 @@ def compare_task(
     fsdp_flag = megatron_ranks.upstream_fsdp_flag()
     config = SimpleNamespace(sequence_parallel=population.sequence_parallel, qk_layernorm=population.qk_layernorm)
     megatron_ranks.require_tensor_parallel(tensor_parallel)
-    reference, report.upstream_raised, report.upstream_collectives = _expected_reference(
-        population, rank, fsdp_flag, pin.upstream, config
+    reference, report.upstream_raised, report.upstream_collectives, report.upstream_allocations = _expected_reference(
+        population, rank, fsdp_flag, pin.upstream, config, measure_upstream
     )
     chunks = _build_chunks(population, rank, fsdp_flag)
     before = _snapshot(chunks)
     group = tp_group()
     bound_before_install = megatron_ranks.bindings(pin)
-    subject.install(budget_bytes=budget)
+    # install() is measured too: a buffer it allocates for the call to use is held during the call.
+    tracker = AllocationTracker(_grads_device(chunks))
     try:
-        with CollectiveRecorder(group) as recorder:
-            subject.allreduce_non_tensor_model_parallel_grads(chunks, config)
+        with tracker:
+            subject.install(budget_bytes=budget)
+            with CollectiveRecorder(group) as recorder:
+                subject.allreduce_non_tensor_model_parallel_grads(chunks, config)
     except Exception:
         report.problems.append(f"rank {rank}: the subject raised where upstream did not:\n{traceback.format_exc()}")
         return report
@@ -283,6 +319,7 @@ def compare_task(
             )
         ]
     report.collectives = recorder.calls
+    report.allocations = tracker.summary()
     if recorder.foreign_groups:
         report.problems.append(
             f"rank {rank}: {recorder.foreign_groups} all-reduce(s) on a group other than the TP group upstream uses"
@@ -339,7 +376,7 @@ def _compare(
 ) -> None:
     expected = _snapshot(reference)
     after = _snapshot(chunks)
-    largest, smallest_element = 0, 8
+    largest, smallest_element, promoted = 0, 8, None
     for key, (grad, value, address) in after.items():
         _, ref_value, _ = expected[key]
         start_grad, start_value, start_address = before[key]
@@ -350,6 +387,7 @@ def _compare(
         if key in truth:
             largest = max(largest, value.numel() * value.element_size())
             smallest_element = min(smallest_element, value.element_size())
+            promoted = value.dtype if promoted is None else torch.promote_types(promoted, value.dtype)
         if grad is not start_grad or address != start_address:
             report.problems.append(
                 f"rank {report.rank}: param {key}: the grad object or its storage was replaced (upstream keeps both)"
@@ -382,6 +420,52 @@ def _compare(
     upstream_ops = sorted({op for op, _, _ in report.upstream_collectives})
     if ops != upstream_ops:
         report.problems.append(f"rank {report.rank}: reduce ops used {ops}, upstream uses {upstream_ops}")
+    if report.allocations is not None:
+        # The op's buffer gets the dtype all its grads promote to (bf16 with fp16 gives fp32, wider than either).
+        widest_element = 1 if promoted is None else torch.empty((), dtype=promoted).element_size()
+        smallest_element = min(smallest_element, widest_element)
+        _check_memory(report, budget, largest, widest_element, smallest_element, _grads_device(chunks))
+
+
+def _memory_bound(budget: int, largest: int, widest_element: int, smallest_element: int, ops: int) -> tuple[int, int]:
+    """``(chunk, bound)``: the bytes one chunk's buffer may take, and the most bytes of tensors a subject may hold at
+    once during its call.
+
+    ``chunk = max(budget, largest grad) x widest / smallest``: a chunk holds at most the budget, or one grad over it,
+    flattened in the dtype the reduced grads promote to (bf16 with fp16 gives fp32), as upstream's single buffer is.
+    ``bound = chunk + slack``, the slack being one more chunk per reduce op after the first (SUM and AVG: ``ops``):
+    the smallest that keeps the reference subject green, which still holds the SUM op's staging buffer (through the
+    views its loop left bound) when it allocates the AVG op's. Measured on 0.15 and 0.19 with the ``ci`` profile: 50
+    of 602 rank reports at exactly ``chunk``, none above; two equal 96-byte stagings under a 100-byte budget reach
+    ``2 x chunk`` - 8. A constant slack in bytes would let a flattening subject through on small budgets.
+    """
+    chunk = max(budget, largest) * widest_element // smallest_element
+    return chunk, chunk * max(1, ops)
+
+
+def _check_memory(
+    report: RankReport, budget: int, largest: int, widest: int, smallest: int, device: torch.device
+) -> None:
+    summary = report.allocations
+    assert summary is not None
+    ops = len({op for op, _, _ in report.upstream_collectives})
+    chunk, report.memory_bound_bytes = _memory_bound(budget, largest, widest, smallest, ops)
+    if summary.peak_bytes > report.memory_bound_bytes:
+        cuda = "" if summary.cuda_peak_bytes is None else f", CUDA allocator peak {summary.cuda_peak_bytes}"
+        report.problems.append(
+            f"rank {report.rank}: the subject held {summary.peak_bytes} bytes of tensors it allocated at once "
+            f"(largest {summary.largest_bytes}, {summary.count} allocations of {summary.total_bytes} bytes in all"
+            f"{cuda}) > {report.memory_bound_bytes} bytes = max(budget {budget}, largest grad {largest}) x dtype "
+            f"promotion {widest}/{smallest} ({chunk}) + slack {report.memory_bound_bytes - chunk} ({MEMORY_SLACK}; "
+            f"{ops} op(s) here)"
+        )
+    for allocation in summary.on_other_devices(device)[:3]:
+        made, grads = torch.device(allocation.device), torch.device(device)
+        where = (made.type, grads.type) if made.type != grads.type else (str(made), str(grads))
+        report.problems.append(
+            f"rank {report.rank}: the subject created a {where[0]} buffer for {where[1]} grads "
+            f"({allocation.op}, {allocation.nbytes} bytes)"
+        )
 
 
 def gpt_finalize_task(rank: int, world_size: int, subject_spec: str, budget: int, qk_layernorm: bool) -> RankReport:

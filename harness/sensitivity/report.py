@@ -15,11 +15,14 @@ def _rate(rate: float | None) -> str:
 
 
 def summary_line(report: Report) -> str:
-    """Kill rate, false-alarm rate, counts and wall time in one line."""
-    counts = ", ".join(f"{report.count(v)} {v}" for v in VERDICTS if report.count(v))
+    """Kill rate, false-alarm rate, broken runs (counted apart: neither kills nor false alarms), counts and wall time
+    in one line."""
+    counts = ", ".join(f"{report.count(v)} {v}" for v in VERDICTS if v != "broken" and report.count(v))
+    broken = report.count("broken")
+    crashed = f", {broken} broken (red only through crashes, not kills)" if broken else ""
     return (
-        f"kill rate {_rate(report.kill_rate())}, false-alarm rate {_rate(report.false_alarm_rate())} "
-        f"({counts}) on {', '.join(report.targets)} in {report.wall_time_s:.0f} s"
+        f"kill rate {_rate(report.kill_rate())}, false-alarm rate {_rate(report.false_alarm_rate())}{crashed}"
+        f"{f' ({counts})' if counts else ''} on {', '.join(report.targets)} in {report.wall_time_s:.0f} s"
     )
 
 
@@ -31,10 +34,24 @@ def _render_markdown(report: Report) -> str:
         f"Subject `{report.subject}`. {summary_line(report)}.",
         "",
     ]
-    failures = report.failures()
+    failures = [o for o in report.failures() if o.verdict != "broken"]
     if failures:
         lines += ["## Failures", ""]
         lines += [f"- {o.verdict}: `{o.mutant}` on {o.target}: {o.note or o.why}" for o in failures]
+        lines.append("")
+    broken = [o for o in report.outcomes if o.verdict == "broken"]
+    if broken:
+        lines += [
+            "## Broken runs",
+            "",
+            "Cases went red, but only by crashing (an exception other than a contract assertion: in the harness, the "
+            "subject or Megatron, an import, a fixture): not kills, not false alarms, and they fail the run until "
+            "the crash is fixed.",
+            "",
+        ]
+        for o in broken:
+            lines.append(f"- `{o.mutant}` on {o.target}:")
+            lines += [f"  - `{case}`: {raised}" for case, raised in o.crashed.items()]
         lines.append("")
     lines += [
         "| mutant | kind | target | expected family | caught by | verdict | note |",
@@ -60,6 +77,11 @@ def write_report(report: Report, directory: Path) -> tuple[Path, Path]:
         "kill_rate": report.kill_rate(),
         "false_alarm_rate": report.false_alarm_rate(),
         "counts": {v: report.count(v) for v in VERDICTS},
+        "broken": [
+            {"mutant": o.mutant, "target": o.target, "crashed": o.crashed}
+            for o in report.outcomes
+            if o.verdict == "broken"
+        ],
         "outcomes": [asdict(o) for o in report.outcomes],
     }
     data.write_text(json.dumps(document, indent=2) + "\n")

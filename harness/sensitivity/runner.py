@@ -1,11 +1,14 @@
 """Running the real gate on each mutant and judging it: the target's interpreter, the one case command
 (:mod:`harness.plugin.command`), the case files of the family that must catch the mutant, verdicts read back from
-JUnit. The kill rate counts mutants caught by a red case; a run that broke judges nothing and is an error.
+JUnit. The kill rate counts mutants caught by a contract assertion; a case that went red any other way (the harness
+crashed, an import or a fixture failed) judges nothing and makes the mutant "broken"; a run that broke as a whole
+judges nothing and is an error.
 """
 
 from __future__ import annotations
 
 import itertools
+import re
 import subprocess
 import tempfile
 import time
@@ -15,8 +18,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from harness.formats.junit import JUnitCase
 from harness.plugin.command import CaseRun, case_command, run_cases
-from harness.plugin.families import MUTABLE, family_of_case
+from harness.plugin.families import FAMILIES, MUTABLE, family_of_case
+from harness.ranks.pool import RankDied, RankPoolError, RankRaised, RankTimeout
 from harness.sensitivity.catalogue import Mutant
 from harness.sensitivity.mutate import (
     MutationError,
@@ -27,7 +32,7 @@ from harness.sensitivity.mutate import (
     verify_loaded,
 )
 
-VERDICTS = ("killed", "survived", "false alarm", "ok", "not applicable", "error")
+VERDICTS = ("killed", "survived", "broken", "false alarm", "ok", "not applicable", "error")
 # A family file takes 10-150 s here; a mutant's run stops at its first red example. Past this limit the run is
 # reported as an error.
 _CASE_TIMEOUT_S = 900
@@ -36,6 +41,97 @@ _CASE_TIMEOUT_S = 900
 def _family_name(nodeid: str) -> str:
     owner = family_of_case(nodeid)
     return owner.name if owner else "?"
+
+
+# --- which reds are contract verdicts -------------------------------------------------------------------------------
+#
+# pytest 9 writes no ``type`` attribute on ``<failure>``/``<error>``: the exception's type heads the ``message``
+# attribute, as ``format_exception_only`` prints it (builtins bare, others module-qualified):
+#   AssertionError: [megatron-0.15] chunk-splitting: property 'partition' violated by ...   (hypothesis keeps it)
+#   harness.ranks.pool.RankTimeout: ... / RankRaised / RankDied                             (the rank pool)
+#   Failed: [megatron-0.15] chunk-splitting: property 'budget validation' violated ...     (pytest.fail)
+#   assert 1 == 2                                              (a rewritten bare assert: pytest strips the type)
+#   ExceptionGroup: Hypothesis found 2 distinct failures. (2 sub-exceptions)   (sub-exceptions only in the text)
+#   failed on setup with "RuntimeError: ..."  /  failed on teardown with "..."  /  collection failure   (<error>)
+# A ``type`` attribute, where another writer sets one, is used as it is.
+
+_POOL_FAILURES = (RankPoolError, RankRaised, RankTimeout, RankDied)
+_ASSERTION_TYPES = frozenset({"AssertionError", *(f"{cls.__module__}.{cls.__qualname__}" for cls in _POOL_FAILURES)})
+"""Exception types whose failure is a contract verdict: ``assert`` with its ``contract_failure`` message, and the rank
+pool's failures (``AssertionError`` subclasses by design, so a distributed case fails rather than errors)."""
+_FAIL_TYPES = frozenset({"Failed", "_pytest.outcomes.Failed"})
+"""``pytest.fail``: a contract verdict only when its message opens with ``contract_failure``'s head."""
+_HEADED = re.compile(r"^(?P<type>[A-Za-z_][\w.]*)(?:: (?P<message>.*))?$", re.DOTALL)
+_SINGLE_IN_GROUP = re.compile(r"\[single exception in [\w.]+\]$")
+_GROUP_TRACEBACK = "Exception Group Traceback (most recent call last)"
+_SUB_EXCEPTION = re.compile(r"^[ \t]*\| (?P<type>[A-Za-z_][\w.]*)(?:: (?P<message>.*))?$", re.MULTILINE)
+_TEARDOWN = 'failed on teardown with "'
+
+
+def _exception_of(line: str) -> tuple[str, str]:
+    """Type and message of ``Type: message`` (``assert ...`` is a rewritten AssertionError); no type: ``("", line)``."""
+    if line == "assert" or line.startswith("assert "):
+        return "AssertionError", line
+    match = _HEADED.match(line)
+    return (match["type"], match["message"] or "") if match else ("", line)
+
+
+def raised_by(case: JUnitCase) -> list[tuple[str, str]]:
+    """The exceptions that turned ``case`` red, as (type, message): one, or each sub-exception of a group (the
+    group's own line included). A teardown error gives the exception inside its reason; an error in setup or
+    collection gives ``("", reason)``. Nothing for a case that is not red."""
+    detail = case.detail
+    if case.verdict != "failed" or detail is None:
+        return []
+    message = (detail.get("message") or "").strip()
+    text = detail.text or ""
+    if detail.tag == "error":
+        if not message.startswith(_TEARDOWN):
+            return [("", message)]
+        message = message.removeprefix(_TEARDOWN).rstrip('"')
+    head = message.split("\n", 1)[0]
+    if _GROUP_TRACEBACK in text or _SINGLE_IN_GROUP.search(head):
+        return [(m["type"], m["message"] or "") for m in _SUB_EXCEPTION.finditer(text)] or [("", head)]
+    declared = detail.get("type")
+    if declared:
+        return [(declared, message.removeprefix(f"{declared}:").strip())]
+    return [_exception_of(message)]
+
+
+def _contract_head(message: str, target: str) -> bool:
+    """Whether ``message`` opens as ``contract_failure`` words a verdict: ``[<target>] <family>: ...``."""
+    return any(message.startswith(f"[{target}] {family.name}:") for family in FAMILIES)
+
+
+def is_contract_verdict(case: JUnitCase, target: str) -> bool:
+    """Whether a red ``case`` failed through a contract assertion on ``target`` rather than by crashing.
+
+    A ``<failure>`` whose exception (or, for a group, one of its sub-exceptions) is an ``AssertionError``, one of the
+    rank pool's, or a ``pytest.fail`` worded by ``contract_failure``. Of the ``<error>`` elements only one kind
+    counts: a teardown ``AssertionError`` worded by ``contract_failure``, which is how the import family's session
+    watch reports Megatron changed after a case; any other setup, teardown or collection error is a crash.
+    """
+    for kind, message in raised_by(case):
+        if case.detail is not None and case.detail.tag == "error":
+            if kind == "AssertionError" and _contract_head(message, target):
+                return True
+        elif kind in _ASSERTION_TYPES or (kind in _FAIL_TYPES and _contract_head(message, target)):
+            return True
+    return False
+
+
+def sort_reds(run: CaseRun, target: str) -> tuple[list[str], dict[str, str]]:
+    """The red cases of ``run``: node ids failed by a contract assertion, and the others with what they raised."""
+    caught, crashed = [], {}
+    for case in run.cases:
+        if case.verdict != "failed":
+            continue
+        if is_contract_verdict(case, target):
+            caught.append(case.nodeid)
+        else:
+            kinds = [f"{kind}: {message}" if kind else message for kind, message in raised_by(case)]
+            crashed[case.nodeid] = "; ".join(line.split("\n", 1)[0][:200] for line in kinds) or "no message"
+    return sorted(caught), dict(sorted(crashed.items()))
 
 
 def _run_mutant(
@@ -69,6 +165,9 @@ class Outcome:
     equivalent: bool
     verdict: str
     caught_by: list[str] = field(default_factory=list)
+    """Cases that went red through a contract assertion."""
+    crashed: dict[str, str] = field(default_factory=dict)
+    """Cases that went red any other way, with what they raised."""
     note: str = ""
     seconds: float = 0.0
     why: str = ""
@@ -78,23 +177,37 @@ def _outcome(mutant: Mutant, target: str, verdict: str, **details: Any) -> Outco
     return Outcome(mutant.id, mutant.kind, target, mutant.family, mutant.equivalent, verdict, why=mutant.why, **details)
 
 
-def judge(mutant: Mutant, run: CaseRun) -> tuple[str, str]:
-    """Verdict and note for ``mutant`` from its (last) run.
+def _crash_note(crashed: dict[str, str]) -> str:
+    return "red only through crashes, no contract assertion failed: " + "; ".join(
+        f"{nodeid} ({raised})" for nodeid, raised in crashed.items()
+    )
 
-    Killed: a case of the mutant's own family failed; if only other families caught it (the second run, every family
-    but smoke) it is still killed, with a note, since the gate went red but the declared contract did not say why.
-    An equivalent mutant is a false alarm as soon as any case fails. A run that broke judges nothing: error.
+
+def judge(mutant: Mutant, run: CaseRun, target: str) -> tuple[str, str]:
+    """Verdict and note for ``mutant`` from its (last) run on ``target``.
+
+    Only a contract assertion judges (:func:`is_contract_verdict`). Killed: a case of the mutant's own family failed
+    one; if only other families did (the second run, every family but smoke) it is still killed, with a note, since
+    the gate went red but the declared contract did not say why. An equivalent mutant is a false alarm as soon as a
+    case fails one. Broken: cases went red, but only by crashing (the harness, an import, a fixture): that proves
+    nothing either way, so it is neither a kill nor a false alarm, and the note names what they raised. A run that
+    broke as a whole judges nothing: error.
     """
     if run.broken():
         return "error", f"pytest exit {run.returncode}: {run.output}"
+    caught, crashed = sort_reds(run, target)
+    if not caught:
+        if crashed:
+            return "broken", _crash_note(crashed)
+        return ("ok" if mutant.equivalent else "survived"), ""
+    also = f"also {_crash_note(crashed)}" if crashed else ""
     if mutant.equivalent:
-        return ("false alarm" if run.failed() else "ok"), ""
-    if not run.failed():
-        return "survived", ""
-    families = sorted({_family_name(case) for case in run.failed()})
+        return "false alarm", also
+    families = sorted({_family_name(case) for case in caught})
     if mutant.family in families:
-        return "killed", ""
-    return "killed", f"caught only by {', '.join(families)}, not by its own family"
+        return "killed", also
+    elsewhere = f"caught only by {', '.join(families)}, not by its own family"
+    return "killed", f"{elsewhere}; {also}" if also else elsewhere
 
 
 def _evaluate(mutant: Mutant, target: str, python: Path, package: Path, subject: str, workdir: Path) -> Outcome:
@@ -112,9 +225,10 @@ def _evaluate(mutant: Mutant, target: str, python: Path, package: Path, subject:
     if not run.broken() and must_fail and not run.failed():
         others = [f.case_file for f in MUTABLE if f.name != mutant.family]
         run = _run_mutant(python, target, others, chosen, site, workdir, first_failure=True)
-    verdict, note = judge(mutant, run)
+    verdict, note = judge(mutant, run, target)
+    caught, crashed = sort_reds(run, target)
     seconds = round(time.monotonic() - started, 1)
-    return _outcome(mutant, target, verdict, caught_by=sorted(run.failed()), note=note, seconds=seconds)
+    return _outcome(mutant, target, verdict, caught_by=caught, crashed=crashed, note=note, seconds=seconds)
 
 
 # --- the whole catalogue ------------------------------------------------------------------------------------------
@@ -133,18 +247,19 @@ class Report:
         return sum(1 for o in self.outcomes if o.verdict == verdict)
 
     def kill_rate(self) -> float | None:
-        """Killed over all applicable mutants that must be caught (a survivor or a broken run counts against)."""
+        """Killed over all applicable mutants that must be caught (a survivor, a broken run or an error counts
+        against: none of them is a kill)."""
         judged = [o for o in self.outcomes if not o.equivalent and o.verdict != "not applicable"]
         return sum(o.verdict == "killed" for o in judged) / len(judged) if judged else None
 
     def false_alarm_rate(self) -> float | None:
-        """False alarms over all applicable equivalent mutants."""
+        """False alarms over all applicable equivalent mutants (one whose runs only crashed is broken, not one)."""
         judged = [o for o in self.outcomes if o.equivalent and o.verdict != "not applicable"]
         return sum(o.verdict == "false alarm" for o in judged) / len(judged) if judged else None
 
     def failures(self) -> list[Outcome]:
-        """What makes the run red: survivors, false alarms and broken runs."""
-        return [o for o in self.outcomes if o.verdict in ("survived", "false alarm", "error")]
+        """What makes the run red: survivors, broken runs, false alarms and errors."""
+        return [o for o in self.outcomes if o.verdict in ("survived", "broken", "false alarm", "error")]
 
 
 def _check_catalogue(mutants: list[Mutant], packages: dict[str, Path]) -> None:

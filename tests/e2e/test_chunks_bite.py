@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import pytest
@@ -9,6 +10,8 @@ import pytest
 from tests.pytest_helpers import SEEDED, run_target_cases
 
 SESSION = "megatron-0.15"
+# The linear-cost breaks and the measure each must be caught by: bytecode run in Python, or allocation in builtins.
+COST_MEASURE = {"chunks_quadratic": "bytecode instructions executed", "chunks_quadratic_builtins": "bytes allocated"}
 SEEDED_BREAKS = {
     "chunks_off_by_one": "greedy tightness",
     "chunks_last_dropped": "partition",
@@ -19,6 +22,7 @@ SEEDED_BREAKS = {
     "chunks_one_per_chunk": "greedy tightness",
     "chunks_counts_elements": "budget",
     "chunks_quadratic": "linear cost",
+    "chunks_quadratic_builtins": "linear cost",
     "chunks_accepts_bad_budget": "budget validation",
 }
 
@@ -30,6 +34,9 @@ def test_seeded_splitter_turns_the_family_red(seeded: str, tmp_path: Path) -> No
     prop = SEEDED_BREAKS[seeded]
     named = [name for name, text in failed.items() if f"property '{prop}' violated" in text]
     assert named, f"{seeded}: no failure names property {prop!r}; failed: {sorted(failed)}\n{run.output[-3000:]}"
+    if seeded in COST_MEASURE:
+        over = re.compile(rf"{COST_MEASURE[seeded]}: [^\n]*x \([^\n]*\), over the bound")
+        assert any(over.search(failed[name]) for name in named), f"{seeded}: measure not named\n{failed[named[0]]}"
     assert f"target {SESSION} | contract chunk-splitting | symbol split_into_chunks" in run.output
     assert f"repro: MEGATRON_CONFORMANCE_SUBJECT={SEEDED / (seeded + '.py')} nox -R -s {SESSION} -- " in run.output
 

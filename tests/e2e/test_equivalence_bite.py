@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pytest
@@ -28,6 +29,7 @@ SEEDED_BREAKS = {
         "megatron-0.15",
         "upstream `_allreduce_non_tensor_model_parallel_grads` was replaced",
     ),
+    "allreduce_flattens_everything": ("megatron-0.15", "bytes of tensors it allocated at once"),
 }
 SELECTION = ["cases/test_equivalence.py::test_matches_upstream_on_generated_modules[world2-tp2-gloo]"]
 
@@ -40,6 +42,19 @@ def test_seeded_allreduce_turns_the_family_red(seeded: str, tmp_path: Path) -> N
     assert any(named in text for text in failed.values()), f"{seeded}: no failure says {named!r}\n{run.output[-4000:]}"
     assert any("rank " in text for text in failed.values()), f"{seeded}: the failure names no rank"
     assert f"target {session} | contract equivalence | symbol allreduce_non_tensor_model_parallel_grads" in run.output
+
+
+def test_flattening_everything_is_red_with_the_bytes_held_on_the_large_population(tmp_path: Path) -> None:
+    """Budget-sized messages from one buffer of all 4 MiB: the collective sizes pass, the memory bound does not."""
+    selection = ["cases/test_equivalence.py::test_largest_buffer_is_bounded_by_the_budget"]
+    run = run_target_cases("megatron-0.15", selection, tmp_path, subject=SEEDED / "allreduce_flattens_everything.py")
+    failed = run.require_red("allreduce_flattens_everything")
+    assert any("the subject held 4194304 bytes of tensors it allocated at once" in t for t in failed.values()), (
+        run.output[-4000:]
+    )
+    memory = json.loads((tmp_path / "equivalence_memory.json").read_text())
+    assert memory["subject_largest_buffer_bytes"] <= memory["budget_bytes"]
+    assert memory["subject_peak_allocated_bytes"] == memory["upstream_peak_allocated_bytes"] == 4 << 20
 
 
 def test_a_replacement_never_installed_turns_the_gpt_case_red(tmp_path: Path) -> None:

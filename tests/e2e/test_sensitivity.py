@@ -75,3 +75,25 @@ def test_fast_subset_is_killed_by_its_own_family(session: str, tmp_path: Path) -
     markdown, data = write_report(report, tmp_path)
     assert "kill rate 100%" in markdown.read_text()
     assert json.loads(data.read_text())["kill_rate"] == 1.0
+
+
+CRASHING_SUBJECT = """from harness.reference import *  # noqa: F403
+
+
+def split_into_chunks(params, grads, budget_bytes):
+    raise TypeError("the splitter crashed")
+"""
+
+
+def test_a_mutant_red_only_through_crashes_is_broken_not_killed(tmp_path: Path) -> None:
+    """A real red run whose cases crash (no contract assertion fails): the verdict is read from JUnit as broken."""
+    subject = tmp_path / "crashing_subject.py"
+    subject.write_text(CRASHING_SUBJECT)
+    crashing = Mutant("crashes", "subject", (SESSION,), "w", "chunk-splitting", subject=str(subject))
+    report = run_sensitivity([crashing], {SESSION: target_python(SESSION)}, "harness.reference", 1, print)
+    (outcome,) = report.outcomes
+    assert outcome.verdict == "broken" and outcome.caught_by == [], outcome
+    assert list(outcome.crashed.values()) == ["TypeError: the splitter crashed"], outcome
+    assert report.kill_rate() == 0.0 and report.failures() == [outcome]
+    markdown, _ = write_report(report, tmp_path / "report")
+    assert "1 broken (red only through crashes, not kills)" in markdown.read_text()

@@ -7,6 +7,7 @@ The catalogue ships with its seeded subjects (``harness/sensitivity/seeded/``), 
 from __future__ import annotations
 
 import copy
+import json
 import re
 import shutil
 import subprocess
@@ -18,12 +19,13 @@ from typing import Any
 import pytest
 
 from harness import REPO_ROOT
-from harness.formats.junit import parse_case
+from harness.formats.junit import JUnitCase, parse_case
 from harness.plugin.command import CaseRun
 from harness.plugin.families import MUTABLE
 from harness.sensitivity import catalogue as cat
 from harness.sensitivity.mutate import MutationError, build_mutant_package
-from harness.sensitivity.runner import judge
+from harness.sensitivity.report import summary_line, write_report
+from harness.sensitivity.runner import Outcome, Report, is_contract_verdict, judge, raised_by, sort_reds
 from harness.targets.matrix import load_matrix
 
 SESSION = "megatron-0.15"
@@ -164,16 +166,156 @@ def test_declared_count_applies_every_occurrence(tmp_path: Path) -> None:
     assert (package / "core" / "x.py").read_text() == "a = 1\nb = 1\nb = 1\n", "the installed package was edited"
 
 
-def run(failed: list[str], returncode: int = 1) -> CaseRun:
-    """A case run whose JUnit holds a failure for each of ``failed`` (``cases/test_x.py::name`` or a module)."""
-    cases = []
-    for nodeid in failed:
-        module, _, name = nodeid.partition("::")
-        dotted = module.removesuffix(".py").replace("/", ".")
-        classname, name = (dotted, name) if name else ("", dotted)
-        element = ET.fromstring(f'<testcase classname="{classname}" name="{name}"><failure message="m"/></testcase>')
-        cases.append(parse_case(element))
-    return CaseRun(returncode, "output", cases)
+# --- verdicts: only a contract assertion kills ------------------------------------------------------------------
+#
+# Each red below is worded as pytest 9's JUnit writes it (checked against real runs): no ``type`` attribute, the
+# exception's type heading ``message`` (module-qualified unless a builtin), groups spelled out only in the text.
+
+HEAD = f"[{SESSION}] equivalence: allreduce_non_tensor_model_parallel_grads against upstream (world 2, TP 2, gloo)"
+GROUP_TEXT = """+ Exception Group Traceback (most recent call last):
+  |   File "cases/test_equivalence.py", line 29, in check
+  | ExceptionGroup: Hypothesis found 2 distinct failures. (2 sub-exceptions)
+  +-+---------------- 1 ----------------
+    | Traceback (most recent call last):
+    |   File "cases/test_equivalence.py", line 34, in check
+    |     raise TypeError("crash")
+    | {first}
+    | Failing test case: check(
+    |     case=...,
+    | )
+    +---------------- 2 ----------------
+    | Traceback (most recent call last):
+    |   File "cases/test_equivalence.py", line 32, in check
+    | {second}
+    | assert False
+    | Explanation:
+    |     These lines were always and only run by failing test cases:
+    +------------------------------------"""
+GROUP = "ExceptionGroup: Hypothesis found 2 distinct failures. (2 sub-exceptions)"
+RED = {
+    # name: (tag, message, text, a contract verdict?)
+    "assertion": ("failure", f"AssertionError: {HEAD}:\n  rank 0: param x differs", "", True),
+    "hypothesis assertion": ("failure", f"AssertionError: {HEAD}\nassert False\nFailing test case: check(", "", True),
+    "rewritten bare assert": ("failure", "assert 1 == 2", "", True),
+    "rank raised": ("failure", "harness.ranks.pool.RankRaised: compare_task failed on ranks [0, 1]", "", True),
+    "rank timeout": ("failure", "harness.ranks.pool.RankTimeout: ranks [1] did not answer within 120 s", "", True),
+    "rank died": ("failure", "harness.ranks.pool.RankDied: rank 1 died (SIGKILL)", "", True),
+    "contract pytest.fail": ("failure", f"Failed: [{SESSION}] chunk-splitting: property 'budget validation'", "", True),
+    "other pytest.fail": ("failure", "Failed: torch.distributed is already initialised in this process", "", False),
+    "other target's pytest.fail": ("failure", "Failed: [megatron-0.13] chunk-splitting: property 'budget'", "", False),
+    "pytest.fail of no family": ("failure", f"Failed: [{SESSION}] chunks: property 'budget'", "", False),
+    "harness crash": ("failure", "TypeError: split() takes 3 positional arguments but 4 were given", "", False),
+    "import error": ("failure", "ModuleNotFoundError: No module named 'megatron.core.foo'", "", False),
+    "foreign AssertionError subclass": ("failure", "mylib.CheckFailed: x", "", False),
+    "xpass strict": ("failure", "[XPASS(strict)] known failure", "", False),
+    "group with an assertion": (
+        "failure",
+        GROUP,
+        GROUP_TEXT.format(first="TypeError: crash", second=f"AssertionError: {HEAD}"),
+        True,
+    ),
+    "group of crashes": (
+        "failure",
+        GROUP,
+        GROUP_TEXT.format(first="TypeError: crash", second="KeyError: 'x'"),
+        False,
+    ),
+    "single-exception group": (
+        "failure",
+        f"AssertionError('{HEAD}') [single exception in FlakyFailure]",
+        GROUP_TEXT.format(first=f"AssertionError: {HEAD}", second="TypeError: x"),
+        True,
+    ),
+    "declared type": ("failure", "harness.ranks.pool.RankTimeout: stuck", "", True),
+    "collection error": ("error", "collection failure", "E   ModuleNotFoundError: No module named 'x'", False),
+    "fixture error": ("error", 'failed on setup with "RuntimeError: fixture broke"', "", False),
+    "setup AssertionError": ("error", f'failed on setup with "AssertionError: {HEAD}"', "", False),
+    "teardown crash": ("error", 'failed on teardown with "RuntimeError: teardown broke"', "", False),
+    "session watch": (
+        "error",
+        f'failed on teardown with "AssertionError: [{SESSION}] import-side-effects: Megatron\'s functions differ"',
+        "",
+        True,
+    ),
+}
+
+
+def red_case(nodeid: str, kind: str = "assertion") -> JUnitCase:
+    """A red ``<testcase>`` at ``nodeid`` (``cases/test_x.py::name``, or a module for a collection error)."""
+    tag, message, text, _ = RED[kind]
+    module, _, name = nodeid.partition("::")
+    dotted = module.removesuffix(".py").replace("/", ".")
+    classname, name = (dotted, name) if name else ("", dotted)
+    element = ET.Element("testcase", classname=classname, name=name)
+    red = ET.SubElement(element, tag, message=message)
+    red.text = text
+    if kind == "declared type":
+        red.set("type", "harness.ranks.pool.RankTimeout")
+        red.set("message", "stuck")
+    return parse_case(element)
+
+
+def run(failed: list[str], returncode: int = 1, kind: str = "assertion") -> CaseRun:
+    """A case run whose JUnit holds a red case of ``kind`` for each of ``failed``, and one green case."""
+    green = parse_case(ET.fromstring('<testcase classname="cases.test_smoke" name="test_ok"/>'))
+    return CaseRun(returncode, "output", [green, *(red_case(nodeid, kind) for nodeid in failed)])
+
+
+def mutant(equivalent: bool = False) -> cat.Mutant:
+    family = None if equivalent else "equivalence"
+    return cat.Mutant("m", "megatron", (SESSION,), "w", family, equivalent, (cat.Edit("f", "a", "b"),))
+
+
+@pytest.mark.parametrize("kind", sorted(RED))
+def test_only_a_contract_assertion_is_a_verdict(kind: str) -> None:
+    case = red_case("cases/test_equivalence.py::t", kind)
+    assert is_contract_verdict(case, SESSION) == RED[kind][3], raised_by(case)
+
+
+@pytest.mark.parametrize("kind", sorted(RED))
+def test_a_mutant_is_killed_only_by_an_assertion_and_broken_by_a_crash(kind: str) -> None:
+    red = run(["cases/test_equivalence.py::t"], kind=kind)
+    verdict, note = judge(mutant(), red, SESSION)
+    if RED[kind][3]:
+        assert (verdict, note) == ("killed", "")
+    else:
+        assert verdict == "broken"
+        assert note.startswith("red only through crashes, no contract assertion failed: cases/test_equivalence.py::t (")
+    verdict, note = judge(mutant(equivalent=True), red, SESSION)
+    assert verdict == ("false alarm" if RED[kind][3] else "broken")
+
+
+def test_the_crash_is_named_in_the_note() -> None:
+    _, note = judge(mutant(), run(["cases/test_equivalence.py::t"], kind="harness crash"), SESSION)
+    assert note.endswith("(TypeError: split() takes 3 positional arguments but 4 were given)")
+    _, note = judge(mutant(), run(["cases/test_equivalence.py"], kind="collection error"), SESSION)
+    assert note.endswith("cases/test_equivalence.py (collection failure)")
+
+
+def test_a_group_gives_each_sub_exception() -> None:
+    raised = raised_by(red_case("cases/test_equivalence.py::t", "group with an assertion"))
+    assert raised == [
+        ("ExceptionGroup", "Hypothesis found 2 distinct failures. (2 sub-exceptions)"),
+        ("TypeError", "crash"),
+        ("AssertionError", HEAD),
+    ]
+
+
+def test_only_the_target_of_the_run_heads_a_contract_verdict() -> None:
+    case = red_case("cases/test_chunks.py::t", "contract pytest.fail")
+    assert is_contract_verdict(case, SESSION)
+    assert not is_contract_verdict(case, "megatron-0.13")
+
+
+def test_sort_reds_splits_assertions_from_crashes() -> None:
+    cases = [
+        red_case("cases/test_equivalence.py::a", "rank timeout"),
+        red_case("cases/test_equivalence.py::b", "fixture error"),
+        red_case("cases/test_chunks.py::c", "contract pytest.fail"),
+    ]
+    caught, crashed = sort_reds(CaseRun(1, "", cases), SESSION)
+    assert caught == ["cases/test_chunks.py::c", "cases/test_equivalence.py::a"]
+    assert crashed == {"cases/test_equivalence.py::b": 'failed on setup with "RuntimeError: fixture broke"'}
 
 
 @pytest.mark.parametrize(
@@ -186,14 +328,55 @@ def run(failed: list[str], returncode: int = 1) -> CaseRun:
             "killed",
             "caught only by import-side-effects, not by its own family",
         ),
-        (False, run(["cases/test_equivalence.py"]), "killed", ""),
         (False, run([], 0), "survived", ""),
         (True, run(["cases/test_chunks.py::t"]), "false alarm", ""),
         (True, run([], 0), "ok", ""),
         (False, run([], 4), "error", "pytest exit 4: output"),
+        (
+            False,
+            run(["cases/test_equivalence.py"], 2, kind="collection error"),
+            "broken",
+            "red only through crashes, no contract assertion failed: cases/test_equivalence.py (collection failure)",
+        ),
     ],
 )
 def test_verdicts(equivalent: bool, case_run: CaseRun, verdict: str, note: str) -> None:
-    family = None if equivalent else "equivalence"
-    mutant = cat.Mutant("m", "megatron", (SESSION,), "w", family, equivalent, (cat.Edit("f", "a", "b"),))
-    assert judge(mutant, case_run) == (verdict, note)
+    assert judge(mutant(equivalent), case_run, SESSION) == (verdict, note)
+
+
+def test_an_assertion_beside_a_crash_still_judges_and_names_the_crash() -> None:
+    cases = [red_case("cases/test_chunks.py::a", "assertion"), red_case("cases/test_chunks.py::b", "harness crash")]
+    verdict, note = judge(mutant(equivalent=True), CaseRun(1, "", cases), SESSION)
+    assert verdict == "false alarm"
+    assert note.startswith("also red only through crashes, no contract assertion failed: cases/test_chunks.py::b (")
+
+
+def outcome(verdict: str, equivalent: bool = False, **details: Any) -> Outcome:
+    return Outcome(
+        f"m_{verdict}", "subject", SESSION, None if equivalent else "equivalence", equivalent, verdict, **details
+    )
+
+
+def test_broken_runs_are_counted_apart_and_fail_the_run(tmp_path: Path) -> None:
+    crashed = {"cases/test_equivalence.py::t": "TypeError: boom"}
+    outcomes = [
+        outcome("killed", caught_by=["cases/test_equivalence.py::t"]),
+        outcome("broken", crashed=crashed, note="red only through crashes"),
+        outcome("ok", equivalent=True),
+        outcome("broken", equivalent=True, crashed=crashed),
+    ]
+    report = Report([SESSION], "harness.reference", outcomes, 12.0)
+    assert report.kill_rate() == 0.5, "a broken run is no kill, and still counts in the kill rate's denominator"
+    assert report.false_alarm_rate() == 0.0, "an equivalent mutant that only crashed is no false alarm"
+    assert [o.verdict for o in report.failures()] == ["broken", "broken"]
+    line = summary_line(report)
+    assert line.startswith("kill rate 50%, false-alarm rate 0%, 2 broken (red only through crashes, not kills) ")
+    assert "(1 killed, 1 ok)" in line
+    markdown, data = write_report(report, tmp_path)
+    text = markdown.read_text()
+    assert "## Broken runs" in text and "## Failures" not in text
+    assert "- `m_broken` on megatron-0.15:\n  - `cases/test_equivalence.py::t`: TypeError: boom" in text
+    document = json.loads(data.read_text())
+    assert document["counts"]["broken"] == 2 and document["counts"]["killed"] == 1
+    assert document["broken"][0] == {"mutant": "m_broken", "target": SESSION, "crashed": crashed}
+    assert document["outcomes"][1]["crashed"] == crashed

@@ -1,0 +1,163 @@
+"""The allocation tracker of the equivalence family: peak of live bytes, storages that die, views and in-place ops
+that allocate nothing, collectives under the mode, the devices tensors are made on; and the memory bound's wording."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import pytest
+import torch
+import torch.distributed as dist
+from torch._utils import _flatten_dense_tensors, _unflatten_dense_tensors
+
+from harness.contracts import equivalence
+from harness.contracts.allocations import Allocation, AllocationSummary, AllocationTracker
+
+
+@pytest.fixture(scope="module")
+def one_rank_group(tmp_path_factory: pytest.TempPathFactory) -> Iterator[None]:
+    store = dist.FileStore(str(tmp_path_factory.mktemp("store") / "rendezvous"), 1)
+    dist.init_process_group("gloo", store=store, rank=0, world_size=1)
+    yield
+    dist.destroy_process_group()
+
+
+def grads(count: int = 8, numel: int = 1000) -> list[torch.Tensor]:
+    return [torch.randn(numel) for _ in range(count)]
+
+
+def test_a_factory_call_and_a_new_op_output_are_allocations() -> None:
+    x = torch.randn(100)
+    with AllocationTracker("cpu") as tracker:
+        buffer = torch.empty(50, dtype=torch.float64)
+        doubled = x * 2
+    summary = tracker.summary()
+    assert summary.count == 2
+    assert summary.total_bytes == 400 + 400
+    assert [a.op for a in summary.allocations] == ["aten.empty.memory_format", "aten.mul.Tensor"]
+    assert buffer.numel() + doubled.numel() == 150
+
+
+def test_views_in_place_ops_and_out_arguments_allocate_nothing() -> None:
+    x, out = torch.randn(100), torch.empty(200)
+    with AllocationTracker("cpu") as tracker:
+        x.view(10, 10).t()[:3].mul_(2)
+        x.add_(1)
+        torch.cat([x, x], out=out)
+        _ = x.data
+    assert tracker.summary().count == 0
+    assert tracker.summary().peak_bytes == 0
+
+
+def test_the_peak_counts_only_storages_still_alive() -> None:
+    with AllocationTracker("cpu") as tracker:
+        for _ in range(5):
+            buffer = torch.empty(1000)
+            del buffer
+    summary = tracker.summary()
+    assert (summary.count, summary.total_bytes, summary.peak_bytes) == (5, 20_000, 4000)
+
+
+def test_a_view_keeps_its_storage_alive() -> None:
+    with AllocationTracker("cpu") as tracker:
+        first = torch.empty(1000)
+        view = first[:10]
+        del first
+        second = torch.empty(1000)
+    assert tracker.summary().peak_bytes == 8000
+    assert view.numel() + second.numel() == 1010
+
+
+def test_flattening_everything_holds_it_all_and_a_staging_buffer_one_chunk(one_rank_group: None) -> None:
+    """Upstream's single buffer against a chunked all-reduce that reuses one staging buffer, collectives included."""
+    population = grads()
+    with AllocationTracker("cpu") as upstream:
+        flat = _flatten_dense_tensors(population)
+        dist.all_reduce(flat)
+        for buf, synced in zip(population, _unflatten_dense_tensors(flat, population), strict=True):
+            buf.copy_(synced)
+    assert upstream.summary().peak_bytes == upstream.summary().largest_bytes == 8 * 4000
+    with AllocationTracker("cpu") as chunked:
+        staging = torch.empty(2000)
+        for start in range(0, 8, 2):
+            torch.cat(population[start : start + 2], out=staging)
+            dist.all_reduce(staging, async_op=True).wait()
+    assert chunked.summary().peak_bytes == 8000
+    assert chunked.summary().count == 1
+
+
+def test_a_storage_grown_in_place_is_a_new_allocation() -> None:
+    buffer = torch.empty(0)
+    with AllocationTracker("cpu") as tracker:
+        buffer.resize_(1000)
+    assert tracker.summary().peak_bytes == 4000
+
+
+def test_allocations_on_other_devices_are_listed() -> None:
+    summary = AllocationSummary(
+        allocations=[Allocation("aten.empty.memory_format", 64, "cpu"), Allocation("aten.cat.default", 8, "cuda:0")]
+    )
+    assert summary.on_other_devices("cpu") == [summary.allocations[1]]
+    assert summary.on_other_devices(torch.device("cuda", 0)) == [summary.allocations[0]]
+
+
+def test_every_cpu_tensor_is_on_the_grads_device() -> None:
+    with AllocationTracker("cpu") as tracker:
+        torch.zeros(3)
+        torch.ones(3, dtype=torch.bfloat16)
+    assert tracker.summary().on_other_devices("cpu") == []
+
+
+def _report(peak: int, allocations: list[Allocation], ops: tuple[str, ...] = ("SUM",)) -> equivalence.RankReport:
+    report = equivalence.RankReport(rank=1, upstream_collectives=[(op, 0, 4) for op in ops])
+    report.allocations = AllocationSummary(
+        peak_bytes=peak,
+        largest_bytes=max((a.nbytes for a in allocations), default=0),
+        count=len(allocations),
+        total_bytes=sum(a.nbytes for a in allocations),
+        allocations=allocations,
+    )
+    return report
+
+
+def test_the_memory_bound_is_one_chunk_per_reduce_op() -> None:
+    assert equivalence._memory_bound(100, 48, 4, 4, 1) == (100, 100)
+    assert equivalence._memory_bound(100, 48, 4, 4, 2) == (100, 200)
+    # bf16 with fp16 promotes to fp32: twice the smallest element.
+    assert equivalence._memory_bound(10, 74, 4, 2, 1) == (148, 148)
+
+
+def test_a_subject_over_the_bound_is_named_with_the_bytes_it_held() -> None:
+    report = _report(4096, [Allocation("aten.cat.default", 4096, "cpu")])
+    equivalence._check_memory(report, 256, 64, 4, 4, torch.device("cpu"))
+    assert report.problems == [
+        "rank 1: the subject held 4096 bytes of tensors it allocated at once (largest 4096, 1 allocations of 4096 "
+        "bytes in all) > 256 bytes = max(budget 256, largest grad 64) x dtype promotion 4/4 (256) + slack 0 (one "
+        "more such buffer per reduce op after the first; 1 op(s) here)"
+    ]
+
+
+def test_two_reduce_ops_may_each_hold_a_chunk() -> None:
+    report = _report(512, [Allocation("aten.empty.memory_format", 256, "cpu")] * 2, ops=("SUM", "AVG"))
+    equivalence._check_memory(report, 256, 64, 4, 4, torch.device("cpu"))
+    assert report.problems == []
+    assert report.memory_bound_bytes == 512
+
+
+def test_a_buffer_on_another_device_than_the_grads_is_named() -> None:
+    report = _report(64, [Allocation("aten.empty.memory_format", 64, "cpu")])
+    equivalence._check_memory(report, 256, 64, 4, 4, torch.device("cuda", 0))
+    assert report.problems == [
+        "rank 1: the subject created a cpu buffer for cuda grads (aten.empty.memory_format, 64 bytes)"
+    ]
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+def test_on_cuda_the_allocator_peak_is_taken_too() -> None:
+    device = torch.device("cuda", torch.cuda.current_device())
+    with AllocationTracker(device) as tracker:
+        torch.empty(1000, device=device)
+        torch.empty(10, device="cpu")
+    summary = tracker.summary()
+    assert summary.cuda_peak_bytes is not None and summary.cuda_peak_bytes >= 4000
+    assert [a.device for a in summary.on_other_devices(device)] == ["cpu"]
