@@ -263,6 +263,12 @@ def subject_once(spec: str) -> Any:
     return _subjects[spec]
 
 
+def _not_restored(rank: int, pin: Any, bound_before_install: Any) -> list[str]:
+    """Problem lines when ``uninstall()`` left upstream's names bound otherwise than before ``install()``."""
+    changes = megatron_ranks.upstream_changes(pin, "and uninstall() did not restore it", expected=bound_before_install)
+    return [f"rank {rank}: {change}" for change in changes]
+
+
 def compare_task(
     rank: int,
     world_size: int,
@@ -312,12 +318,7 @@ def compare_task(
         return report
     finally:
         subject.uninstall()
-        report.problems += [
-            f"rank {rank}: {p}"
-            for p in megatron_ranks.upstream_changes(
-                pin, "and uninstall() did not restore it", expected=bound_before_install
-            )
-        ]
+        report.problems += _not_restored(rank, pin, bound_before_install)
     report.collectives = recorder.calls
     report.allocations = tracker.summary()
     if recorder.foreign_groups:
@@ -500,12 +501,7 @@ def gpt_finalize_task(rank: int, world_size: int, subject_spec: str, budget: int
                 cpu_gpt.finalize(model)
         finally:
             subject.uninstall()
-            report.problems += [
-                f"rank {rank}: {p}"
-                for p in megatron_ranks.upstream_changes(
-                    pin, "and uninstall() did not restore it", expected=bound_before_install
-                )
-            ]
+            report.problems += _not_restored(rank, pin, bound_before_install)
         got = cpu_gpt.main_grads(model)
     report.collectives, report.upstream_collectives = recorder.calls, upstream_recorder.calls
     if not counter.replaced_upstream or counter.calls == 0:

@@ -670,13 +670,14 @@ def _same_items(old: tuple[Any, ...], new: tuple[Any, ...]) -> bool:
     return len(old) == len(new) and all(a is b for a, b in zip(old, new, strict=True))
 
 
-class _FunctionStateProbe(_WatchingProbe):
-    kinds = ("function-state",)
+class _ReachingProbe(_WatchingProbe):
+    """A probe over what is reachable from the watched modules (their classes, and with ``functions`` their functions
+    and the classes' functions), plus ``torch.Tensor`` when torch is loaded; :meth:`_snapshot` records each newly
+    reached object."""
 
-    def __init__(self, watch: tuple[str, ...]) -> None:
+    def __init__(self, watch: tuple[str, ...], *, functions: bool) -> None:
         super().__init__(watch)
-        self._reach = _Reach(functions=True)
-        self._before: dict[int, _FunctionState] = {}
+        self._reach = _Reach(functions=functions)
 
     def start(self) -> None:
         tensor = _watched_tensor_class()
@@ -688,6 +689,18 @@ class _FunctionStateProbe(_WatchingProbe):
         namespace = _namespace(module)
         if namespace is not None:
             self._snapshot(self._reach.add_module(name, namespace))
+
+    @abstractmethod
+    def _snapshot(self, added: list[object]) -> None:
+        """Record the state of objects reached for the first time."""
+
+
+class _FunctionStateProbe(_ReachingProbe):
+    kinds = ("function-state",)
+
+    def __init__(self, watch: tuple[str, ...]) -> None:
+        super().__init__(watch, functions=True)
+        self._before: dict[int, _FunctionState] = {}
 
     def _snapshot(self, added: list[object]) -> None:
         for value in added:
@@ -707,24 +720,12 @@ class _ClassState(NamedTuple):
     fields: dict[str, tuple[Any, object, object]]  # dataclass field name -> (field, default, default_factory)
 
 
-class _ClassProbe(_WatchingProbe):
+class _ClassProbe(_ReachingProbe):
     kinds = ("class-attribute",)
 
     def __init__(self, watch: tuple[str, ...]) -> None:
-        super().__init__(watch)
-        self._reach = _Reach(functions=False)
+        super().__init__(watch, functions=False)
         self._before: list[_ClassState] = []
-
-    def start(self) -> None:
-        tensor = _watched_tensor_class()
-        if tensor is not None:
-            self._snapshot(self._reach.add_class("torch.Tensor", tensor))
-        super().start()
-
-    def _watch(self, name: str, module: object) -> None:
-        namespace = _namespace(module)
-        if namespace is not None:
-            self._snapshot(self._reach.add_module(name, namespace))
 
     def _snapshot(self, added: list[object]) -> None:
         for cls in added:
