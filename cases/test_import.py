@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import fnmatch
 import importlib
 import json
 import re
@@ -31,7 +30,12 @@ import pytest
 from harness.contracts.fingerprint.declaration import DeclarationError, read_declaration
 from harness.contracts.imports.fake_modules import build_fakes
 from harness.contracts.imports.isolation import adapter_import_root, load_isolated
-from harness.contracts.imports.side_effects import SideEffect, detect_with_allowances, format_effects
+from harness.contracts.imports.side_effects import (
+    SideEffect,
+    allowance_for,
+    detect_with_allowances,
+    format_effects,
+)
 from harness.plugin.failure import contract_failure
 from harness.plugin.families import family
 from harness.ranks.megatron_state import ALIAS_NAME, UPSTREAM_NAME, finalize_module
@@ -77,9 +81,7 @@ def observe(
         effects, waived = detect_with_allowances(block, **{**declared, "file_root": private, **options})
         allowances = options.get("allow", declared["allow"])
         for effect in waived:
-            patterns = allowances.get(effect.kind, ())
-            matched = next((p for p in patterns if fnmatch.fnmatchcase(effect.name, p)), "?")
-            record_waiver(effect.kind, effect.name, matched)
+            record_waiver(effect.kind, effect.name, allowance_for(effect, allowances) or "?")
         return effects
 
     return run

@@ -335,7 +335,12 @@ class SideEffectDetector:
         self.allowed = [effect for effect in effects if self._is_allowed(effect)]
 
     def _is_allowed(self, effect: SideEffect) -> bool:
-        return any(fnmatchcase(effect.name, pattern) for pattern in self.allow.get(effect.kind, ()))
+        return allowance_for(effect, self.allow) is not None
+
+
+def allowance_for(effect: SideEffect, allow: Mapping[str, Collection[str]]) -> str | None:
+    """The first pattern of ``allow`` that waives ``effect``, or None: what a caller records as the waiver used."""
+    return next((pattern for pattern in allow.get(effect.kind, ()) if fnmatchcase(effect.name, pattern)), None)
 
 
 class _Probe(ABC):
