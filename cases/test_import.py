@@ -29,15 +29,17 @@ import pytest
 
 from harness.contracts.fingerprint.declaration import DeclarationError, read_declaration
 from harness.contracts.imports.fake_modules import build_fakes
-from harness.contracts.imports.isolation import adapter_import_root, load_isolated
+from harness.contracts.imports.isolation import adapter_import_root, isolated_modules, load_isolated
 from harness.contracts.imports.side_effects import (
     SideEffect,
     allowance_for,
     detect_with_allowances,
     format_effects,
 )
+from harness.plugin.declaration import is_declaration, read_declaration_file
 from harness.plugin.failure import contract_failure
 from harness.plugin.families import family
+from harness.plugin.subjects import load_subject
 from harness.ranks.megatron_state import ALIAS_NAME, UPSTREAM_NAME, finalize_module
 from harness.targets.matrix import Target
 
@@ -101,10 +103,28 @@ def _effects(effects: list[SideEffect]) -> list[str]:
     return format_effects(effects).splitlines()
 
 
+def _load_subject_afresh(spec: str) -> None:
+    """Load the subject as a new process would: a module subject under a fresh name; a declared subject with its
+    framework's modules imported again, so their import-time effects are seen whatever ran before."""
+    if not is_declaration(spec):
+        load_isolated(spec)
+        return
+    declaration = read_declaration_file(spec)
+    tops = {name.split(".")[0] for name in (declaration.adapter_package, declaration.patch.get("module", ""))}
+    tops |= {
+        declaration.splitter.get("function", "").split(".")[0],
+        declaration.provider.get("factory", "").split(".")[0],
+    }
+    with isolated_modules():
+        for name in [name for name in sys.modules if name.split(".")[0] in tops - {""}]:
+            del sys.modules[name]
+        load_subject(spec)
+
+
 def test_loading_the_subject_changes_nothing(
     target: Target, subject_name: str, observe: Callable[..., list[SideEffect]]
 ) -> None:
-    effects = observe(lambda: load_isolated(subject_name))
+    effects = observe(lambda: _load_subject_afresh(subject_name))
     assert not effects, contract_failure(
         target, FAMILY.name, f"loading the subject {subject_name} had side effects", _effects(effects)
     )
@@ -133,6 +153,7 @@ def test_importing_the_adapter_with_only_fakes_changes_nothing(
     )
 
 
+@pytest.mark.role("patch")
 def test_install_rebinds_exactly_the_documented_names(
     target: Target, subject: ModuleType, observe: Callable[..., list[SideEffect]]
 ) -> None:
@@ -206,6 +227,7 @@ def test_first_calls_of_the_subject_change_nothing(
     )
 
 
+@pytest.mark.role("patch")
 def test_after_uninstall_finalize_model_grads_reaches_upstream(target: Target, subject: ModuleType) -> None:
     module = finalize_module()
     original = getattr(module, UPSTREAM_NAME)

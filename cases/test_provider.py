@@ -9,12 +9,19 @@ provider out as the same exception object. Generated inner providers cover every
 shows the values reach the model Megatron builds.
 
 Freeze rules: ``args.freeze_patterns`` are regexes of parameter names to freeze, ``args.train_only_patterns`` regexes
-of the only parameters to train; a pattern applies to a name when ``re.search`` finds it in the name.
+of the only parameters to train; a pattern applies to a name when ``re.search`` finds it in the name. A declared
+subject names its own ``args`` attributes and match mode (``[provider]``), and the wrapper must read each one.
+
+One red never hides another: the freeze rules are checked under every call shape the wrapper survives (and under
+the bare ``pre_process``/``post_process`` call when it survives none), so a wrapper that breaks on a keyword still
+has its freeze rules judged. Advisory (reported apart unless the subject is strict): reaching parameters of the
+inner provider that are positional-only, and call shapes this target never makes but another target does.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import itertools
 import re
 from collections.abc import Callable, Iterator
@@ -40,6 +47,7 @@ from harness.contracts.provider_calls import (
 )
 from harness.plugin.failure import contract_failure
 from harness.plugin.families import family
+from harness.plugin.subjects import FreezeRuleNames, freeze_rule_names
 from harness.targets.matrix import Target, load_matrix
 from harness.targets.provider_shapes import (
     derive_calls,
@@ -69,9 +77,39 @@ def wrap(subject: ModuleType, provider: Callable[..., Any], args_per_level: list
     return provider
 
 
-def unset_rules() -> argparse.Namespace:
-    """Launcher args as they are when the wrapper is made: the freeze options exist but are not set yet."""
-    return argparse.Namespace(freeze_patterns=None, train_only_patterns=None)
+class LauncherArgs(argparse.Namespace):
+    """Launcher args as they are when the wrapper is made: the freeze options exist but are not set yet. Records the
+    attributes read, so a declared rule name the wrapper never reads is found."""
+
+    def __init__(self, names: FreezeRuleNames) -> None:
+        super().__init__(**{name: None for name in (names.freeze, names.train_only) if name})
+        object.__setattr__(self, "_names", names)
+        object.__setattr__(self, "_read", set())
+
+    def __getattribute__(self, name: str) -> Any:
+        if not name.startswith("_"):
+            object.__getattribute__(self, "_read").add(name)
+        return object.__getattribute__(self, name)
+
+    def set_rules(self, freeze: list[str] | None, train_only: list[str] | None) -> None:
+        names = object.__getattribute__(self, "_names")
+        for name, value in ((names.freeze, freeze), (names.train_only, train_only)):
+            if name:
+                object.__setattr__(self, name, value)
+
+    def read(self) -> set[str]:
+        return set(object.__getattribute__(self, "_read"))
+
+
+def unset_rules(subject: ModuleType) -> LauncherArgs:
+    return LauncherArgs(freeze_rule_names(subject))
+
+
+def draw_rules(data: st.DataObject, names: FreezeRuleNames) -> Rules:
+    """A ``(freeze, train_only)`` pair, ``None`` for a rule the subject does not declare."""
+    freeze = data.draw(freeze_patterns(), label="freeze") if names.freeze else None
+    train_only = data.draw(freeze_patterns(), label="train_only") if names.train_only else None
+    return freeze, train_only
 
 
 def call_failure(shape: str, passed: dict[str, Any], err: Exception, reached: bool) -> str:
@@ -120,15 +158,52 @@ def test_matrix_records_the_call_shapes_megatron_makes(target: Target) -> None:
     assert not problems, contract_failure(target, FAMILY.name, "calls: the matrix entry is stale", problems)
 
 
-@given(spec=provider_specs(), depth=st.integers(1, 2), data=st.data())
+@given(spec=provider_specs(positional_only=False), depth=st.integers(1, 2), data=st.data())
 def test_keywords_reach_the_inner_provider(
     subject: ModuleType, target: Target, spec: ProviderSpec, depth: int, data: st.DataObject
 ) -> None:
-    values = draw_caller_values(data, target)
+    keywords_reach_the_inner_provider(subject, target, spec, depth, data, target.provider.calls)
+
+
+@pytest.mark.advisory
+@given(spec=provider_specs(positional_only=True), depth=st.integers(1, 2), data=st.data())
+def test_keywords_reach_positional_only_inner_parameters(
+    subject: ModuleType, target: Target, spec: ProviderSpec, depth: int, data: st.DataObject
+) -> None:
+    keywords_reach_the_inner_provider(subject, target, spec, depth, data, target.provider.calls)
+
+
+@pytest.mark.advisory
+@given(spec=provider_specs(positional_only=False), data=st.data())
+def test_keywords_of_call_shapes_other_targets_make(
+    subject: ModuleType, target: Target, spec: ProviderSpec, data: st.DataObject, pytestconfig: pytest.Config
+) -> None:
+    matrix = load_matrix(pytestconfig.getoption("--matrix"))
+    own = set(map(tuple, target.provider.calls.values()))
+    others = {
+        f"{other.session}: {shape}": keywords
+        for other in matrix.targets
+        for shape, keywords in other.provider.calls.items()
+        if tuple(keywords) not in own
+    }
+    if others:
+        keywords_reach_the_inner_provider(subject, target, spec, 1, data, others)
+
+
+def keywords_reach_the_inner_provider(
+    subject: ModuleType,
+    target: Target,
+    spec: ProviderSpec,
+    depth: int,
+    data: st.DataObject,
+    shapes: dict[str, Any],
+) -> None:
+    keywords_used = sorted({k for keywords in shapes.values() for k in keywords})
+    values = {k: data.draw(caller_value(k), label=k) for k in keywords_used}
     inner = InnerProvider(spec, make_model=lambda: parameter_tree(GPT_PARAMETER_NAMES[:2]))
-    wrapped = wrap(subject, inner.callable, [unset_rules() for _ in range(depth)])
+    wrapped = wrap(subject, inner.callable, [unset_rules(subject) for _ in range(depth)])
     problems = []
-    for shape, keywords in target.provider.calls.items():
+    for shape, keywords in shapes.items():
         passed = {k: values[k] for k in keywords}
         inner.reset()
         try:
@@ -158,24 +233,28 @@ def test_returns_the_inner_model_with_freeze_rules_applied(
     subject: ModuleType, target: Target, spec: ProviderSpec, depth: int, data: st.DataObject
 ) -> None:
     values = draw_caller_values(data, target)
-    rules: list[Rules] = [
-        data.draw(st.tuples(freeze_patterns(), freeze_patterns()), label="rules") for _ in range(depth)
-    ]
+    names = freeze_rule_names(subject)
+    rules: list[Rules] = [draw_rules(data, names) for _ in range(depth)]
     inner = InnerProvider(spec, make_model=lambda: parameter_tree(GPT_PARAMETER_NAMES))
-    args_per_level = [unset_rules() for _ in range(depth)]
+    args_per_level = [unset_rules(subject) for _ in range(depth)]
     wrapped = wrap(subject, inner.callable, args_per_level)
     for args, (freeze, train_only) in zip(args_per_level, rules, strict=True):
-        args.freeze_patterns, args.train_only_patterns = freeze, train_only
-    frozen = expected_frozen(GPT_PARAMETER_NAMES, rules)
+        args.set_rules(freeze, train_only)
+    frozen = expected_frozen(GPT_PARAMETER_NAMES, rules, names.match)
     described = f"rules {rules} (innermost first); inner provider {spec.describe()}"
-    for shape, keywords in target.provider.calls.items():
-        passed = {k: values[k] for k in keywords}
+    shapes = {shape: {k: values[k] for k in keywords} for shape, keywords in target.provider.calls.items()}
+    checked, raised = 0, {}
+    for shape, passed in [*shapes.items(), (BARE_CALL, {"pre_process": True, "post_process": True})]:
+        if shape == BARE_CALL and checked:
+            break
         inner.reset()
         try:
             model = wrapped(**passed)
         except Exception as err:
-            failure = call_failure(shape, passed, err, bool(inner.receptions))
-            raise AssertionError(contract_failure(target, FAMILY.name, failure)) from err
+            # Why the call raised is the keywords case's red; the freeze rules are judged where the call succeeds.
+            raised[shape] = call_failure(shape, passed, err, bool(inner.receptions))
+            continue
+        checked += 1
         assert inner.returned and model is inner.returned[-1], contract_failure(
             target,
             FAMILY.name,
@@ -189,6 +268,30 @@ def test_returns_the_inner_model_with_freeze_rules_applied(
             f"call shape '{shape}': freeze rules",
             f"{len(frozen)} of {len(GPT_PARAMETER_NAMES)} parameters must be frozen; {mismatch}; {described}",
         )
+    assert checked, contract_failure(
+        target, FAMILY.name, "freeze rules cannot be judged: the wrapper raised under every call", list(raised.values())
+    )
+
+
+BARE_CALL = "pre_process/post_process only"
+
+
+def test_declared_rule_names_are_read(subject: ModuleType, target: Target) -> None:
+    names = freeze_rule_names(subject)
+    args = unset_rules(subject)
+    wrapped = subject.wrap_model_provider(
+        lambda pre_process=True, post_process=True, **_: parameter_tree(GPT_PARAMETER_NAMES), args
+    )
+    args.set_rules([r"^embedding\."], [r"decoder"])
+    with contextlib.suppress(Exception):
+        wrapped(pre_process=True, post_process=True)
+    read = args.read()
+    declaration = getattr(subject, "DECLARATION", None)
+    for role, name in (("freeze", names.freeze), ("train_only", names.train_only)):
+        where = f"{declaration.path}: key 'provider.{role}'" if declaration else f"the subject protocol's {role} rule"
+        assert not name or name in read, contract_failure(
+            target, FAMILY.name, f"{where}: the wrapper never reads args.{name}", f"it read {sorted(read) or 'nothing'}"
+        )
 
 
 @given(spec=provider_specs(failing=True), depth=st.integers(1, 2), data=st.data())
@@ -197,7 +300,7 @@ def test_inner_provider_errors_propagate_unchanged(
 ) -> None:
     values = draw_caller_values(data, target)
     inner = InnerProvider(spec, make_model=lambda: parameter_tree(GPT_PARAMETER_NAMES[:2]))
-    wrapped = wrap(subject, inner.callable, [unset_rules() for _ in range(depth)])
+    wrapped = wrap(subject, inner.callable, [unset_rules(subject) for _ in range(depth)])
     for shape, keywords in target.provider.calls.items():
         passed = {k: values[k] for k in keywords}
         inner.reset()
@@ -267,7 +370,8 @@ def test_real_gpt_model_through_the_wrapper(
     derived = process_group_parameter(GPTModel.__init__)
     keywords = target.provider.calls[call_shape]
     provider = GPTProvider(derived[0] if derived else None)
-    args = unset_rules()
+    names = freeze_rule_names(subject)
+    args = unset_rules(subject)
     wrapped = subject.wrap_model_provider(provider, args)
     caller_config = tiny_gpt_config()
     known: dict[str, Any] = {"vp_stage": VP_STAGE, "config": caller_config, "add_encoder": True, "add_decoder": True}
@@ -279,15 +383,23 @@ def test_real_gpt_model_through_the_wrapper(
         target, FAMILY.name, f"call shape '{call_shape}'", f"no real value known for {unknown}"
     )
     problems: dict[str, None] = {}
-    for (pre_process, post_process), (freeze, train_only) in itertools.product(STAGES, REAL_RULES):
-        passed = {k: {**known, "pre_process": pre_process, "post_process": post_process}[k] for k in keywords}
-        args.freeze_patterns, args.train_only_patterns = freeze, train_only
+    for (pre_process, post_process), rules in itertools.product(STAGES, REAL_RULES):
+        freeze, train_only = (rules[0] if names.freeze else None), (rules[1] if names.train_only else None)
+        stages = {"pre_process": pre_process, "post_process": post_process}
+        passed = {k: {**known, **stages}[k] for k in keywords}
+        args.set_rules(freeze, train_only)
         provider.built.clear()
         try:
             model = wrapped(**passed)
         except Exception as err:
             problems[call_failure(call_shape, passed, err, bool(provider.built))] = None
-            continue
+            # The freeze rules are still judged, on the bare call, so this red does not hide theirs.
+            passed = stages
+            provider.built.clear()
+            try:
+                model = wrapped(**passed)
+            except Exception:
+                continue
         if not provider.built or model is not provider.built[-1]:
             problems[f"call shape '{call_shape}': return value: {model!r} is not the GPTModel built"] = None
             continue
@@ -295,7 +407,7 @@ def test_real_gpt_model_through_the_wrapper(
             if got is not passed.get(keyword):
                 detail = f"the caller passed {passed.get(keyword)!r}; the GPTModel built has {got!r}"
                 problems[f"call shape '{call_shape}': keyword '{keyword}': {detail}"] = None
-        frozen = expected_frozen([name for name, _ in model.named_parameters()], [(freeze, train_only)])
+        frozen = expected_frozen([name for name, _ in model.named_parameters()], [(freeze, train_only)], names.match)
         mismatch = freeze_mismatch(model, frozen)
         if mismatch:
             built = f"GPTModel(pre_process={pre_process}, post_process={post_process})"

@@ -270,8 +270,9 @@ class InnerProvider:
 
 
 @st.composite
-def provider_specs(draw: st.DrawFn, failing: bool = False) -> ProviderSpec:
-    """Inner providers with every parameter kind, in every form; raising a drawn error type when ``failing``.
+def provider_specs(draw: st.DrawFn, failing: bool = False, positional_only: bool = True) -> ProviderSpec:
+    """Inner providers with every parameter kind, in every form; raising a drawn error type when ``failing``;
+    without positional-only parameters unless ``positional_only``.
 
     ``pre_process``/``post_process`` are named parameters, required or not, unless ``**kwargs`` takes them; the
     other names come with a default or not at all, since a caller may legitimately omit them.
@@ -283,8 +284,9 @@ def provider_specs(draw: st.DrawFn, failing: bool = False) -> ProviderSpec:
         kind = draw(st.sampled_from(kinds))
         if kind is not None:
             params.append(ProviderParameter(name, kind, draw(st.booleans())))
+    kinds = _OPTIONAL_KINDS if positional_only else tuple(k for k in _OPTIONAL_KINDS if k is not _POSITIONAL_ONLY)
     for name in _OPTIONAL_NAMES:
-        kind = draw(st.sampled_from(_OPTIONAL_KINDS))
+        kind = draw(st.sampled_from(kinds))
         if kind is not None:
             params.append(ProviderParameter(name, kind, True))
     return ProviderSpec(
@@ -361,18 +363,22 @@ def freeze_patterns() -> st.SearchStrategy[list[str] | None]:
     return st.one_of(st.none(), st.lists(pattern, max_size=3))
 
 
-def expected_frozen(names: Iterable[str], rules: Iterable[tuple[list[str] | None, list[str] | None]]) -> set[str]:
+def expected_frozen(
+    names: Iterable[str], rules: Iterable[tuple[list[str] | None, list[str] | None]], match: str = "search"
+) -> set[str]:
     """The names a model must have frozen after each ``(freeze, train_only)`` rule pair was applied to it.
 
-    A name is frozen by a pair when ``re.search`` finds a freeze pattern in it, or when train-only patterns are given
-    and none of them is found in it. Rules only ever freeze, so several pairs freeze the union.
+    A name is frozen by a pair when a freeze pattern applies to it, or when train-only patterns are given and none
+    applies to it; a pattern applies when ``re.<match>`` (``search``, ``match`` or ``fullmatch``, as the subject
+    declares) finds it in the name. Rules only ever freeze, so several pairs (a wrapper of a wrapper) freeze the union.
     """
+    applies = getattr(re, match)
     frozen = set()
     for name in names:
         for freeze, train_only in rules:
-            if any(re.search(p, name) for p in freeze or []):
+            if any(applies(p, name) for p in freeze or []):
                 frozen.add(name)
-            elif train_only and not any(re.search(p, name) for p in train_only):
+            elif train_only and not any(applies(p, name) for p in train_only):
                 frozen.add(name)
     return frozen
 

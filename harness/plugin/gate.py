@@ -22,14 +22,22 @@ from harness import REPO_ROOT
 from harness.formats.red_section import TITLE as SECTION_TITLE
 from harness.formats.red_section import RedSection, repro_line
 from harness.plugin import expected_failures, hypothesis_profiles
+from harness.plugin.declaration import Declaration, DeclarationFileError, is_declaration
 from harness.plugin.families import family_of_case
-from harness.plugin.subjects import REFERENCE_SUBJECT, SUBJECT_ENV_VAR, load_subject, subject_spec
+from harness.plugin.subjects import (
+    REFERENCE_SUBJECT,
+    SUBJECT_ENV_VAR,
+    SubjectError,
+    load_subject,
+    subject_spec,
+)
 from harness.targets.installed_versions import installed_versions, megatron_origin
 from harness.targets.matrix import Matrix, Target, load_matrix
 
 _TARGET_ENV_VAR = "MEGATRON_CONFORMANCE_TARGET"
 _MATRIX_ENV_VAR = "MEGATRON_CONFORMANCE_MATRIX"
 _REPORT_COUNTS = ("passed", "failed", "error", "skipped", "xfailed", "xpassed")
+NOT_DECLARED = "not declared"
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
@@ -47,6 +55,10 @@ def pytest_addoption(parser: pytest.Parser) -> None:
 
 def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line("markers", "contract(name, symbol): the contract and subject symbol a case checks")
+    config.addinivalue_line(
+        "markers", "advisory: a property a correct adapter need not have; reported apart unless the subject is strict"
+    )
+    config.addinivalue_line("markers", "role(name): the declared role a case needs besides its family's")
     hypothesis_profiles.load_default(config)
     name = config.getoption("--target")
     if not name:
@@ -58,12 +70,19 @@ def pytest_configure(config: pytest.Config) -> None:
     config.stash[_STALE] = []
     if not hasattr(config, "workerinput"):
         shutil.rmtree(_report_dir(config) / _RECORDS_DIR, ignore_errors=True)
+    spec = subject_spec(config.getoption("--subject"))
+    if is_declaration(spec):
+        try:
+            config.stash[_SUBJECT] = load_subject(spec)
+        except (DeclarationFileError, SubjectError) as err:
+            raise pytest.UsageError(str(err)) from None
 
 
 _MATRIX = pytest.StashKey[Matrix]()
 _TARGET = pytest.StashKey[Target]()
 _STARTED = pytest.StashKey[float]()
 _STALE = pytest.StashKey[list]()
+_SUBJECT = pytest.StashKey[ModuleType]()
 _RECORDS_DIR = "records"
 
 
@@ -85,9 +104,17 @@ def subject_name(pytestconfig: pytest.Config) -> str:
 
 
 @pytest.fixture(scope="session")
-def subject(subject_name: str) -> ModuleType:
-    """The subject under test, imported once per session."""
+def subject(pytestconfig: pytest.Config, subject_name: str) -> ModuleType:
+    """The subject under test, imported once per session (a declared subject when the session was configured)."""
+    if _SUBJECT in pytestconfig.stash:
+        return pytestconfig.stash[_SUBJECT]
     return load_subject(subject_name)
+
+
+def declaration_of(config: pytest.Config) -> Declaration | None:
+    """The declaration the subject was built from; ``None`` for a module subject."""
+    subject = config.stash.get(_SUBJECT, None)
+    return getattr(subject, "DECLARATION", None)
 
 
 @pytest.fixture(scope="session")
@@ -144,16 +171,52 @@ def _report_dir(config: pytest.Config) -> Path:
     return path
 
 
-def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+def _expected_failures(config: pytest.Config) -> list[tuple[str, list[str]]]:
+    """``(source, prefixes)`` per file that lists expected failures: the target's, and the subject declaration's
+    entry for this target."""
     target = config.stash[_TARGET]
-    prefixes = expected_failures.read(target.expected_failures)
-    config.stash[_STALE] = expected_failures.apply(prefixes, items, target.expected_failures)
+    sources = [(str(target.expected_failures), expected_failures.read(target.expected_failures))]
+    declaration = declaration_of(config)
+    if declaration is not None and target.session in declaration.expected_failures:
+        where = f"{declaration.path} [expected_failures] {target.session}"
+        sources.append((where, list(declaration.expected_failures[target.session])))
+    return sources
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    config.stash[_STALE] = [
+        (source, prefix)
+        for source, prefixes in _expected_failures(config)
+        for prefix in expected_failures.apply(prefixes, items, source)
+    ]
+    declaration = declaration_of(config)
+    if declaration is not None:
+        for item in items:
+            missing = _undeclared_role(declaration, item)
+            if missing:
+                item.add_marker(pytest.mark.skip(reason=missing))
+
+
+def _undeclared_role(declaration: Declaration, item: pytest.Item) -> str | None:
+    """``not declared: ...`` when the case needs a role the declaration does not declare; such a case never runs and
+    never counts as green."""
+    owner = family_of_case(item.nodeid)
+    roles = [declaration.undeclared_role_of(owner.name)] if owner else []
+    roles += [marker.args[0] for marker in item.iter_markers("role") if not getattr(declaration, marker.args[0])]
+    role = next((r for r in roles if r), None)
+    if role is None:
+        return None
+    family_name = owner.name if owner else item.nodeid
+    return f"{NOT_DECLARED}: {family_name} needs [{role}] in {declaration.path}"
 
 
 def pytest_xdist_node_collection_finished(node: Any, ids: list[str]) -> None:
     config = node.config
-    prefixes = expected_failures.read(config.stash[_TARGET].expected_failures)
-    config.stash[_STALE] = expected_failures.stale(prefixes, ids)
+    config.stash[_STALE] = [
+        (source, prefix)
+        for source, prefixes in _expected_failures(config)
+        for prefix in expected_failures.stale(prefixes, ids)
+    ]
 
 
 def _repro_command(config: pytest.Config, nodeid: str) -> str:
@@ -180,8 +243,32 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) ->
     contract = marker.args[0] if marker else (owner.name if owner else item.module.__name__.rsplit(".", 1)[-1])
     symbol = marker.kwargs.get("symbol", "-") if marker else (owner.symbol if owner else "-")
     target = item.config.stash[_TARGET]
-    section = RedSection(target.session, contract, symbol, _repro_command(item.config, report.nodeid))
+    repro = _repro_command(item.config, report.nodeid)
+    if report.when == "call" and item.get_closest_marker("advisory") and not _strict(item.config):
+        _record_advisory(item.config, contract, report, repro)
+        return
+    section = RedSection(target.session, contract, symbol, repro)
     report.longrepr.addsection(SECTION_TITLE, section.text())
+
+
+def _strict(config: pytest.Config) -> bool:
+    declaration = declaration_of(config)
+    return True if declaration is None else declaration.strict
+
+
+def _record_advisory(config: pytest.Config, family_name: str, report: pytest.TestReport, repro: str) -> None:
+    """Turn an advisory's failure into a pass with a record: ``summary.json``, the terminal and the report show it
+    in its own colour, with the same repro line as a red."""
+    message = getattr(report.longrepr, "reprcrash", None)
+    text = (message.message if message else str(report.longrepr)).strip().splitlines()
+    first = next((line for line in text if line.strip() and not line.startswith("assert ")), "advisory property")
+    report.outcome = "passed"
+    report.longrepr = None
+    _append_record(
+        _report_dir(config),
+        "advisories",
+        {"family": family_name, "case": report.nodeid, "text": first.removeprefix("AssertionError: "), "repro": repro},
+    )
 
 
 def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
@@ -196,6 +283,9 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
     summary = {
         "target": target.session,
         "subject": subject_spec(config.getoption("--subject")),
+        "subject_kind": "declaration" if declaration_of(config) is not None else "module",
+        "declaration_lines": declaration.lines if (declaration := declaration_of(config)) else None,
+        "selection": _selection(config),
         "pins": {
             "megatron": target.megatron.location,
             "torch": str(target.torch),
@@ -205,8 +295,9 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
         "installed": installed_versions(),
         "megatron_origin": megatron_origin(),
         "counts": counts,
-        "stale_expected_failures": config.stash[_STALE],
+        "stale_expected_failures": [prefix for _, prefix in config.stash[_STALE]],
         "waivers": _records(report_dir, "waivers"),
+        "advisories": _records(report_dir, "advisories"),
         "findings": _records(report_dir, "findings"),
         "exit_status": int(exitstatus),
         "wall_time_s": round(time.monotonic() - config.stash[_STARTED], 2),
@@ -225,8 +316,26 @@ def pytest_terminal_summary(terminalreporter: Any, config: pytest.Config) -> Non
         terminalreporter.write_sep("-", "findings")
         for finding in findings:
             terminalreporter.write_line(f"{finding['family']}: {finding['text']}")
+    advisories = _records(_report_dir(config), "advisories") if _TARGET in config.stash else []
+    if advisories:
+        title = "advisories (properties a correct adapter need not have; not reds)"
+        terminalreporter.write_sep("-", title, yellow=True)
+        for advisory in advisories:
+            terminalreporter.write_line(f"{advisory['family']}: {advisory['text']}", yellow=True)
+            terminalreporter.write_line(f"    {advisory['repro']}")
     stale = config.stash.get(_STALE, [])
     if stale:
         terminalreporter.write_sep("-", "stale expected failures")
-        for prefix in stale:
-            terminalreporter.write_line(f"{config.stash[_TARGET].expected_failures}: {prefix!r} matches no test")
+        for source, prefix in stale:
+            terminalreporter.write_line(f"{source}: {prefix!r} matches no test")
+
+
+def _selection(config: pytest.Config) -> list[str] | None:
+    """What narrowed the run (node ids, ``-k``, ``-m``); ``None`` when every case of ``cases/`` ran."""
+    cases = (REPO_ROOT / "cases").resolve()
+    narrowed = [arg for arg in config.args if Path(arg).resolve() != cases]
+    if config.option.keyword:
+        narrowed.append(f"-k {config.option.keyword}")
+    if config.option.markexpr:
+        narrowed.append(f"-m {config.option.markexpr}")
+    return narrowed or None

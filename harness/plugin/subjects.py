@@ -1,7 +1,9 @@
 """Selecting and loading the subject: the downstream adapter code the gate checks.
 
-The subject is named by a dotted module name or a path to a ``.py`` file (or package directory), through the
-``--subject`` pytest option or the :data:`SUBJECT_ENV_VAR` variable; the default is the built-in reference subject.
+The subject is named by a dotted module name, a path to a ``.py`` file (or package directory) exposing the subject
+protocol, or a path to a declaration (a ``.toml`` file, or a ``pyproject.toml`` with ``[tool.megatron-conformance]``:
+:mod:`harness.plugin.declaration`), through the ``--subject`` pytest option or the :data:`SUBJECT_ENV_VAR` variable;
+the default is the built-in reference subject.
 """
 
 from __future__ import annotations
@@ -11,8 +13,12 @@ import importlib.util
 import itertools
 import os
 import sys
+from dataclasses import dataclass
 from pathlib import Path
 from types import ModuleType
+
+from harness.plugin.declaration import is_declaration, read_declaration_file
+from harness.plugin.declared_subject import build_declared_subject
 
 SUBJECT_ENV_VAR = "MEGATRON_CONFORMANCE_SUBJECT"
 REFERENCE_SUBJECT = "harness.reference"
@@ -32,13 +38,37 @@ class SubjectError(RuntimeError):
     """The subject cannot be loaded, or lacks a name of the protocol."""
 
 
+@dataclass(frozen=True)
+class FreezeRuleNames:
+    """Where a provider wrapper reads its freeze rules from ``args``, and how a pattern applies to a name."""
+
+    freeze: str | None = "freeze_patterns"
+    train_only: str | None = "train_only_patterns"
+    match: str = "search"
+
+
+def freeze_rule_names(subject: ModuleType) -> FreezeRuleNames:
+    """The declaration's names for "freeze these" and "train only these"; the protocol's own for a module subject."""
+    declaration = getattr(subject, "DECLARATION", None)
+    if declaration is None:
+        return FreezeRuleNames()
+    provider = declaration.provider
+    return FreezeRuleNames(provider.get("freeze"), provider.get("train_only"), provider.get("match", "search"))
+
+
 def subject_spec(option: str | None = None) -> str:
     """The subject named by the option, else the environment, else the reference subject."""
     return option or os.environ.get(SUBJECT_ENV_VAR) or REFERENCE_SUBJECT
 
 
 def load_subject(spec: str) -> ModuleType:
-    """Import the subject named by ``spec`` (dotted name, ``.py`` file or package directory)."""
+    """Import the subject named by ``spec`` (dotted name, ``.py`` file, package directory or declaration file).
+
+    A declaration that cannot be used raises :class:`~harness.plugin.declaration.DeclarationFileError`, one line
+    naming the file, the key and the reason.
+    """
+    if is_declaration(spec):
+        return build_declared_subject(read_declaration_file(spec))
     path = Path(spec)
     if spec.endswith(".py") or path.is_dir():
         return _load_from_path(path.resolve())

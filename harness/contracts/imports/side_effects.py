@@ -133,25 +133,8 @@ from types import BuiltinFunctionType, CodeType, FunctionType, MappingProxyType,
 from typing import Any, NamedTuple
 
 from harness.contracts.imports.isolation import Isolation, observe_isolations
+from harness.formats.effect_kinds import KINDS
 
-KINDS = (
-    "module-attribute",
-    "sys-modules",
-    "sys-path",
-    "log-record",
-    "logger-config",
-    "warning",
-    "env-read",
-    "env-write",
-    "thread",
-    "process",
-    "cuda-init",
-    "file",
-    "function-state",
-    "class-attribute",
-    "mutable-global",
-    "process-hook",
-)
 _WATCHED_BY_DEFAULT = ("megatron", "torch.distributed")
 _SKIPPED_DIRS = frozenset(
     {

@@ -1,0 +1,265 @@
+"""A subject declaration: a data file that maps the roles the gate checks to a framework's own names and conventions.
+
+A real adapter was not written for this gate: its patch applies itself at import, its budget is a module global, its
+provider wrapper reads freeze rules under the framework's names. Rather than glue code that re-implements part of the
+behaviour under test, the framework states those facts here and the harness drives its code as it is
+(:mod:`harness.plugin.declared_subject`). Every problem is one line naming the file, the key and the reason.
+
+The file is TOML: a ``.toml`` file of its own, or the ``[tool.megatron-conformance]`` table of a ``pyproject.toml``.
+"""
+
+from __future__ import annotations
+
+import tomllib
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from harness.formats.effect_kinds import KINDS
+from harness.formats.keys import key_problem
+
+PYPROJECT_TABLE = "megatron-conformance"
+ROLE_FAMILIES = {
+    "splitter": ("chunk-splitting",),
+    "patch": ("equivalence",),
+    "provider": ("model-provider",),
+    "megatron_symbols": ("api-fingerprint",),
+}
+"""The families that can only run when the role is declared; the others run on every declaration."""
+
+_TABLES: dict[str, tuple[tuple[str, ...], tuple[str, ...]]] = {
+    "subject": (("adapter_package",), ("source_root", "strict")),
+    "patch": (("module", "applied"), ("apply", "undo", "function")),
+    "budget": ((), ("global", "env", "argument")),
+    "splitter": (("function",), ("arguments",)),
+    "provider": (("factory",), ("train_only", "freeze", "match")),
+    "allow": ((), KINDS),
+}
+_FREE_TABLES = ("megatron_symbols", "expected_failures")
+_APPLIED = ("import", "call")
+_SPLITTER_ARGUMENTS = ("params", "grads", "budget")
+MATCH_MODES = ("search", "match", "fullmatch")
+
+
+class DeclarationFileError(ValueError):
+    """A declaration that cannot be used, worded ``<file>: key '<key>': <reason>``."""
+
+    def __init__(self, path: Path, key: str, reason: str) -> None:
+        super().__init__(f"{path}: key '{key}': {reason}")
+        self.path, self.key, self.reason = path, key, reason
+
+
+@dataclass(frozen=True)
+class Declaration:
+    """A checked declaration. Dotted names are as written (``module`` or ``module:qualname``); they are resolved when
+    the subject is built, where a name that does not resolve is reported against its key."""
+
+    path: Path
+    source_root: Path
+    adapter_package: str
+    strict: bool = False
+    patch: Mapping[str, str] = field(default_factory=dict)
+    budget: Mapping[str, str] = field(default_factory=dict)
+    splitter: Mapping[str, Any] = field(default_factory=dict)
+    provider: Mapping[str, str] = field(default_factory=dict)
+    allow: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
+    megatron_symbols: Mapping[str, str] = field(default_factory=dict)
+    expected_failures: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
+    lines: int = 0
+
+    @property
+    def roles(self) -> tuple[str, ...]:
+        """The roles this declaration declares, among those of :data:`ROLE_FAMILIES`."""
+        return tuple(role for role in ROLE_FAMILIES if getattr(self, role))
+
+    @property
+    def packages(self) -> set[str]:
+        """The top-level packages the declared names live in: the framework's own code."""
+        names = (
+            self.adapter_package,
+            self.patch.get("module"),
+            self.splitter.get("function"),
+            self.provider.get("factory"),
+        )
+        return {name.split(":")[0].split(".")[0] for name in names if name}
+
+    def undeclared_role_of(self, family: str) -> str | None:
+        """The role ``family`` needs that this declaration lacks, or ``None`` when the family can run."""
+        for role, families in ROLE_FAMILIES.items():
+            if family in families and not getattr(self, role):
+                return role
+        return None
+
+    def fail(self, key: str, reason: str) -> DeclarationFileError:
+        return DeclarationFileError(self.path, key, reason)
+
+
+def is_declaration(spec: str) -> bool:
+    """Whether a subject spec names a declaration file rather than a module or a ``.py`` path."""
+    return spec.endswith(".toml")
+
+
+def read_declaration_file(path: str | Path) -> Declaration:
+    """Read and check the declaration at ``path``; a :class:`DeclarationFileError` names what is wrong."""
+    path = Path(path).resolve()
+    try:
+        text = path.read_text()
+    except OSError as err:
+        raise DeclarationFileError(path, "-", f"cannot read the file: {err.strerror or err}") from None
+    try:
+        raw = tomllib.loads(text)
+    except tomllib.TOMLDecodeError as err:
+        raise DeclarationFileError(path, "-", f"not valid TOML: {err}") from None
+    if path.name == "pyproject.toml":
+        raw = raw.get("tool", {}).get(PYPROJECT_TABLE)
+        if not isinstance(raw, dict):
+            raise DeclarationFileError(path, f"tool.{PYPROJECT_TABLE}", "missing: the declaration lives in this table")
+    return _checked(path, raw, _declaration_lines(text, path.name == "pyproject.toml"))
+
+
+def _declaration_lines(text: str, in_pyproject: bool) -> int:
+    """Lines that say something (no blank or comment lines); in a pyproject, only those of the gate's tables."""
+    counted, inside = 0, not in_pyproject
+    for line in text.splitlines():
+        stripped = line.strip()
+        if in_pyproject and stripped.startswith("["):
+            inside = stripped.strip("[]").startswith(f"tool.{PYPROJECT_TABLE}")
+        if inside and stripped and not stripped.startswith("#"):
+            counted += 1
+    return counted
+
+
+def _checked(path: Path, raw: dict[str, Any], lines: int) -> Declaration:
+    problem = key_problem(raw, ("subject",), (*(t for t in _TABLES if t != "subject"), *_FREE_TABLES))
+    if problem:
+        raise DeclarationFileError(path, *problem)
+    tables = {}
+    for name, (required, optional) in _TABLES.items():
+        table = raw.get(name, {})
+        if not isinstance(table, dict):
+            raise DeclarationFileError(path, name, f"must be a table, not {type(table).__name__}")
+        if name in raw:
+            problem = key_problem(table, required, optional)
+            if problem:
+                raise DeclarationFileError(path, f"{name}.{problem[0]}", problem[1])
+        tables[name] = table
+    subject = tables["subject"]
+    root = (path.parent / _string(path, "subject.source_root", subject.get("source_root", "."))).resolve()
+    if not root.is_dir():
+        raise DeclarationFileError(path, "subject.source_root", f"{root} is not a directory")
+    strict = subject.get("strict", False)
+    if not isinstance(strict, bool):
+        raise DeclarationFileError(path, "subject.strict", f"must be true or false, not {strict!r}")
+    declaration = Declaration(
+        path=path,
+        source_root=root,
+        adapter_package=_dotted(path, "subject.adapter_package", subject["adapter_package"], qualified=False),
+        strict=strict,
+        patch=_patch(path, tables["patch"]),
+        budget={k: _string(path, f"budget.{k}", v) for k, v in tables["budget"].items()},
+        splitter=_splitter(path, tables["splitter"]),
+        provider=_provider(path, tables["provider"]),
+        allow={k: _patterns(path, f"allow.{k}", v) for k, v in tables["allow"].items()},
+        megatron_symbols=_string_table(path, "megatron_symbols", raw.get("megatron_symbols", {})),
+        expected_failures={
+            k: _patterns(path, f"expected_failures.{k}", v) for k, v in _table(path, raw, "expected_failures").items()
+        },
+        lines=lines,
+    )
+    _check_roles(declaration)
+    return declaration
+
+
+def _check_roles(declaration: Declaration) -> None:
+    """The roles that only work together: the harness sets the budget of the patch it installs."""
+    patch, budget = declaration.patch, declaration.budget
+    if budget and not patch:
+        raise declaration.fail("budget", "declared without [patch]: the budget belongs to the patch module")
+    if patch and not budget:
+        raise declaration.fail("budget", "missing: with [patch], say how the budget is set (global, argument or env)")
+    if budget and not set(budget) & {"global", "argument", "env"}:
+        raise declaration.fail("budget", "names none of global, argument, env")
+    if "argument" in budget and patch.get("applied") != "call":
+        raise declaration.fail("budget.argument", 'only an apply function (applied = "call") takes an argument')
+
+
+def _patch(path: Path, table: dict[str, Any]) -> dict[str, str]:
+    if not table:
+        return {}
+    patch = {k: _string(path, f"patch.{k}", v) for k, v in table.items()}
+    patch["module"] = _dotted(path, "patch.module", patch["module"], qualified=False)
+    if patch["applied"] not in _APPLIED:
+        raise DeclarationFileError(
+            path, "patch.applied", f"must be one of {', '.join(_APPLIED)}, not {patch['applied']!r}"
+        )
+    if patch["applied"] == "call" and "apply" not in patch:
+        raise DeclarationFileError(path, "patch.apply", 'missing required key: applied = "call" names the function')
+    if patch["applied"] == "import" and "apply" in patch:
+        raise DeclarationFileError(path, "patch.apply", 'applied = "import" has no apply function')
+    for key in ("apply", "undo", "function"):
+        if key in patch and not patch[key].isidentifier():
+            raise DeclarationFileError(path, f"patch.{key}", f"{patch[key]!r} is not a name in the patch module")
+    return patch
+
+
+def _splitter(path: Path, table: dict[str, Any]) -> dict[str, Any]:
+    if not table:
+        return {}
+    arguments = table.get("arguments", list(_SPLITTER_ARGUMENTS))
+    if not isinstance(arguments, list) or sorted(map(str, arguments)) != sorted(_SPLITTER_ARGUMENTS):
+        raise DeclarationFileError(
+            path, "splitter.arguments", f"must order exactly {list(_SPLITTER_ARGUMENTS)}, not {arguments!r}"
+        )
+    return {"function": _dotted(path, "splitter.function", table["function"], qualified=True), "arguments": arguments}
+
+
+def _provider(path: Path, table: dict[str, Any]) -> dict[str, str]:
+    if not table:
+        return {}
+    provider = {k: _string(path, f"provider.{k}", v) for k, v in table.items()}
+    provider["factory"] = _dotted(path, "provider.factory", provider["factory"], qualified=True)
+    if not (provider.get("train_only") or provider.get("freeze")):
+        raise DeclarationFileError(path, "provider.freeze", "missing: name at least one of train_only, freeze")
+    for key in ("train_only", "freeze"):
+        if key in provider and not provider[key].isidentifier():
+            raise DeclarationFileError(path, f"provider.{key}", f"{provider[key]!r} is not an attribute name of args")
+    if provider.setdefault("match", "search") not in MATCH_MODES:
+        raise DeclarationFileError(path, "provider.match", f"must be one of {', '.join(MATCH_MODES)}")
+    return provider
+
+
+def _dotted(path: Path, key: str, value: object, qualified: bool) -> str:
+    """A dotted module name, or ``module:qualname`` when ``qualified``."""
+    text = _string(path, key, value)
+    module, colon, qualname = text.partition(":")
+    parts = module.split(".") + (qualname.split(".") if colon else [])
+    if qualified != bool(colon) or not all(part.isidentifier() for part in parts):
+        shape = "module:qualname (e.g. pkg.mod:function)" if qualified else "a dotted module name (e.g. pkg.mod)"
+        raise DeclarationFileError(path, key, f"{text!r} is not {shape}")
+    return text
+
+
+def _string(path: Path, key: str, value: object) -> str:
+    if not isinstance(value, str) or not value:
+        raise DeclarationFileError(path, key, f"must be a non-empty string, not {value!r}")
+    return value
+
+
+def _patterns(path: Path, key: str, value: object) -> tuple[str, ...]:
+    if not isinstance(value, list) or not all(isinstance(item, str) and item for item in value):
+        raise DeclarationFileError(path, key, f"must be a list of strings, not {value!r}")
+    return tuple(value)
+
+
+def _table(path: Path, raw: dict[str, Any], key: str) -> dict[str, Any]:
+    table = raw.get(key, {})
+    if not isinstance(table, dict):
+        raise DeclarationFileError(path, key, f"must be a table, not {type(table).__name__}")
+    return table
+
+
+def _string_table(path: Path, key: str, table: object) -> dict[str, str]:
+    if not isinstance(table, dict):
+        raise DeclarationFileError(path, key, f"must be a table, not {type(table).__name__}")
+    return {str(k): _string(path, f"{key}.{k}", v) for k, v in table.items()}

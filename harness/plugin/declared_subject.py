@@ -1,0 +1,239 @@
+"""The subject protocol built from a :class:`~harness.plugin.declaration.Declaration`, by driving the framework's own
+code the way its declaration says, never by re-implementing it.
+
+A patch that applies itself at import is imported once (in every process that loads the subject: the parent and each
+rank), what it bound into ``finalize_model_grads`` is captured, and Megatron is put back exactly before any case runs;
+``install()`` then binds the captured replacement and ``uninstall()`` puts back what was there. A patch applied by a
+function is applied and undone through the declared functions (the harness puts back what it saved where no undo is
+declared). The budget is set the declared way: a module global, an argument of the apply function, or an
+environment variable read when the patch module is imported (the module is then imported again per budget).
+"""
+
+from __future__ import annotations
+
+import importlib
+import itertools
+import os
+import sys
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from types import ModuleType
+from typing import Any
+
+from harness.plugin.declaration import Declaration
+
+FINALIZE_MODULE = "megatron.core.distributed.finalize_model_grads"
+UPSTREAM_NAME = "_allreduce_non_tensor_model_parallel_grads"
+_MISSING = object()
+_counter = itertools.count()
+
+
+def build_declared_subject(declaration: Declaration) -> ModuleType:
+    """A module exposing the subject protocol for the framework ``declaration`` describes.
+
+    Names a role needs are resolved now, so a wrong dotted name is one :class:`DeclarationFileError` naming its key.
+    """
+    if str(declaration.source_root) not in sys.path:
+        sys.path.insert(0, str(declaration.source_root))
+    _check_adapter_package(declaration)
+    subject = ModuleType(f"_megatron_conformance_declared_{next(_counter)}_{declaration.path.stem.replace('-', '_')}")
+    subject.__doc__ = f"The subject declared by {declaration.path}."
+    subject.DECLARATION = declaration
+    subject.ADAPTER_PACKAGE = declaration.adapter_package
+    subject.IMPORT_SIDE_EFFECTS_ALLOWED = {kind: list(patterns) for kind, patterns in declaration.allow.items()}
+    subject.IMPORT_WATCH_MODULES = _patched_libraries(declaration)
+    if declaration.megatron_symbols:
+        subject.MEGATRON_SYMBOLS = dict(declaration.megatron_symbols)
+    if declaration.splitter:
+        subject.split_into_chunks = _splitter(declaration)
+    if declaration.provider:
+        subject.wrap_model_provider = _resolve(declaration, "provider.factory", declaration.provider["factory"])
+    if declaration.patch:
+        patch = DeclaredPatch(declaration)
+        subject.install, subject.uninstall = patch.install, patch.uninstall
+        subject.allreduce_non_tensor_model_parallel_grads = patch.replacement
+    return subject
+
+
+def _patched_libraries(declaration: Declaration) -> list[str]:
+    """The libraries the adapter may patch on purpose (``deep_ep`` for ``function-state = ["deep_ep.Buffer.*"]``):
+    watched like Megatron, so that what it does to them shows as the waiver it is, and nothing else slips by."""
+    kinds = ("module-attribute", "function-state", "class-attribute", "mutable-global")
+    roots = {pattern.split(".")[0] for kind in kinds for pattern in declaration.allow.get(kind, ())}
+    return sorted(root for root in roots if root.isidentifier())
+
+
+def _check_adapter_package(declaration: Declaration) -> None:
+    relative = Path(*declaration.adapter_package.split("."))
+    root = declaration.source_root
+    if not ((root / relative / "__init__.py").is_file() or (root / relative).with_suffix(".py").is_file()):
+        raise declaration.fail(
+            "subject.adapter_package", f"no package or module {declaration.adapter_package!r} under {root}"
+        )
+
+
+def _splitter(declaration: Declaration) -> Callable[[list, list, int], Any]:
+    """``split_into_chunks(params, grads, budget_bytes)`` calling the framework's splitter in its own argument order."""
+    function = _resolve(declaration, "splitter.function", declaration.splitter["function"])
+    order = tuple(declaration.splitter["arguments"])
+
+    def split_into_chunks(params: list, grads: list, budget_bytes: int) -> Any:
+        given = {"params": params, "grads": grads, "budget": budget_bytes}
+        return function(*(given[name] for name in order))
+
+    split_into_chunks.__qualname__ = f"split_into_chunks[{declaration.splitter['function']}]"
+    return split_into_chunks
+
+
+def _resolve(declaration: Declaration, key: str, dotted: str) -> Any:
+    """``module:qualname`` imported and looked up; a problem is reported against ``key``."""
+    module_name, _, qualname = dotted.partition(":")
+    value: Any = _import(declaration, key, module_name)
+    for part in qualname.split("."):
+        if not hasattr(value, part):
+            raise declaration.fail(key, f"{module_name!r} has no attribute {qualname!r} (no {part!r})")
+        value = getattr(value, part)
+    if not callable(value):
+        raise declaration.fail(key, f"{dotted} is {type(value).__name__}, not callable")
+    return value
+
+
+def _import(declaration: Declaration, key: str, module_name: str, fresh: bool = False) -> ModuleType:
+    if fresh:
+        sys.modules.pop(module_name, None)
+    try:
+        return importlib.import_module(module_name)
+    except ModuleNotFoundError as err:
+        if err.name and (module_name == err.name or module_name.startswith(f"{err.name}.")):
+            raise declaration.fail(key, f"no module {err.name!r} (source root {declaration.source_root})") from None
+        raise declaration.fail(key, f"importing {module_name!r} failed: {type(err).__name__}: {err}") from None
+    except Exception as err:
+        raise declaration.fail(key, f"importing {module_name!r} failed: {type(err).__name__}: {err}") from None
+
+
+class DeclaredPatch:
+    """The framework's patch of ``finalize_model_grads``, driven as declared, with upstream always restorable."""
+
+    def __init__(self, declaration: Declaration) -> None:
+        self.declaration = declaration
+        self.patch = declaration.patch
+        self.budget = declaration.budget
+        self.finalize = importlib.import_module(FINALIZE_MODULE)
+        self.originals: dict[str, object] = {}
+        self._imported_budgets: dict[int | None, tuple[ModuleType, dict[str, object]]] = {}
+        self.module, self.rebinds = self._capture(None)
+        self.active = self.module
+        self.default_global = self._global(self.module)
+        self.replacement = self.rebinds[UPSTREAM_NAME]
+        function = self.patch.get("function")
+        if function is not None and getattr(self.module, function, None) is not self.replacement:
+            raise declaration.fail(
+                "patch.function",
+                f"the patch bound {_describe(self.replacement)} as {UPSTREAM_NAME}, "
+                f"not {self.patch['module']}.{function}",
+            )
+        for key in ("apply", "undo"):
+            if key in self.patch and not callable(getattr(self.module, self.patch[key], None)):
+                raise declaration.fail(f"patch.{key}", f"{self.patch['module']!r} has no function {self.patch[key]!r}")
+        if "global" in self.budget and self.default_global is _MISSING:
+            raise declaration.fail("budget.global", f"{self.patch['module']!r} has no global {self.budget['global']!r}")
+
+    def _capture(self, env_budget: int | None) -> tuple[ModuleType, dict[str, object]]:
+        """Import the patch module (with ``env_budget`` in its environment variable), apply it as declared, and put
+        Megatron back exactly; the names it bound and to what."""
+        if env_budget in self._imported_budgets:
+            return self._imported_budgets[env_budget]
+        before = dict(vars(self.finalize))
+        with self._environment(env_budget):
+            try:
+                module = _import(self.declaration, "patch.module", self.patch["module"], fresh=True)
+                if self.patch["applied"] == "call":
+                    self._call(module, "apply", "patch.apply")
+                rebinds = {
+                    name: value
+                    for name, value in vars(self.finalize).items()
+                    if before.get(name, _MISSING) is not value
+                }
+                if self.patch["applied"] == "call" and "undo" in self.patch:
+                    self._call(module, "undo", "patch.undo")
+            finally:
+                self._restore(before)
+        if UPSTREAM_NAME not in rebinds:
+            how = "importing it" if self.patch["applied"] == "import" else f"calling {self.patch.get('apply')}()"
+            raise self.declaration.fail(
+                "patch.applied",
+                f"{how} bound nothing as {FINALIZE_MODULE}.{UPSTREAM_NAME} (applied = {self.patch['applied']!r})",
+            )
+        self.originals = {name: before.get(name, _MISSING) for name in rebinds}
+        self._imported_budgets[env_budget] = (module, rebinds)
+        return module, rebinds
+
+    def _call(self, module: ModuleType, role: str, key: str, **kwargs: Any) -> None:
+        function = getattr(module, self.patch[role], None)
+        if not callable(function):
+            raise self.declaration.fail(key, f"{self.patch['module']!r} has no function {self.patch[role]!r}")
+        function(**kwargs)
+
+    @contextmanager
+    def _environment(self, budget: int | None) -> Iterator[None]:
+        name = self.budget.get("env")
+        if budget is None or name is None:
+            yield
+            return
+        saved = os.environ.get(name)
+        os.environ[name] = str(budget)
+        try:
+            yield
+        finally:
+            if saved is None:
+                del os.environ[name]
+            else:
+                os.environ[name] = saved
+
+    def _restore(self, before: dict[str, object]) -> None:
+        namespace = vars(self.finalize)
+        for name in [name for name in namespace if name not in before]:
+            delattr(self.finalize, name)
+        for name, value in before.items():
+            if namespace.get(name, _MISSING) is not value:
+                setattr(self.finalize, name, value)
+
+    def _global(self, module: ModuleType) -> object:
+        name = self.budget.get("global")
+        return getattr(module, name, _MISSING) if name else _MISSING
+
+    def install(self, budget_bytes: int | None = None) -> None:
+        """Apply the framework's patch with ``budget_bytes`` (``None``: the framework's own default)."""
+        module, rebinds = self.module, self.rebinds
+        if budget_bytes is not None and "global" not in self.budget and "argument" not in self.budget:
+            module, rebinds = self._capture(budget_bytes)
+        if self.patch["applied"] == "call":
+            argument = self.budget.get("argument")
+            kwargs = {argument: budget_bytes} if argument and budget_bytes is not None else {}
+            self._call(module, "apply", "patch.apply", **kwargs)
+        else:
+            for name, value in rebinds.items():
+                setattr(self.finalize, name, value)
+        if "global" in self.budget:
+            setattr(module, self.budget["global"], self.default_global if budget_bytes is None else budget_bytes)
+        self.active = module
+
+    def uninstall(self) -> None:
+        """Undo the patch the declared way, else put back what the harness saw before the patch module ran."""
+        if self.patch["applied"] == "call" and "undo" in self.patch:
+            self._call(self.active, "undo", "patch.undo")
+        else:
+            for name, value in self.originals.items():
+                if value is _MISSING:
+                    if hasattr(self.finalize, name):
+                        delattr(self.finalize, name)
+                else:
+                    setattr(self.finalize, name, value)
+        if "global" in self.budget:
+            setattr(self.active, self.budget["global"], self.default_global)
+        self.active = self.module
+
+
+def _describe(value: object) -> str:
+    return f"{getattr(value, '__module__', '?')}.{getattr(value, '__qualname__', repr(value))}"
