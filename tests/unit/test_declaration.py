@@ -1,0 +1,139 @@
+"""Subject declarations: every seeded mistake ends in one line naming the file, the key and the reason; a good
+declaration drives the framework's own functions without glue."""
+
+from __future__ import annotations
+
+import textwrap
+from pathlib import Path
+
+import pytest
+
+from harness.plugin.declaration import DeclarationFileError, read_declaration_file
+from harness.plugin.subjects import FreezeRuleNames, freeze_rule_names, load_subject
+
+SPLITTER = """
+def split_grads(chunk_bytes, params, grads):
+    return [([p], [g]) for p, g in zip(params, grads)] if chunk_bytes > 0 else []
+"""
+PROVIDER = """
+def wrap_with_freeze(provider, args):
+    def wrapped(pre_process=True, post_process=True, **kwargs):
+        return provider(pre_process=pre_process, post_process=post_process, **kwargs)
+    return wrapped
+"""
+GOOD = """
+[subject]
+source_root = "src"
+adapter_package = "toyframe.megatron_utils"
+
+[splitter]
+function = "toyframe.megatron_utils.chunks:split_grads"
+arguments = ["budget", "params", "grads"]
+
+[provider]
+factory = "toyframe.megatron_utils.provider:wrap_with_freeze"
+freeze = "freeze_params_name_list"
+train_only = "only_train_params_name_list"
+"""
+
+
+@pytest.fixture
+def framework(tmp_path: Path) -> Path:
+    package = tmp_path / "src" / "toyframe" / "megatron_utils"
+    package.mkdir(parents=True)
+    (tmp_path / "src" / "toyframe" / "__init__.py").write_text("")
+    (package / "__init__.py").write_text("")
+    (package / "chunks.py").write_text(SPLITTER)
+    (package / "provider.py").write_text(PROVIDER)
+    return tmp_path
+
+
+def declare(framework: Path, text: str, name: str = "conformance.toml") -> Path:
+    path = framework / name
+    path.write_text(textwrap.dedent(text))
+    return path
+
+
+def one_line_error(path: Path, load: bool = False) -> str:
+    with pytest.raises(DeclarationFileError) as caught:
+        load_subject(str(path)) if load else read_declaration_file(path)
+    message = str(caught.value)
+    assert "\n" not in message
+    return message
+
+
+def test_a_declared_subject_calls_the_frameworks_own_functions(framework: Path) -> None:
+    subject = load_subject(str(declare(framework, GOOD)))
+    assert subject.split_into_chunks(["p"], ["g"], 8) == [(["p"], ["g"])]
+    assert subject.split_into_chunks(["p"], ["g"], 0) == []
+    assert subject.wrap_model_provider.__module__ == "toyframe.megatron_utils.provider"
+    assert subject.ADAPTER_PACKAGE == "toyframe.megatron_utils"
+    assert freeze_rule_names(subject) == FreezeRuleNames(
+        "freeze_params_name_list", "only_train_params_name_list", "search"
+    )
+    assert subject.DECLARATION.roles == ("splitter", "provider")
+    assert subject.DECLARATION.undeclared_role_of("equivalence") == "patch"
+    assert subject.DECLARATION.undeclared_role_of("import-side-effects") is None
+    assert not hasattr(subject, "install")
+
+
+def test_the_declaration_can_live_in_pyproject(framework: Path) -> None:
+    body = GOOD.replace("[subject]", "[tool.megatron-conformance.subject]")
+    for table in ("splitter", "provider"):
+        body = body.replace(f"[{table}]", f"[tool.megatron-conformance.{table}]")
+    path = declare(framework, '[project]\nname = "toyframe"\n' + body, "pyproject.toml")
+    declaration = read_declaration_file(path)
+    assert declaration.roles == ("splitter", "provider")
+    assert declaration.lines == 10
+
+
+def test_the_line_count_is_reported(framework: Path) -> None:
+    assert read_declaration_file(declare(framework, GOOD)).lines == 10
+
+
+@pytest.mark.parametrize(
+    ("edit", "key", "reason"),
+    [
+        (("[provider]", "[provder]"), "provder", "unknown key"),
+        (('freeze = "', 'freez = "'), "provider.freez", "unknown key"),
+        (('factory = "toyframe.megatron_utils.provider:wrap_with_freeze"\n', ""), "provider.factory", "missing"),
+        (('source_root = "src"', 'source_root = "nowhere"'), "subject.source_root", "is not a directory"),
+        (("arguments = [", 'arguments = ["budget", '), "splitter.arguments", "must order exactly"),
+        (("toyframe.megatron_utils.chunks:split_grads", "toyframe.megatron_utils.chunks"), "splitter.function", ""),
+        (("[splitter]", '[budget]\nglobal = "CHUNK"\n\n[splitter]'), "budget", "without [patch]"),
+    ],
+)
+def test_a_bad_declaration_is_one_line_naming_file_key_and_reason(
+    framework: Path, edit: tuple[str, str], key: str, reason: str
+) -> None:
+    assert edit[0] in GOOD
+    path = declare(framework, GOOD.replace(*edit, 1))
+    message = one_line_error(path)
+    assert message.startswith(f"{path}: key '{key}': ") and reason in message
+
+
+def test_a_patch_needs_a_budget(framework: Path) -> None:
+    text = GOOD + '\n[patch]\nmodule = "toyframe.megatron_utils.patch"\napplied = "import"\n'
+    message = one_line_error(declare(framework, text))
+    assert "key 'budget': missing" in message
+
+
+@pytest.mark.parametrize(
+    ("edit", "key", "reason"),
+    [
+        (("chunks:split_grads", "chunks:split_gradz"), "splitter.function", "has no attribute 'split_gradz'"),
+        (("megatron_utils.chunks:", "megatron_utils.chunkz:"), "splitter.function", "no module"),
+        (("provider:wrap_with_freeze", "provider:wrap_with_frieze"), "provider.factory", "no attribute"),
+        (
+            ('adapter_package = "toyframe.megatron_utils"', 'adapter_package = "toyframe.mcore"'),
+            "subject.adapter_package",
+            "no package",
+        ),
+    ],
+)
+def test_a_wrong_dotted_name_is_one_line_naming_file_key_and_reason(
+    framework: Path, edit: tuple[str, str], key: str, reason: str
+) -> None:
+    path = declare(framework, GOOD.replace(*edit))
+    message = one_line_error(path, load=True)
+    assert message.startswith(f"{path}: key '{key}': ") and reason in message
