@@ -45,9 +45,11 @@ repro: {PARTITION_REPRO}"""
 
 
 def summary(session: str, **extra: object) -> dict[str, object]:
+    """A session's summary.json; every session runs the seeded subject unless ``extra`` says otherwise, as one run of
+    the gate leaves them."""
     return {
         "target": session,
-        "subject": "harness.reference",
+        "subject": SEEDED_SUBJECT,
         "installed": INSTALLED[session],
         "stale_expected_failures": [],
         "exit_status": 0,
@@ -55,7 +57,7 @@ def summary(session: str, **extra: object) -> dict[str, object]:
     }
 
 
-def _junit(cases: list[tuple[str, str, str | None, dict[str, str], str]]) -> str:
+def junit_document(cases: list[tuple[str, str, str | None, dict[str, str], str]]) -> str:
     """A pytest-like JUnit document; each case is (classname, name, child tag or None, child attributes, text)."""
     suite = ET.Element("testsuite", name="pytest")
     for classname, name, tag, attributes, text in cases:
@@ -67,7 +69,8 @@ def _junit(cases: list[tuple[str, str, str | None, dict[str, str], str]]) -> str
     return ET.tostring(root, encoding="unicode")
 
 
-def _write_target(reports: Path, session: str, summary: dict[str, object] | None, junit: str | None) -> None:
+def write_target(reports: Path, session: str, summary: dict[str, object] | None, junit: str | None) -> None:
+    """A session folder under ``reports`` with the files given (``None``: the session left no such file)."""
     directory = reports / session
     directory.mkdir(parents=True)
     if summary is not None:
@@ -77,15 +80,15 @@ def _write_target(reports: Path, session: str, summary: dict[str, object] | None
 
 
 def synthetic_reports(reports: Path) -> Path:
-    """megatron-0.13 green with skips; megatron-0.15 red (repro, hypothesis), xfail, strict XPASS, setup error;
-    megatron-0.16 a collection error under a seeded subject and a red in a case module this checkout lacks;
-    megatron-0.9 a JUnit file but no summary."""
+    """One subject (the seeded one) on three sessions: megatron-0.13 green with skips; megatron-0.15 red (repro,
+    hypothesis), xfail, strict XPASS, setup error; megatron-0.16 a collection error and a red in a case module this
+    checkout lacks; and megatron-0.9, a JUnit file but no summary (so no subject)."""
     chunks, smoke, equivalence = "cases.test_chunks", "cases.test_smoke", "cases.test_equivalence"
-    _write_target(
+    write_target(
         reports,
         "megatron-0.13",
         summary("megatron-0.13", stale_expected_failures=["cases/test_gone.py"]),
-        _junit(
+        junit_document(
             [
                 (chunks, "test_partition", None, {}, ""),
                 (chunks, "test_alignment", None, {}, ""),
@@ -102,11 +105,11 @@ def synthetic_reports(reports: Path) -> Path:
             ]
         ),
     )
-    _write_target(
+    write_target(
         reports,
         "megatron-0.15",
-        summary("megatron-0.15", subject=SEEDED_SUBJECT, exit_status=1),
-        _junit(
+        summary("megatron-0.15", exit_status=1),
+        junit_document(
             [
                 (
                     chunks,
@@ -137,11 +140,11 @@ def synthetic_reports(reports: Path) -> Path:
             ]
         ),
     )
-    _write_target(
+    write_target(
         reports,
         "megatron-0.16",
-        summary("megatron-0.16", subject="tests/seeded/my adapter.py", exit_status=2),
-        _junit(
+        summary("megatron-0.16", exit_status=2),
+        junit_document(
             [
                 (chunks, "test_partition", None, {}, ""),
                 (
@@ -163,22 +166,48 @@ def synthetic_reports(reports: Path) -> Path:
             ]
         ),
     )
-    _write_target(reports, "megatron-0.9", None, _junit([(chunks, "test_partition", None, {}, "")]))
+    write_target(reports, "megatron-0.9", None, junit_document([(chunks, "test_partition", None, {}, "")]))
     return reports
 
 
-def table(markdown: str) -> tuple[list[str], dict[str, list[str]]]:
-    """The matrix of a Markdown report: column headers, and the cells of each row keyed by its first cell."""
-    lines = [line for line in markdown.splitlines() if line.startswith("| ")]
+def _parse_table(lines: list[str]) -> tuple[list[str], dict[str, list[str]]]:
     split = [[cell.strip() for cell in re.split(r"(?<!\\)\|", line)[1:-1]] for line in lines]
     return split[0][1:], {cells[0]: cells[1:] for cells in split[1:]}
 
 
+def tables(markdown: str) -> dict[str, tuple[list[str], dict[str, list[str]]]]:
+    """Every matrix of a Markdown report keyed by the heading above it (``Subject `harness.reference` (module)``):
+    column headers, and the cells of each row keyed by its first cell."""
+    found: dict[str, list[str]] = {}
+    heading = ""
+    for line in markdown.splitlines():
+        if line.startswith("### "):
+            heading = line.removeprefix("### ")
+        elif line.startswith("| "):
+            found.setdefault(heading, []).append(line)
+    return {heading: _parse_table(lines) for heading, lines in found.items()}
+
+
+def columns(markdown: str) -> dict[str, dict[str, list[str]]]:
+    """Each matrix of a Markdown report keyed by its heading: its columns by session, each the lines of its header
+    under the session name."""
+    found = {}
+    for heading, (headers, _) in tables(markdown).items():
+        split = [re.sub(r"</?sub>", "", header).split("<br>") for header in headers]
+        found[heading] = {lines[0]: lines[1:] for lines in split}
+    return found
+
+
+def table(markdown: str) -> tuple[list[str], dict[str, list[str]]]:
+    """The first matrix of a Markdown report (the only one when every session ran one subject)."""
+    return next(iter(tables(markdown).values()))
+
+
 def failure_entry(markdown: str, anchor: str) -> str:
-    """The failure-section entry that a red cell's link points at."""
+    """The failure- or advisory-section entry that a cell's link points at."""
     start = markdown.index(f'<a id="{anchor}"></a>')
-    following = markdown.find("\n### ", start)
-    return markdown[start : following if following != -1 else len(markdown)]
+    following = re.compile(r"\n#{2,3} ").search(markdown, start)
+    return markdown[start : following.start() if following else len(markdown)]
 
 
 def repro_of(entry: str) -> str:

@@ -45,15 +45,43 @@ def build_declared_subject(declaration: Declaration) -> ModuleType:
     subject.IMPORT_WATCH_MODULES = _patched_libraries(declaration)
     if declaration.megatron_symbols:
         subject.MEGATRON_SYMBOLS = dict(declaration.megatron_symbols)
-    if declaration.splitter:
-        subject.split_into_chunks = _splitter(declaration)
-    if declaration.provider:
-        subject.wrap_model_provider = _resolve(declaration, "provider.factory", declaration.provider["factory"])
     if declaration.patch:
         patch = DeclaredPatch(declaration)
         subject.install, subject.uninstall = patch.install, patch.uninstall
         subject.allreduce_non_tensor_model_parallel_grads = patch.replacement
+    # Any import of the framework may patch Megatron (an old bootstrap imports its patch module); none may outlast it.
+    with megatron_restored():
+        if declaration.splitter:
+            subject.split_into_chunks = _splitter(declaration)
+        if declaration.provider:
+            subject.wrap_model_provider = _resolve(declaration, "provider.factory", declaration.provider["factory"])
     return subject
+
+
+@contextmanager
+def megatron_restored() -> Iterator[None]:
+    """Put ``finalize_model_grads``' namespace back exactly as it was when the block started (where Megatron is
+    installed: a declaration's splitter and provider can be checked without it)."""
+    try:
+        finalize = importlib.import_module(FINALIZE_MODULE)
+    except ImportError:
+        yield
+        return
+    before = dict(vars(finalize))
+    try:
+        yield
+    finally:
+        restore_namespace(finalize, before)
+
+
+def restore_namespace(module: ModuleType, before: dict[str, object]) -> None:
+    """Bind every name of ``module`` to its object in ``before``; remove the names added since."""
+    namespace = vars(module)
+    for name in [name for name in namespace if name not in before]:
+        delattr(module, name)
+    for name, value in before.items():
+        if namespace.get(name, _MISSING) is not value:
+            setattr(module, name, value)
 
 
 def _patched_libraries(declaration: Declaration) -> list[str]:
@@ -158,7 +186,7 @@ class DeclaredPatch:
                 if self.patch["applied"] == "call" and "undo" in self.patch:
                     self._call(module, "undo", "patch.undo")
             finally:
-                self._restore(before)
+                restore_namespace(self.finalize, before)
         if UPSTREAM_NAME not in rebinds:
             how = "importing it" if self.patch["applied"] == "import" else f"calling {self.patch.get('apply')}()"
             raise self.declaration.fail(
@@ -190,14 +218,6 @@ class DeclaredPatch:
                 del os.environ[name]
             else:
                 os.environ[name] = saved
-
-    def _restore(self, before: dict[str, object]) -> None:
-        namespace = vars(self.finalize)
-        for name in [name for name in namespace if name not in before]:
-            delattr(self.finalize, name)
-        for name, value in before.items():
-            if namespace.get(name, _MISSING) is not value:
-                setattr(self.finalize, name, value)
 
     def _global(self, module: ModuleType) -> object:
         name = self.budget.get("global")

@@ -99,8 +99,10 @@ def target(pytestconfig: pytest.Config) -> Target:
 
 @pytest.fixture(scope="session")
 def subject_name(pytestconfig: pytest.Config) -> str:
-    """How the subject is named (module or path), for code that loads it again in rank processes."""
-    return subject_spec(pytestconfig.getoption("--subject"))
+    """How the subject is named (module, or path made absolute), for code that loads it again in rank processes or
+    from another working directory."""
+    spec = subject_spec(pytestconfig.getoption("--subject"))
+    return str(Path(spec).resolve()) if Path(spec).exists() else spec
 
 
 @pytest.fixture(scope="session")
@@ -267,7 +269,12 @@ def _record_advisory(config: pytest.Config, family_name: str, report: pytest.Tes
     _append_record(
         _report_dir(config),
         "advisories",
-        {"family": family_name, "case": report.nodeid, "text": first.removeprefix("AssertionError: "), "repro": repro},
+        {
+            "family": family_name,
+            "case": report.nodeid,
+            "text": first.removeprefix("Failed: ").removeprefix("AssertionError: "),
+            "repro": repro,
+        },
     )
 
 

@@ -1,4 +1,4 @@
-"""The compatibility report: every target session's results merged into one grid, written as Markdown and HTML.
+"""The compatibility report: every target session's results read into one matrix per subject, as Markdown and HTML.
 
 Each target session leaves ``reports/<session>/junit.xml`` and ``summary.json``, on one machine or as one CI artifact
 per matrix job. Reading those files back (no venv, no Megatron) gives the table a reviewer reads before bumping
@@ -12,18 +12,20 @@ The model and the reading of a session folder are :mod:`harness.reports.results`
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Mapping
 from pathlib import Path
 
 from harness.reports.html import render_html
 from harness.reports.markdown import render_markdown
 from harness.reports.results import ReportError, ResultGrid, collect, headline
+from harness.targets.matrix import Target
 
 __all__ = ["ReportError", "headline", "write_reports"]
 
 
-def write_reports(reports: Path, expected: Iterable[str] = ()) -> tuple[ResultGrid, Path, Path]:
-    """Collect ``reports`` and write ``compatibility.md`` and ``compatibility.html`` beside the session folders."""
+def write_reports(reports: Path, expected: Mapping[str, Target] | None = None) -> tuple[ResultGrid, Path, Path]:
+    """Collect ``reports`` (with the matrix's targets by session, so that one that left nothing still shows its pins)
+    and write ``compatibility.md`` and ``compatibility.html`` beside the session folders."""
     grid = collect(reports, expected)
     markdown, page = reports / "compatibility.md", reports / "compatibility.html"
     markdown.write_text(render_markdown(grid))

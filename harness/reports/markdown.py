@@ -1,7 +1,7 @@
 """The compatibility report as Markdown: ``reports/compatibility.md``, posted as a PR comment and the job summary.
 
-Everything quoted is escaped through :mod:`harness.formats.markdown`; failures past GitHub's comment size are left to
-the HTML page (:mod:`harness.reports.html`).
+Everything quoted is escaped through :mod:`harness.formats.markdown`; failures and advisories past GitHub's comment
+size are left to the HTML page (:mod:`harness.reports.html`).
 """
 
 from __future__ import annotations
@@ -9,28 +9,62 @@ from __future__ import annotations
 import html
 
 from harness.formats.markdown import code_block, code_span, table_row
-from harness.reports.results import INSTALLED, KINDS, WORDS, Cell, Failure, ResultGrid, Row, TargetRun, headline
+from harness.reports.results import (
+    INSTALLED,
+    KINDS,
+    Advisory,
+    Cell,
+    Failure,
+    ResultGrid,
+    Row,
+    SubjectMatrix,
+    TargetRun,
+    advisory_text,
+    headline,
+    part_text,
+)
 
-_MARKS = {"failed": "❌", "xfailed": "🟡", "passed": "✅", "skipped": "⏭️"}
+_MARKS = {"failed": "❌", "xfailed": "🟡", "passed": "✅", "undeclared": "⚪", "skipped": "⏭️"}
+_ADVISORY = "🟠"
+"""The advisory marker: neither the red nor the green, beside whatever colour the cell has."""
+_LEGEND = (
+    "✅ passed · ❌ failed or errored (links to its failures) · 🟡 expected failure · ⏭️ skipped · "
+    "⚪ not declared (the subject's declaration leaves the role out: nothing ran) · "
+    f"{_ADVISORY} advisory (a property a correct adapter need not meet, never a red; links to it) · — not run"
+)
 _MARKDOWN_LIMIT = 60_000
-"""GitHub refuses comment bodies over 65,536 characters; failures past this budget are left to the HTML page."""
+"""GitHub refuses comment bodies over 65,536 characters; entries past this budget are left to the HTML page."""
+_FAILURES = "\n## Failures\n\nA red cell links to its first failure; the others of that cell follow it.\n\n"
+_ADVISORIES = (
+    "\n## Advisories\n\nProperties a correct adapter need not meet, so none of them turns a cell red; an advisory mark "
+    "links to its cell's first advisory, the others of that cell follow it.\n\n"
+)
 
 
 def _md_cell(cell: Cell) -> str:
-    if not cell.results:
-        return "—"
     parts = []
     for status, count in cell.parts:
-        text = f"{_MARKS[status]} {count} {WORDS[status]}"
+        text = f"{_MARKS[status]} {part_text(status, count)}"
         if status == "failed":
             text = f"[{text}](#{cell.failures[0].anchor})"
         parts.append(text)
-    return " · ".join(parts)
+    if cell.advisories:
+        parts.append(f"[{_ADVISORY} {advisory_text(len(cell.advisories))}](#{cell.advisories[0].anchor})")
+    return " · ".join(parts) or "—"
 
 
 def _md_header(run: TargetRun) -> str:
-    pins = "<br>".join(f"{name} {html.escape(run.installed(name))}" for name in INSTALLED)
-    return f"{run.session}<br><sub>{pins}</sub>"
+    """The session, then its subject (the file or module name; the matrix's heading has the full spec), the
+    selection that narrowed it, and its versions (the matrix's pins when it recorded none)."""
+    lines = [] if run.ran else ["not run"]
+    if run.subject:
+        lines.append(f"subject {code_span(run.subject.short)}")
+    if run.selection:
+        lines.append(f"selection {code_span(' '.join(run.selection))}")
+    if run.pinned:
+        lines.append("pins from matrix.yaml")
+    lines += [f"{name} {html.escape(run.version(name))}" for name in INSTALLED]
+    return f"{run.session}<br><sub>{'<br>'.join(lines)}</sub>"
 
 
 def _md_label(row: Row) -> str:
@@ -67,26 +101,58 @@ def _md_failure(failure: Failure) -> str:
     return "\n\n".join(parts) + "\n"
 
 
-def render_markdown(grid: ResultGrid, limit: int = _MARKDOWN_LIMIT) -> str:
-    """The report as Markdown: headline, legend, the grid, notes, then the failures (within ``limit`` chars)."""
-    legend = "✅ passed · ❌ failed or errored (links to its failures) · 🟡 expected failure · ⏭️ skipped · — not run"
-    lines = ["## Megatron compatibility", "", headline(grid), "", legend, ""]
-    lines.append(table_row(["contract / case", *(_md_header(run) for run in grid.targets)]))
-    lines.append("|---" * (len(grid.targets) + 1) + "|")
-    for row in grid.rows:
-        lines.append(table_row([_md_label(row), *(_md_cell(row.cells[run.session]) for run in grid.targets)]))
-    notes = [(run.session, note) for run in grid.targets for note in run.notes]
-    if notes:
-        lines += ["", "### Notes", "", *(f"- {session}: {note}" for session, note in notes)]
-    text = "\n".join(lines) + "\n"
-    failures = grid.failures
-    if not failures:
-        return text
-    text += "\n## Failures\n\nA red cell links to its first failure; the others of that cell follow it.\n\n"
-    for shown, failure in enumerate(failures):
-        entry = _md_failure(failure)
-        if len(text) + len(entry) > limit:
-            rest = len(failures) - shown
-            return text + f"{rest} more not shown here (comment size limit): see compatibility.html.\n"
-        text += entry + "\n"
+def _md_advisory(advisory: Advisory) -> str:
+    """An advisory entry, laid out as a failure's: where, what property and what happened, the line that replays it."""
+    parts = [
+        f'### <a id="{advisory.anchor}"></a>{advisory.target} · {code_span(advisory.nodeid)}',
+        f"advisory · contract {code_span(advisory.family)}",
+        code_block(advisory.text),
+        "Repro:",
+        code_block(advisory.repro, "sh"),
+    ]
+    return "\n\n".join(parts) + "\n"
+
+
+def _md_heading(matrix: SubjectMatrix) -> str:
+    if matrix.subject is None:
+        return "### Subject not recorded (no readable summary.json)"
+    return f"### Subject {code_span(matrix.subject.spec)} ({matrix.subject.kind})"
+
+
+def _md_matrix(matrix: SubjectMatrix) -> str:
+    """One subject's heading and table, then the messages of the families its declaration leaves out."""
+    lines = [_md_heading(matrix), ""]
+    lines.append(table_row(["contract / case", *(_md_header(run) for run in matrix.targets)]))
+    lines.append("|---" * (len(matrix.targets) + 1) + "|")
+    for row in matrix.rows:
+        lines.append(table_row([_md_label(row), *(_md_cell(row.cells[run.session]) for run in matrix.targets)]))
+    undeclared = matrix.not_declared
+    if undeclared:
+        lines += ["", "Not declared: the subject's declaration leaves these roles out, so their cases ran nothing.", ""]
+        lines += [f"- {u.family} on {', '.join(u.sessions)}: {code_span(u.message)}" for u in undeclared]
+    return "\n".join(lines)
+
+
+def _within_limit(text: str, sections: list[tuple[str, list[str]]], limit: int) -> str:
+    """``text``, then each section's heading and entries as far as ``limit`` allows; the rest are counted and left
+    to the HTML page."""
+    blocks = [(head if i == 0 else "") + entry + "\n" for head, entries in sections for i, entry in enumerate(entries)]
+    for shown, block in enumerate(blocks):
+        if len(text) + len(block) > limit:
+            return text + f"{len(blocks) - shown} more not shown here (comment size limit): see compatibility.html.\n"
+        text += block
     return text
+
+
+def render_markdown(grid: ResultGrid, limit: int = _MARKDOWN_LIMIT) -> str:
+    """The report as Markdown: headline, legend, one matrix per subject, notes, then the failures and the advisories
+    (within ``limit`` chars)."""
+    blocks = ["## Megatron compatibility", headline(grid), _LEGEND, *(_md_matrix(matrix) for matrix in grid.matrices)]
+    notes = [f"- {run.session}: {note}" for run in grid.targets for note in run.notes]
+    if notes:
+        blocks.append("\n".join(["### Notes", "", *notes]))
+    sections = [
+        (_FAILURES, [_md_failure(failure) for failure in grid.failures]),
+        (_ADVISORIES, [_md_advisory(advisory) for advisory in grid.advisories]),
+    ]
+    return _within_limit("\n\n".join(blocks) + "\n", sections, limit)

@@ -2,9 +2,11 @@
 
 Each target session leaves ``reports/<session>/junit.xml`` and ``summary.json``, on one machine or as one CI artifact
 per matrix job. Reading those files back (no venv, no Megatron) gives targets as columns with the versions actually
-installed, contract families and their test functions as rows, and every red with what failed and the line that
-replays it. JUnit is read through :mod:`harness.formats.junit`, the plugin's red section through
-:mod:`harness.formats.red_section`, family names from :mod:`harness.plugin.families`; the renderings are
+installed (the matrix's pins for a target that recorded none), contract families and their test functions as rows,
+every red with what failed and the line that replays it, and every advisory with its line too. Sessions that ran
+different subjects are never merged: each subject gets a matrix of its own. JUnit is read through
+:mod:`harness.formats.junit`, the plugin's red section through :mod:`harness.formats.red_section`, family names from
+:mod:`harness.plugin.families`, pins from :mod:`harness.targets.matrix`; the renderings are
 :mod:`harness.reports.markdown` and :mod:`harness.reports.html`.
 """
 
@@ -14,7 +16,7 @@ import itertools
 import json
 import re
 from collections import Counter
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -24,11 +26,14 @@ from harness.formats import red_section
 from harness.formats.junit import JUnitCase, read_cases
 from harness.plugin.families import family_of_case
 from harness.plugin.subjects import REFERENCE_SUBJECT, SUBJECT_ENV_VAR
+from harness.targets.matrix import Target
 
-_STATUSES = ("failed", "xfailed", "passed", "skipped")
+_STATUSES = ("failed", "xfailed", "passed", "undeclared", "skipped")
 """Cell statuses, worst first: a cell shows the colour of the first one present."""
-WORDS = {"failed": "failed", "xfailed": "xfail", "passed": "passed", "skipped": "skipped"}
+WORDS = {"failed": "failed", "xfailed": "xfail", "passed": "passed", "undeclared": "not declared", "skipped": "skipped"}
 """What each status is called in a cell, in both renderings."""
+NOT_DECLARED = "not declared:"
+"""How the plugin's skip message starts for a case whose role the subject's declaration leaves out."""
 KINDS = {
     "failure": "failed",
     "error": "error (setup, teardown or collection)",
@@ -70,6 +75,24 @@ class Failure:
 
 
 @dataclass(frozen=True)
+class Advisory:
+    """A property a correct adapter need not meet, seen on one target: never a red, but shown with its repro line so
+    that whoever relies on the property can check it."""
+
+    target: str
+    family: str
+    nodeid: str
+    text: str
+    repro: str
+    anchor: str
+
+    @property
+    def case(self) -> tuple[str, str]:
+        """The case file and test function of the advisory's node id: the case row it belongs to."""
+        return _module_and_function(self.nodeid)
+
+
+@dataclass(frozen=True)
 class CaseResult:
     """One test id's verdict on one target; ``function`` groups the parametrized ids of one test function."""
 
@@ -78,27 +101,93 @@ class CaseResult:
     nodeid: str
     status: str
     failure: Failure | None = None
+    reason: str | None = None
+    """The skip message of a case whose role the subject's declaration leaves out (status ``undeclared``)."""
+
+
+@dataclass(frozen=True)
+class Subject:
+    """The subject a session ran, as its summary names it: a dotted module, a ``.py`` path, or a ``.toml``
+    declaration file."""
+
+    spec: str
+    kind: str
+
+    @property
+    def short(self) -> str:
+        """The file or module name alone: what fits in a column header (the full spec heads the matrix)."""
+        return Path(self.spec).name or self.spec
 
 
 @dataclass
 class TargetRun:
-    """What one target session left behind: its summary, per-test verdicts, and anything odd about the run."""
+    """What one target session left behind: its summary, per-test verdicts, advisories, and anything odd about the
+    run; ``target`` is its matrix entry, when the matrix defines it."""
 
     session: str
     summary: dict[str, Any]
     results: list[CaseResult]
     notes: list[str]
+    advisories: list[Advisory] = field(default_factory=list)
+    target: Target | None = None
 
-    def installed(self, name: str) -> str:
-        """The installed version of ``name`` as the session recorded it, ``?`` when it did not."""
-        return str((self.summary.get("installed") or {}).get(name) or "?")
+    @property
+    def ran(self) -> bool:
+        """Whether the session left anything readable: a target whose install failed left nothing."""
+        return bool(self.summary or self.results)
+
+    @property
+    def subject(self) -> Subject | None:
+        """The subject the session recorded; summaries written before declarations existed name only modules."""
+        spec = self.summary.get("subject")
+        return Subject(str(spec), str(self.summary.get("subject_kind") or "module")) if spec else None
+
+    @property
+    def selection(self) -> list[str]:
+        """The pytest arguments that narrowed the run; empty when the whole case set ran."""
+        return [str(argument) for argument in self.summary.get("selection") or ()]
+
+    @property
+    def pinned(self) -> bool:
+        """Whether the column shows the matrix's pins: the session recorded no installed versions."""
+        return self.target is not None and not self.summary.get("installed")
+
+    def version(self, name: str) -> str:
+        """The installed version of ``name`` as the session recorded it, else the matrix's pin (a specifier, so it
+        cannot pass for an installed version); ``?`` only for a target the matrix does not define."""
+        recorded = (self.summary.get("installed") or {}).get(name)
+        if recorded:
+            return str(recorded)
+        return _pins(self.target)[name] if self.target else "?"
+
+
+def _pins(target: Target) -> dict[str, str]:
+    """What the matrix pins for each of :data:`INSTALLED`; a Megatron without a version is named by its source."""
+    source = target.megatron
+    return {
+        "megatron-core": str(source.version) if source.version else f"{source.kind} {Path(source.location).name}",
+        "torch": str(target.torch),
+        "numpy": str(target.numpy) if target.numpy is not None else "unpinned",
+        "python": target.python,
+    }
+
+
+def part_text(status: str, count: int) -> str:
+    """A status and its count as a cell lists them; a role not declared ran nothing, so it has no count."""
+    return WORDS[status] if status == "undeclared" else f"{count} {WORDS[status]}"
+
+
+def advisory_text(count: int) -> str:
+    """The advisory marker of a cell, in both renderings."""
+    return f"{count} {'advisory' if count == 1 else 'advisories'}"
 
 
 @dataclass
 class Cell:
-    """The verdicts of one row on one target."""
+    """The verdicts and advisories of one row on one target."""
 
     results: list[CaseResult] = field(default_factory=list)
+    advisories: list[Advisory] = field(default_factory=list)
 
     @property
     def counts(self) -> Counter[str]:
@@ -112,7 +201,7 @@ class Cell:
 
     @property
     def status(self) -> str:
-        """The worst status present; ``none`` when the target ran nothing of this row."""
+        """The worst status present (advisories never change it); ``none`` when the target ran nothing of this row."""
         counts = self.counts
         return next((status for status in _STATUSES if counts[status]), "none")
 
@@ -131,17 +220,52 @@ class Row:
     cells: dict[str, Cell]
 
 
-@dataclass
-class ResultGrid:
-    """The whole report: targets in version order, rows (total, then each family followed by its cases)."""
+@dataclass(frozen=True)
+class Undeclared:
+    """A family the subject's declaration leaves out, with the plugin's message and the targets that said so."""
 
+    family: str
+    message: str
+    sessions: tuple[str, ...]
+
+
+@dataclass
+class SubjectMatrix:
+    """The matrix of one subject (``None``: sessions that recorded none): its targets in version order, every target
+    that did not run among them, and rows (total, then each family followed by its cases)."""
+
+    subject: Subject | None
     targets: list[TargetRun]
     rows: list[Row]
+
+    @property
+    def not_declared(self) -> list[Undeclared]:
+        """Each family left out by the declaration and each message saying so, once, with the targets it came from."""
+        found: dict[tuple[str, str], list[str]] = {}
+        for row in self.rows:
+            if row.module and row.function is None:
+                for session, cell in row.cells.items():
+                    for reason in dict.fromkeys(r.reason for r in cell.results if r.reason is not None):
+                        found.setdefault((row.label, reason), []).append(session)
+        return [Undeclared(family, message, tuple(sessions)) for (family, message), sessions in found.items()]
+
+
+@dataclass
+class ResultGrid:
+    """The whole report: every target in version order, and one matrix per subject they ran."""
+
+    targets: list[TargetRun]
+    matrices: list[SubjectMatrix]
 
     @property
     def failures(self) -> list[Failure]:
         """Every red, target by target, in row order; a cell's failures are therefore consecutive."""
         return [r.failure for run in self.targets for r in run.results if r.failure]
+
+    @property
+    def advisories(self) -> list[Advisory]:
+        """Every advisory, target by target, in row order; a cell's advisories are therefore consecutive."""
+        return [advisory for run in self.targets for advisory in run.advisories]
 
 
 def natural_key(name: str) -> list[Any]:
@@ -223,6 +347,21 @@ def _slug(text: str) -> str:
     return re.sub(r"[^a-z0-9]+", "-", text.lower()).strip("-")
 
 
+def _module_and_function(nodeid: str) -> tuple[str, str]:
+    """The case file and test function (classes included, parameters left out) of a pytest node id."""
+    module, _, rest = nodeid.partition("::")
+    return module, rest.split("[", 1)[0]
+
+
+def _undeclared_reason(case: JUnitCase) -> str | None:
+    """The skip message of a case whose role the subject's declaration leaves out: a skip that is no verdict on the
+    subject, unlike one for want of hardware."""
+    if case.verdict != "skipped" or case.detail is None:
+        return None
+    message = case.detail.get("message") or ""
+    return message if message.startswith(NOT_DECLARED) else None
+
+
 def _case_results(cases: Iterable[JUnitCase], session: str, subject: str | None) -> list[CaseResult]:
     """The JUnit cases of one session, sorted in row order, failures numbered for their anchors."""
     pending = sorted(
@@ -234,17 +373,29 @@ def _case_results(cases: Iterable[JUnitCase], session: str, subject: str | None)
         failure = None
         if case.verdict == "failed" and case.detail is not None:
             failure = _parse_failure(case.detail, session, nodeid, subject, f"fail-{_slug(session)}-{next(numbers)}")
-        results.append(CaseResult(module, function, nodeid, case.verdict, failure))
+        reason = _undeclared_reason(case)
+        status = "undeclared" if reason is not None else case.verdict
+        results.append(CaseResult(module, function, nodeid, status, failure, reason))
     return results
 
 
-def load_target(directory: Path) -> TargetRun:
-    """One target session folder; a missing or unreadable file becomes a note, not an exception."""
+def _advisories(records: Iterable[dict[str, str]], session: str) -> list[Advisory]:
+    """The session's advisories in row order (so a cell's are consecutive), numbered for their anchors."""
+    ordered = sorted(records, key=lambda record: (*_module_and_function(record["case"]), record["case"]))
+    return [
+        Advisory(session, a["family"], a["case"], a["text"], a["repro"], f"adv-{_slug(session)}-{number}")
+        for number, a in enumerate(ordered, 1)
+    ]
+
+
+def load_target(directory: Path, target: Target | None = None) -> TargetRun:
+    """One target session folder, with its matrix entry when the matrix defines it; a missing or unreadable file
+    becomes a note, not an exception."""
     session, notes = directory.name, []
     summary: dict[str, Any] = {}
     if not directory.is_dir():
         notes.append("not run: no reports of it here, or its session stopped before pytest (see its log)")
-        return TargetRun(session, summary, [], notes)
+        return TargetRun(session, summary, [], notes, target=target)
     summary_path, junit_path = directory / "summary.json", directory / "junit.xml"
     if summary_path.is_file():
         try:
@@ -272,7 +423,7 @@ def load_target(directory: Path) -> TargetRun:
         for w in summary.get("waivers", [])
     ]
     notes += [f"finding ({f['family']}): {f['text']}" for f in summary.get("findings", [])]
-    return TargetRun(session, summary, results, notes)
+    return TargetRun(session, summary, results, notes, _advisories(summary.get("advisories", []), session), target)
 
 
 def _contract_name(module: str, results: Iterable[CaseResult]) -> str | None:
@@ -283,29 +434,51 @@ def _contract_name(module: str, results: Iterable[CaseResult]) -> str | None:
     return next((r.failure.contract for r in results if r.module == module and r.failure and r.failure.contract), None)
 
 
-def _cells(targets: list[TargetRun], keep: Callable[[CaseResult], bool]) -> dict[str, Cell]:
-    return {run.session: Cell([r for r in run.results if keep(r)]) for run in targets}
+def _cells(
+    targets: list[TargetRun], keep: Callable[[CaseResult], bool], advise: Callable[[Advisory], bool]
+) -> dict[str, Cell]:
+    return {
+        run.session: Cell([r for r in run.results if keep(r)], [a for a in run.advisories if advise(a)])
+        for run in targets
+    }
 
 
-def _build_grid(targets: list[TargetRun]) -> ResultGrid:
-    """Rows for the targets' results: the total, then per case module its family row and one row per function."""
-    rows = [Row("", None, "all cases", _cells(targets, lambda r: True))]
+def _rows(targets: list[TargetRun]) -> list[Row]:
+    """Rows for the targets' results: the total, then per case module its family row and one row per function; an
+    advisory sits in the total, in its family's row and in its case's row."""
+    rows = [Row("", None, "all cases", _cells(targets, lambda r: True, lambda a: True))]
     results = [r for run in targets for r in run.results]
     for module in sorted({r.module for r in results}):
         label = _contract_name(module, results) or module
-        rows.append(Row(module, None, label, _cells(targets, lambda r, m=module: r.module == m)))
+        cells = _cells(targets, lambda r, m=module: r.module == m, lambda a, f=label: a.family == f)
+        rows.append(Row(module, None, label, cells))
         for function in sorted({r.function for r in results if r.module == module}):
-            cells = _cells(targets, lambda r, m=module, f=function: r.module == m and r.function == f)
+            case = (module, function)
+            cells = _cells(targets, lambda r, c=case: (r.module, r.function) == c, lambda a, c=case: a.case == c)
             rows.append(Row(module, function, function, cells))
-    return ResultGrid(targets, rows)
+    return rows
 
 
-def collect(reports: Path, expected: Iterable[str] = ()) -> ResultGrid:
+def _matrices(targets: list[TargetRun]) -> list[SubjectMatrix]:
+    """One matrix per subject, in the order the targets first ran it, so that no verdict of one subject reads as
+    another's; sessions that recorded no subject share one. A target that did not run has no subject: it is a column
+    of every matrix."""
+    subjects = list(dict.fromkeys(run.subject for run in targets if run.ran)) or [None]
+    matrices = []
+    for subject in subjects:
+        members = [run for run in targets if not run.ran or run.subject == subject]
+        matrices.append(SubjectMatrix(subject, members, _rows(members)))
+    return matrices
+
+
+def collect(reports: Path, expected: Mapping[str, Target] | None = None) -> ResultGrid:
     """The grid of every target session under ``reports``, plus a column for each ``expected`` one that left none.
 
-    A target whose install failed leaves no folder (and in CI no artifact); naming the matrix's targets keeps it in
-    the report as a column that was not run. Contract names come from the families table.
+    A target whose install failed leaves no folder (and in CI no artifact); passing the matrix's targets (session to
+    entry) keeps it in the report as a column that was not run, with its pins. Contract names come from the families
+    table.
     """
+    expected = expected or {}
     found = {
         p.name
         for p in (reports.iterdir() if reports.is_dir() else ())
@@ -317,14 +490,17 @@ def collect(reports: Path, expected: Iterable[str] = ()) -> ResultGrid:
             "run a target first (nox -s megatron-0.15) or download the gate's artifacts into it"
         )
     sessions = found | set(expected)
-    return _build_grid([load_target(reports / name) for name in sorted(sessions, key=natural_key)])
+    targets = [load_target(reports / name, expected.get(name)) for name in sorted(sessions, key=natural_key)]
+    return ResultGrid(targets, _matrices(targets))
 
 
 def headline(grid: ResultGrid) -> str:
-    """One sentence: how many targets, and which are red."""
+    """How many targets and which are red; and, when the sessions ran different subjects, that each has its own
+    matrix (a reader who stops at the first one must not take it for all of them)."""
     red = [run for run in grid.targets if any(r.failure for r in run.results)]
     count = f"{len(grid.targets)} target{'s' if len(grid.targets) != 1 else ''}"
-    if not red:
-        return f"{count}, no failure."
     names = ", ".join(f"{run.session} ({sum(1 for r in run.results if r.failure)})" for run in red)
-    return f"{count}; failures on {names}."
+    text = f"{count}; failures on {names}." if red else f"{count}, no failure."
+    if len(grid.matrices) > 1:
+        text += f" The sessions did not all record one subject: {len(grid.matrices)} matrices, one per subject."
+    return text

@@ -1,5 +1,6 @@
-"""The compatibility report on synthetic JUnit/summary files: columns, cells, failure entries with their repro lines,
-notes, the comment limit, self-contained HTML, and ``nox -s report``."""
+"""The compatibility report on synthetic JUnit/summary files: columns with their subject and pins, one matrix per
+subject, cells, failure and advisory entries with their repro lines, families not declared, notes, the comment limit,
+self-contained HTML, and ``nox -s report``."""
 
 from __future__ import annotations
 
@@ -8,6 +9,7 @@ import os
 import re
 import subprocess
 import sys
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -15,19 +17,31 @@ import pytest
 from harness.reports.html import render_html
 from harness.reports.markdown import render_markdown
 from harness.reports.results import ReportError, collect, load_target, natural_key
-from harness.targets.matrix import load_matrix
+from harness.targets.matrix import MegatronSource, Target, load_matrix
 from tests.pytest_helpers import ROOT
 from tests.report_helpers import (
     BLOB,
     PARTITION_MESSAGE,
     PARTITION_REPRO,
     SEEDED_SUBJECT,
+    columns,
     failure_entry,
+    junit_document,
     repro_of,
     summary,
     synthetic_reports,
     table,
+    tables,
+    write_target,
 )
+
+SEEDED = f"Subject `{SEEDED_SUBJECT}` (module)"
+"""The heading of the synthetic sessions' matrix."""
+UNRECORDED = "Subject not recorded (no readable summary.json)"
+"""The heading of the matrix of sessions that left no summary (megatron-0.9 in the synthetic reports)."""
+DECLARATION = "/work/adapters/slime/megatron_gate.toml"
+NOT_DECLARED = f"not declared: model-provider needs [provider] in {DECLARATION}"
+CHUNKS = "**chunk-splitting** `cases/test_chunks.py`"
 
 
 @pytest.fixture
@@ -35,38 +49,45 @@ def synthetic(tmp_path: Path) -> Path:
     return synthetic_reports(tmp_path / "reports")
 
 
+def matrix_targets() -> dict[str, Target]:
+    """The shipped matrix's targets by session, as ``nox -s report`` hands them to the report."""
+    return {target.session: target for target in load_matrix(ROOT / "matrix.yaml").targets}
+
+
 def test_columns_are_targets_in_version_order_with_installed_pins(synthetic: Path) -> None:
-    headers, _ = table(render_markdown(collect(synthetic)))
-    assert [h.split("<br>")[0] for h in headers] == ["megatron-0.9", "megatron-0.13", "megatron-0.15", "megatron-0.16"]
-    assert headers[1] == (
-        "megatron-0.13<br><sub>megatron-core 0.13.1<br>torch 2.13.0+cpu<br>numpy 1.26.4<br>python 3.11.7</sub>"
+    matrices = tables(render_markdown(collect(synthetic)))
+    assert list(matrices) == [UNRECORDED, SEEDED]
+    headers, _ = matrices[SEEDED]
+    assert [h.split("<br>")[0] for h in headers] == ["megatron-0.13", "megatron-0.15", "megatron-0.16"]
+    assert headers[0] == (
+        "megatron-0.13<br><sub>subject `chunks_reversed.py`<br>megatron-core 0.13.1<br>torch 2.13.0+cpu<br>"
+        "numpy 1.26.4<br>python 3.11.7</sub>"
     )
-    assert "numpy 2.4.6" in headers[3]
-    assert headers[0] == "megatron-0.9<br><sub>megatron-core ?<br>torch ?<br>numpy ?<br>python ?</sub>"
+    assert "numpy 2.4.6" in headers[2]
+    assert matrices[UNRECORDED][0] == ["megatron-0.9<br><sub>megatron-core ?<br>torch ?<br>numpy ?<br>python ?</sub>"]
     assert sorted(["megatron-0.16", "megatron-0.9", "megatron-1.0"], key=natural_key)[0] == "megatron-0.9"
 
 
 def test_cells_green_red_xfail_skip_with_counts(synthetic: Path) -> None:
     markdown = render_markdown(collect(synthetic))
-    _, rows = table(markdown)
-    chunks = "**chunk-splitting** `cases/test_chunks.py`"
-    assert list(rows)[:2] == ["**all cases**", chunks]
-    assert rows["**all cases**"][1] == "✅ 5 passed · ⏭️ 1 skipped"
-    assert rows["**all cases**"][0] == "✅ 1 passed"
-    assert rows[chunks][1] == "✅ 4 passed"
+    _, rows = tables(markdown)[SEEDED]
+    assert list(rows)[:2] == ["**all cases**", CHUNKS]
+    assert rows["**all cases**"][0] == "✅ 5 passed · ⏭️ 1 skipped"
+    assert tables(markdown)[UNRECORDED][1]["**all cases**"] == ["✅ 1 passed"]
+    assert rows[CHUNKS][0] == "✅ 4 passed"
     partition = rows["&nbsp;&nbsp;&nbsp;`test_partition`"]
-    assert partition == ["✅ 1 passed", "✅ 1 passed", "[❌ 1 failed](#fail-megatron-0-15-2)", "✅ 1 passed"]
-    assert rows["&nbsp;&nbsp;&nbsp;`test_alignment`"][1:3] == ["✅ 1 passed", "🟡 1 xfail"]
+    assert partition == ["✅ 1 passed", "[❌ 1 failed](#fail-megatron-0-15-2)", "✅ 1 passed"]
+    assert rows["&nbsp;&nbsp;&nbsp;`test_alignment`"][0:2] == ["✅ 1 passed", "🟡 1 xfail"]
     grouped = rows["&nbsp;&nbsp;&nbsp;`test_invalid_budget_is_a_value_error`"]
-    assert grouped[1:3] == ["✅ 2 passed", "[❌ 1 failed](#fail-megatron-0-15-1) · ✅ 1 passed"]
+    assert grouped[0:2] == ["✅ 2 passed", "[❌ 1 failed](#fail-megatron-0-15-1) · ✅ 1 passed"]
     equivalence = rows["**equivalence** `cases/test_equivalence.py`"]
-    assert equivalence == ["—", "⏭️ 1 skipped", "—", "—"]
-    assert rows[chunks][2] == "[❌ 2 failed](#fail-megatron-0-15-1) · 🟡 1 xfail · ✅ 1 passed"
-    assert rows["**smoke** `cases/test_smoke.py`"][2] == "[❌ 1 failed](#fail-megatron-0-15-3)"
-    assert rows["**model-provider** `cases/test_provider.py`"][3] == "[❌ 1 failed](#fail-megatron-0-16-2)"
-    assert rows["&nbsp;&nbsp;&nbsp;`(collection)`"][3] == "[❌ 1 failed](#fail-megatron-0-16-2)"
-    assert rows["**new-api** `cases/test_future.py`"][3] == "[❌ 1 failed](#fail-megatron-0-16-1)"
-    assert rows["**all cases**"][3] == "[❌ 2 failed](#fail-megatron-0-16-1) · ✅ 1 passed"
+    assert equivalence == ["⏭️ 1 skipped", "—", "—"]
+    assert rows[CHUNKS][1] == "[❌ 2 failed](#fail-megatron-0-15-1) · 🟡 1 xfail · ✅ 1 passed"
+    assert rows["**smoke** `cases/test_smoke.py`"][1] == "[❌ 1 failed](#fail-megatron-0-15-3)"
+    assert rows["**model-provider** `cases/test_provider.py`"][2] == "[❌ 1 failed](#fail-megatron-0-16-2)"
+    assert rows["&nbsp;&nbsp;&nbsp;`(collection)`"][2] == "[❌ 1 failed](#fail-megatron-0-16-2)"
+    assert rows["**new-api** `cases/test_future.py`"][2] == "[❌ 1 failed](#fail-megatron-0-16-1)"
+    assert rows["**all cases**"][2] == "[❌ 2 failed](#fail-megatron-0-16-1) · ✅ 1 passed"
 
 
 def test_failure_entry_has_message_repro_and_hypothesis_replay(synthetic: Path) -> None:
@@ -107,7 +128,7 @@ def test_reds_without_a_repro_line_get_one_built_from_the_summary(synthetic: Pat
     )
     collection = failure_entry(markdown, "fail-megatron-0-16-2")
     assert repro_of(collection) == (
-        "MEGATRON_CONFORMANCE_SUBJECT='tests/seeded/my adapter.py' nox -R -s megatron-0.16 -- cases/test_provider.py"
+        f"MEGATRON_CONFORMANCE_SUBJECT={SEEDED_SUBJECT} nox -R -s megatron-0.16 -- cases/test_provider.py"
     )
 
 
@@ -169,13 +190,13 @@ def test_nothing_to_report_is_an_error(tmp_path: Path) -> None:
 def test_report_session_writes_both_files(synthetic: Path) -> None:
     completed = report_session(synthetic)
     assert completed.returncode == 0, completed.stdout + completed.stderr
-    sessions = [t.session for t in load_matrix(ROOT / "matrix.yaml").targets]
-    assert f"{len({*sessions, 'megatron-0.9'})} targets; failures on megatron-0.15 (3), megatron-0.16 (2)." in (
+    targets = matrix_targets()
+    assert f"{len({*targets, 'megatron-0.9'})} targets; failures on megatron-0.15 (3), megatron-0.16 (2)." in (
         completed.stderr
     )
-    headers, rows = table((synthetic / "compatibility.md").read_text())
-    assert headers[2].startswith("megatron-0.14<br>") and rows["**all cases**"][2] == "—"
-    expected = render_markdown(collect(synthetic, sessions))
+    headers, rows = tables((synthetic / "compatibility.md").read_text())[SEEDED]
+    assert headers[1].startswith("megatron-0.14<br><sub>not run<br>") and rows["**all cases**"][1] == "—"
+    expected = render_markdown(collect(synthetic, targets))
     assert (synthetic / "compatibility.md").read_text() == expected
     assert "- megatron-0.14: not run: no reports of it here" in expected
     assert (synthetic / "compatibility.html").read_text().startswith("<!DOCTYPE html>")
@@ -195,3 +216,156 @@ def test_findings_are_shown(synthetic: Path) -> None:
     (synthetic / "megatron-0.15" / "summary.json").write_text(json.dumps(summary("megatron-0.15", findings=[finding])))
     notes = render_markdown(collect(synthetic))
     assert "- megatron-0.15: finding (equivalence): megatron-core 0.15.3 coalesces all 4 MiB into one buffer" in notes
+
+
+def _declared_run(reports: Path) -> None:
+    """megatron-0.15 and megatron-0.16 under a declaration that leaves the model-provider role out (its two cases
+    skipped as not declared), one chunk-splitting case green, and on megatron-0.16 an equivalence case skipped for
+    want of GPUs."""
+    undeclared = {"type": "pytest.skip", "message": NOT_DECLARED}
+    no_gpu = ("cases.test_equivalence", "test_nccl", "skipped", {"type": "pytest.skip", "message": "no GPU"}, "")
+    for session in ("megatron-0.15", "megatron-0.16"):
+        cases = [("cases.test_chunks", "test_partition", None, {}, "")]
+        cases += [("cases.test_provider", name, "skipped", undeclared, "") for name in ("test_plain", "test_real_gpt")]
+        cases += [no_gpu] if session == "megatron-0.16" else []
+        record = summary(session, subject=DECLARATION, subject_kind="declaration")
+        write_target(reports, session, record, junit_document(cases))
+
+
+def test_every_column_names_its_subject_and_selection(tmp_path: Path) -> None:
+    reports, selection = tmp_path / "reports", ["cases/test_chunks.py::test_partition", "-k", "not slow"]
+    _declared_run(reports)
+    narrowed = summary("megatron-0.16", subject=DECLARATION, subject_kind="declaration", selection=selection)
+    (reports / "megatron-0.16" / "summary.json").write_text(json.dumps(narrowed))
+    grid = collect(reports)
+    matrices = columns(render_markdown(grid))
+    heading = f"Subject `{DECLARATION}` (declaration)"
+    assert list(matrices) == [heading]
+    assert matrices[heading]["megatron-0.15"][:2] == ["subject `megatron_gate.toml`", "megatron-core 0.15.3"]
+    assert matrices[heading]["megatron-0.16"][:3] == [
+        "subject `megatron_gate.toml`",
+        "selection `cases/test_chunks.py::test_partition -k not slow`",
+        "megatron-core 0.16.1",
+    ]
+    page = render_html(grid)
+    assert f"<h2>Subject <code>{DECLARATION}</code> (declaration)</h2>" in page
+    assert page.count(f'subject <code title="{DECLARATION} (declaration)">megatron_gate.toml</code>') == 2
+    assert page.count("selection <code>cases/test_chunks.py::test_partition -k not slow</code>") == 1
+
+
+def test_sessions_of_different_subjects_get_a_matrix_each(synthetic: Path) -> None:
+    adapter = "tests/seeded/my adapter.py"
+    for session, subject in (("megatron-0.13", "harness.reference"), ("megatron-0.16", adapter)):
+        (synthetic / session / "summary.json").write_text(json.dumps(summary(session, subject=subject)))
+    grid = collect(synthetic, matrix_targets())
+    markdown = render_markdown(grid)
+    matrices = columns(markdown)
+    reference, other = "Subject `harness.reference` (module)", f"Subject `{adapter}` (module)"
+    assert list(matrices) == [UNRECORDED, reference, SEEDED, other]
+    ran = {heading: [s for s, lines in found.items() if "not run" not in lines] for heading, found in matrices.items()}
+    assert ran == {
+        UNRECORDED: ["megatron-0.9"],
+        reference: ["megatron-0.13"],
+        SEEDED: ["megatron-0.15"],
+        other: ["megatron-0.16"],
+    }
+    assert all("megatron-0.14" in found for found in matrices.values())
+    assert matrices[reference]["megatron-0.13"][0] == "subject `harness.reference`"
+    assert matrices[other]["megatron-0.16"][0] == "subject `my adapter.py`"
+    assert "**smoke** `cases/test_smoke.py`" in tables(markdown)[SEEDED][1]
+    assert "**smoke** `cases/test_smoke.py`" not in tables(markdown)[other][1]
+    assert "The sessions did not all record one subject: 4 matrices, one per subject." in markdown
+    assert repro_of(failure_entry(markdown, "fail-megatron-0-16-2")) == (
+        f"MEGATRON_CONFORMANCE_SUBJECT='{adapter}' nox -R -s megatron-0.16 -- cases/test_provider.py"
+    )
+    page = render_html(grid)
+    assert page.count('<table class="matrix">') == 4
+    assert f"<h2>Subject <code>{adapter}</code> (module)</h2>" in page
+
+
+def test_a_target_that_did_not_run_shows_its_matrix_pins(synthetic: Path, tmp_path: Path) -> None:
+    (synthetic / "megatron-0.15" / "summary.json").unlink()
+    grid = collect(synthetic, matrix_targets())
+    headers = {session: lines for found in columns(render_markdown(grid)).values() for session, lines in found.items()}
+    assert headers["megatron-0.14"] == [
+        "not run",
+        "pins from matrix.yaml",
+        "megatron-core ==0.14.0",
+        "torch ==2.13.0",
+        "numpy &lt;2",
+        "python 3.11",
+    ]
+    assert headers["megatron-0.17"][-2:] == ["numpy unpinned", "python 3.12"]
+    assert headers["megatron-0.15"][:2] == ["pins from matrix.yaml", "megatron-core ==0.15.3"]
+    assert [session for session, lines in headers.items() if any("?" in line for line in lines)] == ["megatron-0.9"]
+    page = render_html(grid)
+    assert (
+        '<th scope="col">megatron-0.14<span class="pins">not run<br>pins from matrix.yaml<br>megatron-core ==0.14.0<br>'
+        "torch ==2.13.0<br>numpy &lt;2<br>python 3.11</span></th>"
+    ) in page
+    wheel = MegatronSource("wheel", "/wheels/megatron_core-0.17.0-py3-none-any.whl", None)
+    target = replace(matrix_targets()["megatron-0.17"], session="megatron-0.17w", megatron=wheel)
+    assert load_target(tmp_path / "megatron-0.17w", target).version("megatron-core") == (
+        "wheel megatron_core-0.17.0-py3-none-any.whl"
+    )
+
+
+def _background(page: str, selector: str) -> str:
+    return re.search(rf"\n{re.escape(selector)} \{{ background: (#\w+);", page).group(1)
+
+
+def test_advisories_are_amber_beside_the_cell_colour_and_listed_with_repro_lines(synthetic: Path) -> None:
+    def advise(session: str, case: str) -> dict[str, str]:
+        text = f"few-collectives: 3 collectives where 2 suffice on {session}"
+        return {"family": "chunk-splitting", "case": case, "text": text, "repro": f"nox -R -s {session} -- {case}"}
+
+    for session, case in (("megatron-0.13", "test_alignment"), ("megatron-0.15", "test_partition")):
+        advisories = [advise(session, f"cases/test_chunks.py::{case}")]
+        (synthetic / session / "summary.json").write_text(json.dumps(summary(session, advisories=advisories)))
+    grid = collect(synthetic)
+    markdown = render_markdown(grid)
+    _, rows = tables(markdown)[SEEDED]
+    assert rows[CHUNKS][0] == "✅ 4 passed · [🟠 1 advisory](#adv-megatron-0-13-1)"
+    assert rows["&nbsp;&nbsp;&nbsp;`test_alignment`"][0] == "✅ 1 passed · [🟠 1 advisory](#adv-megatron-0-13-1)"
+    assert rows["&nbsp;&nbsp;&nbsp;`test_partition`"][:2] == [
+        "✅ 1 passed",
+        "[❌ 1 failed](#fail-megatron-0-15-2) · [🟠 1 advisory](#adv-megatron-0-15-1)",
+    ]
+    assert rows["**all cases**"][0] == "✅ 5 passed · ⏭️ 1 skipped · [🟠 1 advisory](#adv-megatron-0-13-1)"
+    assert rows["**smoke** `cases/test_smoke.py`"][0] == "✅ 1 passed"
+    entry = failure_entry(markdown, "adv-megatron-0-13-1")
+    assert entry.startswith('<a id="adv-megatron-0-13-1"></a>megatron-0.13 · `cases/test_chunks.py::test_alignment`')
+    assert "advisory · contract `chunk-splitting`" in entry
+    assert "```text\nfew-collectives: 3 collectives where 2 suffice on megatron-0.13\n```" in entry
+    assert repro_of(entry) == "nox -R -s megatron-0.13 -- cases/test_chunks.py::test_alignment"
+    assert markdown.index("## Advisories") > markdown.index("## Failures")
+    assert "failures on megatron-0.15 (3), megatron-0.16 (2)." in markdown
+    page = render_html(grid)
+    assert '<td class="passed">4 passed · <a class="advisory" href="#adv-megatron-0-13-1">1 advisory</a></td>' in page
+    assert (
+        '<td class="failed"><a href="#fail-megatron-0-15-2">1 failed</a> · '
+        '<a class="advisory" href="#adv-megatron-0-15-1">1 advisory</a></td>'
+    ) in page
+    section = page[page.index('<section class="advisory-entry" id="adv-megatron-0-15-1">') :]
+    repro = '<pre class="repro"><code>nox -R -s megatron-0.15 -- cases/test_chunks.py::test_partition</code></pre>'
+    assert repro in section[: section.index("</section>")]
+    colours = [_background(page, selector) for selector in (".advisory", "td.passed", "td.failed", "td.xfailed")]
+    assert len(set(colours)) == 4
+
+
+def test_a_family_the_declaration_leaves_out_reads_not_declared(tmp_path: Path) -> None:
+    _declared_run(tmp_path / "reports")
+    grid = collect(tmp_path / "reports")
+    markdown = render_markdown(grid)
+    _, rows = table(markdown)
+    assert rows["**model-provider** `cases/test_provider.py`"] == ["⚪ not declared", "⚪ not declared"]
+    assert rows["&nbsp;&nbsp;&nbsp;`test_plain`"] == ["⚪ not declared", "⚪ not declared"]
+    assert rows["**equivalence** `cases/test_equivalence.py`"] == ["—", "⏭️ 1 skipped"]
+    assert rows["**all cases**"] == ["✅ 1 passed · ⚪ not declared", "✅ 1 passed · ⚪ not declared · ⏭️ 1 skipped"]
+    listing = f"\n- model-provider on megatron-0.15, megatron-0.16: `{NOT_DECLARED}`\n"
+    assert markdown.index(listing) > markdown.index("| **all cases** |")
+    page = render_html(grid)
+    assert len(re.findall(r'<td class="undeclared">not declared</td>', page)) == 6
+    provider = re.search(r'<th scope="row">model-provider <code>cases/test_provider.py</code></th>(.*?)</tr>', page)
+    assert provider.group(1) == '<td class="undeclared">not declared</td>' * 2
+    assert f"<li>model-provider on megatron-0.15, megatron-0.16: <code>{NOT_DECLARED}</code></li>" in page
