@@ -37,6 +37,7 @@ from harness.contracts.imports.side_effects import (
     format_effects,
 )
 from harness.plugin.declaration import is_declaration, read_declaration_file
+from harness.plugin.declared_subject import megatron_restored
 from harness.plugin.failure import contract_failure
 from harness.plugin.families import family
 from harness.plugin.subjects import load_subject
@@ -80,7 +81,10 @@ def observe(
     declared = _declared(subject)
 
     def run(block: Callable[[], object], **options: Any) -> list[SideEffect]:
-        effects, waived = detect_with_allowances(block, **{**declared, "file_root": private, **options})
+        # What the block bound into finalize_model_grads is reported, then put back, so no red leaks into the next.
+        restore = contextlib.nullcontext() if options.pop("keep", False) else megatron_restored()
+        with restore:
+            effects, waived = detect_with_allowances(block, **{**declared, "file_root": private, **options})
         allowances = options.get("allow", declared["allow"])
         for effect in waived:
             record_waiver(effect.kind, effect.name, allowance_for(effect, allowances) or "?")
@@ -162,7 +166,7 @@ def test_install_rebinds_exactly_the_documented_names(
     expected = {f"{module.__name__}.{name}" for name in originals}
     undone: list[SideEffect] = []
     try:
-        first = observe(lambda: subject.install(budget_bytes=1 << 20), watch_modules=("megatron",))
+        first = observe(lambda: subject.install(budget_bytes=1 << 20), watch_modules=("megatron",), keep=True)
         rebound = {e.name for e in first if e.kind == "module-attribute"}
         assert rebound == expected, contract_failure(
             target,
@@ -174,12 +178,12 @@ def test_install_rebinds_exactly_the_documented_names(
         assert not others, contract_failure(
             target, FAMILY.name, "install() did more than re-bind the documented names", _effects(others)
         )
-        second = observe(lambda: subject.install(budget_bytes=1 << 20), watch_modules=("megatron",))
+        second = observe(lambda: subject.install(budget_bytes=1 << 20), watch_modules=("megatron",), keep=True)
         assert not [e for e in second if e.kind == "module-attribute"], contract_failure(
             target, FAMILY.name, "a second install() changed Megatron again", _effects(second)
         )
     finally:
-        undone = observe(subject.uninstall, watch_modules=("megatron",))
+        undone = observe(subject.uninstall, watch_modules=("megatron",), keep=True)
     for name, original in originals.items():
         assert getattr(module, name) is original, contract_failure(
             target,
