@@ -10,6 +10,7 @@ from pathlib import Path
 
 from harness.contracts.fingerprint.cache import cached_fingerprint, write_json
 from harness.contracts.fingerprint.declaration import DeclarationError, declared_symbols, read_declaration
+from harness.plugin.declaration import DeclarationFileError
 from harness.plugin.subjects import SubjectError, load_subject
 
 
@@ -23,7 +24,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     try:
         declaration = read_declaration(load_subject(args.subject))
-    except (DeclarationError, SubjectError) as err:
+    except (DeclarationError, DeclarationFileError, SubjectError) as err:
         print(f"target {args.session}: {err}", file=sys.stderr)
         return 2
     record = cached_fingerprint(declared_symbols(declaration), args.session, args.cache_dir)
