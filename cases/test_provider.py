@@ -47,7 +47,8 @@ from harness.contracts.provider_calls import (
 )
 from harness.plugin.failure import contract_failure
 from harness.plugin.families import family
-from harness.plugin.subjects import FreezeRuleNames, freeze_rule_names
+from harness.plugin.gate import declaration_of
+from harness.plugin.subjects import FreezeRuleNames, freeze_rule_names, required_call_shapes
 from harness.targets.matrix import Target, load_matrix
 from harness.targets.provider_shapes import (
     derive_calls,
@@ -63,11 +64,20 @@ Rules = tuple[list[str] | None, list[str] | None]
 
 
 def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
-    """One real-model case per call shape of the target, so a red names its shape in the test id too."""
+    """One real-model case per call shape of the target, so a red names its shape in the test id too; a shape the
+    declared subject's models never meet is advisory."""
     if "call_shape" in metafunc.fixturenames:
         options = metafunc.config.getoption
         target = load_matrix(options("--matrix")).target(options("--target"))
-        metafunc.parametrize("call_shape", list(target.provider.calls))
+        declaration = declaration_of(metafunc.config)
+        named = declaration.provider.get("call_shapes") if declaration else None
+        metafunc.parametrize(
+            "call_shape",
+            [
+                pytest.param(shape, marks=[] if named is None or shape in named else [pytest.mark.advisory])
+                for shape in target.provider.calls
+            ],
+        )
 
 
 def wrap(subject: ModuleType, provider: Callable[..., Any], args_per_level: list[argparse.Namespace]) -> Any:
@@ -162,7 +172,17 @@ def test_matrix_records_the_call_shapes_megatron_makes(target: Target) -> None:
 def test_keywords_reach_the_inner_provider(
     subject: ModuleType, target: Target, spec: ProviderSpec, depth: int, data: st.DataObject
 ) -> None:
-    keywords_reach_the_inner_provider(subject, target, spec, depth, data, target.provider.calls)
+    shapes = required_call_shapes(subject, target.provider.calls)
+    keywords_reach_the_inner_provider(subject, target, spec, depth, data, shapes)
+
+
+@pytest.mark.advisory
+@given(spec=provider_specs(positional_only=False), depth=st.integers(1, 2), data=st.data())
+def test_no_keyword_the_caller_did_not_pass_reaches_the_inner_provider(
+    subject: ModuleType, target: Target, spec: ProviderSpec, depth: int, data: st.DataObject
+) -> None:
+    shapes = required_call_shapes(subject, target.provider.calls)
+    keywords_reach_the_inner_provider(subject, target, spec, depth, data, shapes, invented=True)
 
 
 @pytest.mark.advisory
@@ -170,16 +190,20 @@ def test_keywords_reach_the_inner_provider(
 def test_keywords_reach_positional_only_inner_parameters(
     subject: ModuleType, target: Target, spec: ProviderSpec, depth: int, data: st.DataObject
 ) -> None:
-    keywords_reach_the_inner_provider(subject, target, spec, depth, data, target.provider.calls)
+    shapes = required_call_shapes(subject, target.provider.calls)
+    keywords_reach_the_inner_provider(subject, target, spec, depth, data, shapes)
 
 
 @pytest.mark.advisory
 @given(spec=provider_specs(positional_only=False), data=st.data())
-def test_keywords_of_call_shapes_other_targets_make(
+def test_keywords_of_call_shapes_the_subject_does_not_meet_here(
     subject: ModuleType, target: Target, spec: ProviderSpec, data: st.DataObject, pytestconfig: pytest.Config
 ) -> None:
+    """Shapes only other targets make (what the next Megatron will pass), and this target's shapes the declared
+    subject's models never meet."""
     matrix = load_matrix(pytestconfig.getoption("--matrix"))
-    own = set(map(tuple, target.provider.calls.values()))
+    required = required_call_shapes(subject, target.provider.calls)
+    own = set(map(tuple, required.values()))
     others = {
         f"{other.session}: {shape}": keywords
         for other in matrix.targets
@@ -197,6 +221,7 @@ def keywords_reach_the_inner_provider(
     depth: int,
     data: st.DataObject,
     shapes: dict[str, Any],
+    invented: bool = False,
 ) -> None:
     keywords_used = sorted({k for keywords in shapes.values() for k in keywords})
     values = {k: data.draw(caller_value(k), label=k) for k in keywords_used}
@@ -218,7 +243,7 @@ def keywords_reach_the_inner_provider(
             continue
         problems.extend(
             f"call shape '{shape}': keyword '{keyword}': {problem}"
-            for keyword, problem in inner.reception_problems(passed, inner.receptions[0])
+            for keyword, problem in inner.reception_problems(passed, inner.receptions[0], invented)
         )
     assert not problems, contract_failure(
         target,
@@ -242,7 +267,8 @@ def test_returns_the_inner_model_with_freeze_rules_applied(
         args.set_rules(freeze, train_only)
     frozen = expected_frozen(GPT_PARAMETER_NAMES, rules, names.match)
     described = f"rules {rules} (innermost first); inner provider {spec.describe()}"
-    shapes = {shape: {k: values[k] for k in keywords} for shape, keywords in target.provider.calls.items()}
+    required = required_call_shapes(subject, target.provider.calls)
+    shapes = {shape: {k: values[k] for k in keywords} for shape, keywords in required.items()}
     checked, raised = 0, {}
     for shape, passed in [*shapes.items(), (BARE_CALL, {"pre_process": True, "post_process": True})]:
         if shape == BARE_CALL and checked:
@@ -301,7 +327,8 @@ def test_inner_provider_errors_propagate_unchanged(
     values = draw_caller_values(data, target)
     inner = InnerProvider(spec, make_model=lambda: parameter_tree(GPT_PARAMETER_NAMES[:2]))
     wrapped = wrap(subject, inner.callable, [unset_rules(subject) for _ in range(depth)])
-    shapes = {shape: {k: values[k] for k in keywords} for shape, keywords in target.provider.calls.items()}
+    required = required_call_shapes(subject, target.provider.calls)
+    shapes = {shape: {k: values[k] for k in keywords} for shape, keywords in required.items()}
     reached, unreached = 0, []
     for shape, passed in [*shapes.items(), (BARE_CALL, {"pre_process": True, "post_process": True})]:
         if shape == BARE_CALL and reached:

@@ -228,9 +228,14 @@ class InnerProvider:
         self.returned.clear()
         self.raised.clear()
 
-    def reception_problems(self, passed: dict[str, Any], reception: Reception) -> list[tuple[str, str]]:
-        """``(keyword, problem)`` for each way ``reception`` differs from what a call passing ``passed`` must give."""
+    def reception_problems(
+        self, passed: dict[str, Any], reception: Reception, invented: bool = False
+    ) -> list[tuple[str, str]]:
+        """``(keyword, problem)`` for each way ``reception`` differs from what a call passing ``passed`` must give:
+        with ``invented``, only the values the caller did not pass that reached the inner provider anyway (a wrapper
+        that always passes ``vp_stage=None`` overrides the inner's own default), else every other difference."""
         problems: list[tuple[str, str]] = []
+        made_up: list[tuple[str, str]] = []
         if self.spec.form == "partial" and reception.named.get(_BUILDER_NAME) is not self.builder:
             got = reception.named.get(_BUILDER_NAME)
             problems.append((_BUILDER_NAME, f"the partial's bound argument was replaced by {got!r}"))
@@ -245,7 +250,7 @@ class InnerProvider:
             elif got is not default:
                 why = "takes it positionally only" if param.kind is _POSITIONAL_ONLY else "was not passed it"
                 detail = f"the inner provider {why}, yet received {got!r} instead of its own default: invented"
-                problems.append((param.name, detail))
+                made_up.append((param.name, detail))
         if self.spec.var_keyword:
             expected = {k: v for k, v in passed.items() if not self.spec.accepts_by_name(k)}
             for name, want in expected.items():
@@ -256,7 +261,7 @@ class InnerProvider:
                     problems.append((name, f"the caller passed {want!r}; the inner provider's **kwargs got {got!r}"))
             for name in sorted(set(reception.kwargs) - set(expected)):
                 got = reception.kwargs[name]
-                problems.append(
+                made_up.append(
                     (name, f"the caller did not pass it, yet the inner provider's **kwargs got {got!r}: invented")
                 )
         if reception.args:
@@ -266,7 +271,7 @@ class InnerProvider:
                     f"the inner provider's *args received {reception.args!r}: the caller passes keywords only",
                 )
             )
-        return problems
+        return made_up if invented else problems
 
 
 @st.composite

@@ -33,7 +33,7 @@ _TABLES: dict[str, tuple[tuple[str, ...], tuple[str, ...]]] = {
     "patch": (("module", "applied"), ("apply", "undo", "function")),
     "budget": ((), ("global", "env", "argument")),
     "splitter": (("function",), ("arguments",)),
-    "provider": (("factory",), ("train_only", "freeze", "match")),
+    "provider": (("factory",), ("train_only", "freeze", "match", "call_shapes")),
     "allow": ((), KINDS),
 }
 _FREE_TABLES = ("megatron_symbols", "expected_failures")
@@ -62,7 +62,7 @@ class Declaration:
     patch: Mapping[str, str] = field(default_factory=dict)
     budget: Mapping[str, str] = field(default_factory=dict)
     splitter: Mapping[str, Any] = field(default_factory=dict)
-    provider: Mapping[str, str] = field(default_factory=dict)
+    provider: Mapping[str, Any] = field(default_factory=dict)
     allow: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
     megatron_symbols: Mapping[str, str] = field(default_factory=dict)
     expected_failures: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
@@ -214,10 +214,12 @@ def _splitter(path: Path, table: dict[str, Any]) -> dict[str, Any]:
     return {"function": _dotted(path, "splitter.function", table["function"], qualified=True), "arguments": arguments}
 
 
-def _provider(path: Path, table: dict[str, Any]) -> dict[str, str]:
+def _provider(path: Path, table: dict[str, Any]) -> dict[str, Any]:
     if not table:
         return {}
-    provider = {k: _string(path, f"provider.{k}", v) for k, v in table.items()}
+    provider: dict[str, Any] = {k: _string(path, f"provider.{k}", v) for k, v in table.items() if k != "call_shapes"}
+    if "call_shapes" in table:
+        provider["call_shapes"] = _patterns(path, "provider.call_shapes", table["call_shapes"])
     provider["factory"] = _dotted(path, "provider.factory", provider["factory"], qualified=True)
     if not (provider.get("train_only") or provider.get("freeze")):
         raise DeclarationFileError(path, "provider.freeze", "missing: name at least one of train_only, freeze")

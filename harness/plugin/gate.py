@@ -262,8 +262,10 @@ def _record_advisory(config: pytest.Config, family_name: str, report: pytest.Tes
     """Turn an advisory's failure into a pass with a record: ``summary.json``, the terminal and the report show it
     in its own colour, with the same repro line as a red."""
     message = getattr(report.longrepr, "reprcrash", None)
-    text = (message.message if message else str(report.longrepr)).strip().splitlines()
-    first = next((line for line in text if line.strip() and not line.startswith("assert ")), "advisory property")
+    lines = [line.strip() for line in (message.message if message else str(report.longrepr)).splitlines()]
+    lines = [line.removeprefix("Failed: ") for line in lines if line and not line.startswith("assert ")]
+    head = lines[0] if lines else "advisory property"
+    first = f"{head} {lines[1]}" if head.endswith(":") and len(lines) > 1 else head
     report.outcome = "passed"
     report.longrepr = None
     _append_record(

@@ -13,6 +13,7 @@ import importlib.util
 import itertools
 import os
 import sys
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from types import ModuleType
@@ -45,6 +46,15 @@ class FreezeRuleNames:
     freeze: str | None = "freeze_patterns"
     train_only: str | None = "train_only_patterns"
     match: str = "search"
+
+
+def required_call_shapes(subject: ModuleType, shapes: Mapping[str, Sequence[str]]) -> dict[str, Sequence[str]]:
+    """The call shapes (of a target's ``provider.calls``) the subject's models meet: those its declaration names in
+    ``[provider] call_shapes`` (a decoder-only framework never meets 0.13's ``encoder_decoder``), else all of them.
+    The others are still checked, as advisories."""
+    declaration = getattr(subject, "DECLARATION", None)
+    named = declaration.provider.get("call_shapes") if declaration is not None else None
+    return {name: keywords for name, keywords in shapes.items() if named is None or name in named}
 
 
 def freeze_rule_names(subject: ModuleType) -> FreezeRuleNames:

@@ -72,6 +72,8 @@ def test_the_old_form_is_red_exactly_on_its_import_and_newer_provider_shapes(ses
         assert f"finalize_model_grads.{name}: re-bound" in failed[ADAPTER_IMPORT]
     if passes_config(session):
         assert "keyword 'config'" in failed["test_keywords_reach_the_inner_provider"]
+    advised = {advisory["case"].split("::")[-1] for advisory in summary(tmp_path)["advisories"]}
+    assert "test_keywords_of_call_shapes_the_subject_does_not_meet_here" in advised, advised
 
 
 def copy_framework(name: str, tmp_path: Path) -> Path:
