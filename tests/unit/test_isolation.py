@@ -524,3 +524,19 @@ def test_sys_path_and_modules_identical_after_a_framework_adapter_that_raises(tm
     assert str(tmp_path / "src") not in sys.path_importer_cache
     _assert_same_meta_path(meta_path)
     _assert_same_modules(before)
+
+
+def test_a_dotted_adapter_loads_under_its_own_name_and_runs_again_when_already_imported(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    monkeypatch.syspath_prepend(str(FRAMEWORK_ROOT))
+    first = load_isolated("myframework.megatron_adapter")
+    capsys.readouterr()
+    with isolated_modules():
+        imported = importlib.import_module("myframework.megatron_adapter")
+        before = dict(sys.modules)
+        again = load_isolated("myframework.megatron_adapter")
+        assert again.__name__ == first.__name__ == "myframework.megatron_adapter"
+        assert again is not imported and again.patches is not imported.patches
+        assert sys.modules["myframework.megatron_adapter"] is imported
+        _assert_same_modules(before)

@@ -132,14 +132,19 @@ def load_isolated(
 
     ``target`` is a :class:`~pathlib.Path` or a string naming a ``.py`` file or a package directory (a string is a
     path when it ends in ``.py`` or contains a path separator), or else a dotted module name, found without importing
-    anything (see :func:`adapter_location`) and loaded from its source file. ``name`` replaces the generated unique
-    module name. A target that cannot be found raises before anything changes; exceptions raised by the loaded code,
-    ``ModuleNotFoundError`` included, propagate after the restore.
+    anything (see :func:`adapter_location`) and loaded from its source file. A dotted name is loaded under that very
+    name, with any copy of it (and of its submodules) already imported hidden for the load, so its body runs again
+    and a logger named after ``__name__`` carries the framework's own name; a path gets a generated unique name.
+    ``name`` replaces either. A target that cannot be found raises before anything changes; exceptions raised by the
+    loaded code, ``ModuleNotFoundError`` included, propagate after the restore.
     """
     source, package_dir, own, source_root = _resolve(target)
+    dotted = isinstance(target, str) and not _is_path_string(target)
     with isolated_modules(fakes) as isolation, _on_sys_path(source_root):
         stem = re.sub(r"\W", "_", (package_dir or source).stem)
-        module_name = name or f"{UNIQUE_PREFIX}{next(_counter)}_{stem}"
+        module_name = name or (target if dotted else f"{UNIQUE_PREFIX}{next(_counter)}_{stem}")
+        for loaded in [m for m in sys.modules if m == module_name or m.startswith(f"{module_name}.")]:
+            del sys.modules[loaded]
         isolation.root, isolation.origin, isolation.own = module_name, str(package_dir or source), (module_name, *own)
         locations = [str(package_dir)] if package_dir is not None else None
         spec = importlib.util.spec_from_file_location(module_name, source, submodule_search_locations=locations)
