@@ -1,0 +1,1 @@
+"""Training backends of modernrl."""
