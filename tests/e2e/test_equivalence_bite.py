@@ -63,3 +63,15 @@ def test_a_replacement_never_installed_turns_the_gpt_case_red(tmp_path: Path) ->
     run = run_target_cases("megatron-0.15", selection, tmp_path, subject=SEEDED / "allreduce_never_installed.py")
     failed = run.require_red("allreduce_never_installed")
     assert any("left upstream in place" in text for text in failed.values()), run.output[-4000:]
+
+
+def test_where_upstream_itself_raised_the_red_and_the_summary_say_so(tmp_path: Path) -> None:
+    """megatron-core 0.13 fails on ``None`` grads itself; a subject that fails on them too is red, and the red says
+    the expectation came from upstream without those parameters; the summary counts the examples where it did."""
+    selection = ["cases/test_equivalence.py::test_matches_upstream_on_generated_modules"]
+    run = run_target_cases("megatron-0.13", selection, tmp_path, subject=SEEDED / "allreduce_no_none_skip.py")
+    failed = run.require_red("allreduce_no_none_skip on megatron-0.13")
+    fallback = "upstream raised AttributeError: 'NoneType' object has no attribute 'data'; the expectation is upstream"
+    assert any(fallback in text for text in failed.values()), run.output[-4000:]
+    findings = json.loads((tmp_path / "summary.json").read_text())["findings"]
+    assert any(fallback in finding["text"] for finding in findings), findings
