@@ -314,7 +314,13 @@ def compare_task(
             with CollectiveRecorder(group) as recorder:
                 subject.allreduce_non_tensor_model_parallel_grads(chunks, config)
     except Exception:
-        report.problems.append(f"rank {rank}: the subject raised where upstream did not:\n{traceback.format_exc()}")
+        where = (
+            f"where upstream raised too ({report.upstream_raised}): a replacement skips None grads as upstream does "
+            "from megatron-core 0.14 on"
+            if report.upstream_raised
+            else "where upstream did not"
+        )
+        report.problems.append(f"rank {rank}: the subject raised {where}:\n{traceback.format_exc()}")
         return report
     finally:
         subject.uninstall()
