@@ -131,7 +131,8 @@ def _staging_buffer(chunks: list[tuple[list, list[torch.Tensor]]], dtype: torch.
     allocator holding several budgets' worth of freed memory; one buffer costs one budget, once.
     """
     sizes = [sum(g.numel() for g in grads) for _, grads in chunks if not _reducible_in_place(grads, dtype)]
-    return torch.empty(max(sizes, default=0), dtype=dtype)
+    device = chunks[0][1][0].device if chunks else None
+    return torch.empty(max(sizes, default=0), dtype=dtype, device=device)
 
 
 def _grad_attr(module: Any, param: torch.nn.Parameter, use_fsdp: bool, flag_in_getter: bool) -> str:
