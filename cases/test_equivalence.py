@@ -8,6 +8,7 @@ chunking may change the last bit; there both must stay within the float64 error 
 
 from __future__ import annotations
 
+import inspect
 import json
 from collections.abc import Callable
 from pathlib import Path
@@ -21,7 +22,7 @@ from harness.contracts.equivalence import FakeParameter, Population, RankReport,
 from harness.contracts.populations import budgets_for_population, fake_module_populations
 from harness.plugin.failure import contract_failure
 from harness.plugin.families import family
-from harness.ranks.megatron_state import model_parallel
+from harness.ranks.megatron_state import UPSTREAM_NAME, finalize_module, model_parallel
 from harness.ranks.pool import backend_skip_reason, get_pool
 from harness.targets.installed_versions import installed_versions
 from harness.targets.matrix import MEGATRON_DISTRIBUTION, Target
@@ -42,9 +43,18 @@ BACKENDS = ["gloo", "nccl"]
 
 
 @st.composite
-def population_and_budget(draw: st.DrawFn) -> tuple[Population, int]:
-    population = draw(fake_module_populations())
+def population_and_budget(draw: st.DrawFn, groups: tuple[str, ...] = ("implicit",)) -> tuple[Population, int]:
+    population = draw(fake_module_populations(groups=groups))
     return population, draw(budgets_for_population(population))
+
+
+def group_kinds(world_size: int, tensor_parallel: int) -> tuple[str, ...]:
+    """How the TP group may reach the call on this target and shape: as an argument only where upstream takes one
+    (0.14 on), and as a group that is not parallel_state's only where the world has room for one."""
+    upstream = getattr(finalize_module(), UPSTREAM_NAME)
+    if "tp_group" not in inspect.signature(upstream).parameters:
+        return ("implicit",)
+    return ("implicit", "given", *(("other",) if world_size > tensor_parallel else ()))
 
 
 def upstream_fallback(error: str) -> str:
@@ -79,7 +89,7 @@ def test_matches_upstream_on_generated_modules(
     with model_parallel(get_pool(world_size, backend), tensor_parallel) as pool:
 
         @settings(max_examples=examples)
-        @given(population_and_budget())
+        @given(population_and_budget(group_kinds(world_size, tensor_parallel)))
         def check(case: tuple[Population, int]) -> None:
             population, budget = case
             reports = pool.run(compare_task, population, subject_name, budget, tensor_parallel, bitwise)

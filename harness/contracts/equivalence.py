@@ -42,6 +42,14 @@ class FakeParameter:
     requires_grad: bool = True
 
 
+GROUPS = {
+    "implicit": "no tp_group argument: parallel_state's TP group, as 0.13 and a direct call use",
+    "given": "parallel_state's TP group passed as tp_group, as finalize_model_grads does from 0.14 on",
+    "other": "a TP-sized group that is not parallel_state's passed as tp_group: the caller's group must be used",
+}
+"""How the tensor-parallel group reaches the all-reduce in an example."""
+
+
 @dataclass(frozen=True)
 class Population:
     """A fake model chunk list plus the config flags upstream's selection reads."""
@@ -50,6 +58,7 @@ class Population:
     sequence_parallel: bool
     qk_layernorm: bool
     seed: int
+    group: str = "implicit"
 
 
 @dataclass
@@ -215,12 +224,12 @@ def _expected_reference(
     With ``measure``, also returns what upstream's run allocated (the run whose result is the expectation).
     """
     chunks = _build_chunks(population, rank, fsdp_flag)
-    group = tp_group()
+    group, given = call_group(population)
     tracker = AllocationTracker(_grads_device(chunks)) if measure else contextlib.nullcontext()
     with CollectiveRecorder(group) as recorder:
         try:
             with tracker:
-                upstream(chunks, config)
+                upstream(chunks, config, **given)
             return chunks, None, recorder.calls, _summary(tracker)
         except AttributeError as err:
             if not any(s.grad_kind.endswith("_none") for chunk in population.chunks for s in chunk):
@@ -229,7 +238,7 @@ def _expected_reference(
     chunks = _build_chunks(_without_none_grads(population), rank, fsdp_flag)
     tracker = AllocationTracker(_grads_device(chunks)) if measure else contextlib.nullcontext()
     with CollectiveRecorder(group) as recorder, tracker:
-        upstream(chunks, config)
+        upstream(chunks, config, **given)
     return chunks, raised, recorder.calls, _summary(tracker)
 
 
@@ -251,6 +260,15 @@ def tp_group() -> Any:
     from megatron.core import parallel_state
 
     return parallel_state.get_tensor_model_parallel_group()
+
+
+def call_group(population: Population) -> tuple[Any, dict[str, Any]]:
+    """The group the example's all-reduce must use, and the ``tp_group`` keyword that hands it over (none for
+    ``implicit``); the ``other`` group is made by the rank pool beside parallel_state's."""
+    if population.group == "implicit":
+        return tp_group(), {}
+    group = tp_group() if population.group == "given" else megatron_ranks.other_tp_group()
+    return group, {"tp_group": group}
 
 
 _subjects: dict[str, Any] = {}
@@ -304,7 +322,7 @@ def compare_task(
     )
     chunks = _build_chunks(population, rank, fsdp_flag)
     before = _snapshot(chunks)
-    group = tp_group()
+    group, given = call_group(population)
     bound_before_install = megatron_ranks.bindings(pin)
     # install() is measured too: a buffer it allocates for the call to use is held during the call.
     tracker = AllocationTracker(_grads_device(chunks))
@@ -312,7 +330,7 @@ def compare_task(
         with tracker:
             subject.install(budget_bytes=budget)
             with CollectiveRecorder(group) as recorder:
-                subject.allreduce_non_tensor_model_parallel_grads(chunks, config)
+                subject.allreduce_non_tensor_model_parallel_grads(chunks, config, **given)
     except Exception:
         where = (
             f"where upstream raised too ({report.upstream_raised}): a replacement skips None grads as upstream does "
@@ -329,7 +347,8 @@ def compare_task(
     report.allocations = tracker.summary()
     if recorder.foreign_groups:
         report.problems.append(
-            f"rank {rank}: {recorder.foreign_groups} all-reduce(s) on a group other than the TP group upstream uses"
+            f"rank {rank}: {recorder.foreign_groups} all-reduce(s) on a group other than the TP group upstream uses "
+            f"({GROUPS[population.group]})"
         )
     truth = _float64_truth(population, torch.distributed.get_process_group_ranks(group))
     _compare(report, reference, chunks, before, budget, bitwise, truth)

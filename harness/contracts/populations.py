@@ -131,11 +131,14 @@ _PARAM_LEAVES = (
 
 
 @st.composite
-def fake_module_populations(draw: st.DrawFn, max_params: int = 12) -> Population:
+def fake_module_populations(
+    draw: st.DrawFn, max_params: int = 12, groups: tuple[str, ...] = ("implicit",)
+) -> Population:
     """Model chunks whose params exercise every branch of upstream's selection and write-back.
 
     Sequence-parallel and TP-averaged params, qk-layernorm names with the flag on and off, frozen params, ``None``
-    grads, ``main_grad`` beside ``grad``, three dtypes; one or two model chunks.
+    grads, ``main_grad`` beside ``grad``, three dtypes; one or two model chunks; and how the TP group reaches the
+    call, one of ``groups`` (see :data:`~harness.contracts.equivalence.GROUPS`).
     """
     chunks = []
     for _ in range(draw(st.integers(1, 2))):
@@ -160,6 +163,7 @@ def fake_module_populations(draw: st.DrawFn, max_params: int = 12) -> Population
         sequence_parallel=draw(st.booleans()),
         qk_layernorm=draw(st.booleans()),
         seed=draw(st.integers(0, 2**20)),
+        group=draw(st.sampled_from(groups)),
     )
 
 

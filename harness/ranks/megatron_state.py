@@ -33,18 +33,47 @@ def finalize_module() -> ModuleType:
     return importlib.import_module(_FINALIZE_MODULE)
 
 
+_other_groups: dict[str, Any] = {}
+
+
 def initialize_task(rank: int, world_size: int, tensor_parallel: int) -> None:
-    """Rank-side: (re)create Megatron's model-parallel groups with the given TP size."""
+    """Rank-side: (re)create Megatron's model-parallel groups with the given TP size, and beside them TP-sized
+    groups that are not parallel_state's (ranks ``j, j + world/TP, ...``), where the world has room for them."""
+    import torch.distributed as dist
     from megatron.core import parallel_state
 
+    _destroy_other_groups()
     parallel_state.destroy_model_parallel()
     parallel_state.initialize_model_parallel(tensor_model_parallel_size=tensor_parallel)
+    stride = world_size // tensor_parallel
+    if stride > 1:
+        for start in range(stride):
+            ranks = list(range(start, world_size, stride))
+            group = dist.new_group(ranks)  # every rank takes part in making every group
+            if rank in ranks:
+                _other_groups["tp"] = group
+
+
+def other_tp_group() -> Any:
+    """This rank's TP-sized group that is not parallel_state's TP group; the case shape must have one."""
+    if "tp" not in _other_groups:
+        raise RuntimeError("this case shape has no TP group besides parallel_state's (world size equals TP size)")
+    return _other_groups["tp"]
+
+
+def _destroy_other_groups() -> None:
+    import torch.distributed as dist
+
+    group = _other_groups.pop("tp", None)
+    if group is not None:
+        dist.destroy_process_group(group)
 
 
 def destroy_task(rank: int, world_size: int) -> None:
-    """Rank-side: tear Megatron's model-parallel groups down."""
+    """Rank-side: tear Megatron's model-parallel groups (and the other TP groups) down."""
     from megatron.core import parallel_state
 
+    _destroy_other_groups()
     parallel_state.destroy_model_parallel()
 
 

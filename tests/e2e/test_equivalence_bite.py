@@ -75,3 +75,14 @@ def test_where_upstream_itself_raised_the_red_and_the_summary_say_so(tmp_path: P
     assert any(fallback in text for text in failed.values()), run.output[-4000:]
     findings = json.loads((tmp_path / "summary.json").read_text())["findings"]
     assert any(fallback in finding["text"] for finding in findings), findings
+
+
+def test_a_subject_that_ignores_the_group_it_is_given_is_red_on_a_group_not_parallel_states(tmp_path: Path) -> None:
+    """0.14 on passes ``tp_group``; world 4 with TP 2 also passes groups ({0, 2}, {1, 3}) that are not
+    parallel_state's, which only a subject reducing within the group it is given matches."""
+    selection = ["cases/test_equivalence.py::test_matches_upstream_on_generated_modules[world4-tp2-gloo]"]
+    run = run_target_cases("megatron-0.15", selection, tmp_path, subject=SEEDED / "allreduce_ignores_given_group.py")
+    failed = run.require_red("allreduce_ignores_given_group")
+    assert any("a TP-sized group that is not parallel_state's passed as tp_group" in t for t in failed.values()), (
+        run.output[-4000:]
+    )
