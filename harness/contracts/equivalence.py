@@ -40,7 +40,12 @@ class FakeParameter:
     sequence_parallel: bool = False
     average_across_tp: bool = False
     requires_grad: bool = True
+    layout: str = "contiguous"
 
+
+LAYOUTS = ("contiguous", "strided", "transposed")
+"""How a grad is laid out in memory: contiguous, every other element of a buffer twice its size, or a 2-D transpose
+(as a TP-sharded weight's grad can be); the logical values are the same in each."""
 
 GROUPS = {
     "implicit": "no tp_group argument: parallel_state's TP group, as 0.13 and a direct call use",
@@ -96,6 +101,30 @@ def _values(spec: FakeParameter, seed: int, rank: int, index: int) -> torch.Tens
     return torch.randn(spec.numel, generator=generator, dtype=torch.float64).to(DTYPES[spec.dtype])
 
 
+def _shape(spec: FakeParameter) -> tuple[int, ...]:
+    """A transposed grad is 2-D (two columns, at least two rows: torch refuses to write into a one-row transpose,
+    whose strides look overlapping to it); every other grad is 1-D."""
+    if spec.layout == "transposed" and spec.numel >= 4 and spec.numel % 2 == 0:
+        return (spec.numel // 2, 2)
+    return (spec.numel,)
+
+
+def _laid_out(values: torch.Tensor, spec: FakeParameter) -> torch.Tensor:
+    """``values`` in ``spec``'s layout and shape, in logical (row-major) order: a non-contiguous grad holds the same
+    values as a contiguous one, only its memory differs."""
+    shape = _shape(spec)
+    if spec.numel == 0:
+        return values
+    if spec.layout == "strided":
+        grad = torch.zeros(2 * spec.numel, dtype=values.dtype)[::2]
+    elif len(shape) == 2:
+        grad = torch.zeros(shape[::-1], dtype=values.dtype).t()
+    else:
+        return values
+    grad.copy_(values.view(shape))
+    return grad
+
+
 def _build_chunks(population: Population, rank: int, fsdp_flag: str) -> list[torch.nn.Module]:
     """Materialise the population as model chunks; the same call on the same rank gives bitwise-equal values."""
     chunks = []
@@ -104,13 +133,15 @@ def _build_chunks(population: Population, rank: int, fsdp_flag: str) -> list[tor
         chunk = _FakeChunk()
         chunk.ddp_config = SimpleNamespace(**{fsdp_flag: False})
         for spec in chunk_specs:
-            param = torch.nn.Parameter(torch.zeros(spec.numel, dtype=DTYPES[spec.dtype]))
+            param = torch.nn.Parameter(torch.zeros(_shape(spec), dtype=DTYPES[spec.dtype]))
             param.requires_grad = spec.requires_grad
             if spec.sequence_parallel:
                 param.sequence_parallel = True
             if spec.average_across_tp:
                 param.average_gradients_across_tp_domain = True
-            grad = None if spec.grad_kind.endswith("_none") else _values(spec, population.seed, rank, index)
+            grad = None
+            if not spec.grad_kind.endswith("_none"):
+                grad = _laid_out(_values(spec, population.seed, rank, index), spec)
             if spec.grad_kind.startswith("main_grad"):
                 param.main_grad = grad
             else:
@@ -137,7 +168,10 @@ def _snapshot(chunks: list[torch.nn.Module]) -> dict[str, tuple[torch.Tensor | N
 
 
 def _bits(tensor: torch.Tensor) -> torch.Tensor:
-    return tensor.detach().contiguous().view(torch.uint8)
+    """The bytes of ``tensor``'s values in logical order (a one-element view with stride 2 counts as contiguous to
+    torch, yet cannot be viewed as bytes: copy into a fresh flat buffer)."""
+    flat = torch.empty(tensor.numel(), dtype=tensor.dtype)
+    return flat.copy_(tensor.detach().reshape(-1)).view(torch.uint8)
 
 
 class CollectiveRecorder:
@@ -369,11 +403,13 @@ def _selected_op(spec: FakeParameter, population: Population) -> str | None:
     return None
 
 
-def _float64_truth(population: Population, group_ranks: list[int]) -> dict[str, tuple[torch.Tensor, float]]:
-    """Per reduced param: the exact reduction in float64 over the TP group's values, and the error bound allowed.
+def _float64_truth(population: Population, group_ranks: list[int]) -> dict[str, tuple[torch.Tensor, torch.Tensor]]:
+    """Per reduced param: the exact reduction in float64 over the TP group's values, and the error bound allowed per
+    element (flat, in logical order).
 
     The bound is the classic one for summing ``n`` terms in any order, ``n * eps * sum(|x_i|)`` (plus one rounding
-    of the result), with ``eps`` of the grad's dtype: any reduction order gloo picks must land inside it.
+    of the result), with ``eps`` of the grad's dtype, taken element by element: any reduction order gloo picks must
+    land inside it, and an element that is off cannot hide behind a large neighbour.
     """
     truths = {}
     index = 0
@@ -385,7 +421,7 @@ def _float64_truth(population: Population, group_ranks: list[int]) -> dict[str, 
                 exact = terms.sum(0) / (len(group_ranks) if op == "AVG" else 1)
                 eps = torch.finfo(DTYPES[spec.dtype]).eps
                 scale = terms.abs().sum(0) / (len(group_ranks) if op == "AVG" else 1)
-                bound = (len(group_ranks) * eps * scale + eps * exact.abs()).max().item()
+                bound = len(group_ranks) * eps * scale + eps * exact.abs()
                 truths[f"{c}:{spec.name}"] = (exact, bound)
             index += 1
     return truths
@@ -398,7 +434,7 @@ def _compare(
     before: dict,
     budget: int,
     bitwise: bool,
-    truth: dict[str, tuple[torch.Tensor, float]],
+    truth: dict[str, tuple[torch.Tensor, torch.Tensor]],
 ) -> None:
     expected = _snapshot(reference)
     after = _snapshot(chunks)
@@ -425,11 +461,15 @@ def _compare(
             report.problems.append(f"rank {report.rank}: param {key}: differs from upstream, max |diff| {diff:.3g}")
         else:
             report.non_bitwise_elements += int((value != ref_value).sum().item())
-            exact, bound = truth.get(key, (start_value.double(), 0.0))
-            error = (value.double() - exact).abs().max().item()
-            if error > bound:
+            flat = start_value.double().reshape(-1)
+            exact, bound = truth.get(key, (flat, torch.zeros_like(flat)))
+            errors = (value.double().reshape(-1) - exact).abs()
+            over = (errors > bound).nonzero().flatten()
+            if over.numel():
+                at = int(over[(errors[over] - bound[over]).argmax()])
                 report.problems.append(
-                    f"rank {report.rank}: param {key}: off the float64 reduction by {error:.3g} > bound {bound:.3g} "
+                    f"rank {report.rank}: param {key}: {over.numel()} element(s) off the float64 reduction beyond "
+                    f"their bound; element {at} by {errors[at].item():.3g} > {bound[at].item():.3g} "
                     f"(upstream differs by {diff:.3g})"
                 )
         if torch.equal(_bits(value), _bits(start_value)) and not torch.equal(_bits(ref_value), _bits(start_value)):

@@ -13,7 +13,7 @@ import torch
 from hypothesis import strategies as st
 
 from harness.contracts.equivalence import DTYPES as PARAM_DTYPES
-from harness.contracts.equivalence import GRAD_KINDS, FakeParameter, Population
+from harness.contracts.equivalence import GRAD_KINDS, LAYOUTS, FakeParameter, Population
 
 _DTYPES = (torch.float32, torch.bfloat16, torch.float16)
 
@@ -131,6 +131,18 @@ _PARAM_LEAVES = (
 
 
 @st.composite
+def _grad_sizes(draw: st.DrawFn) -> int:
+    """Element counts of one grad: mostly a few dozen; one grad in twenty has none at all, one in twenty holds 1-4 MiB
+    of fp32 (so a grad alone outgrows the budget and the bounds see real sizes)."""
+    kind = draw(st.integers(0, 19))
+    if kind == 0:
+        return 0
+    if kind == 1:
+        return draw(st.integers(1 << 18, 1 << 20))
+    return draw(st.integers(1, 40))
+
+
+@st.composite
 def fake_module_populations(
     draw: st.DrawFn, max_params: int = 12, groups: tuple[str, ...] = ("implicit",)
 ) -> Population:
@@ -149,12 +161,13 @@ def fake_module_populations(
             specs.append(
                 FakeParameter(
                     name=f"decoder.layers.{i}.{leaf}",
-                    numel=draw(st.integers(1, 40)),
+                    numel=draw(_grad_sizes()),
                     dtype=draw(st.sampled_from(sorted(PARAM_DTYPES))),
                     grad_kind=draw(st.sampled_from(GRAD_KINDS)),
                     sequence_parallel=draw(st.booleans()),
                     average_across_tp=draw(st.integers(0, 4)) == 0,
                     requires_grad=draw(st.integers(0, 5)) != 0,
+                    layout=draw(st.sampled_from(LAYOUTS)),
                 )
             )
         chunks.append(tuple(specs))
@@ -169,9 +182,10 @@ def fake_module_populations(
 
 @st.composite
 def budgets_for_population(draw: st.DrawFn, population: Population) -> int:
-    """1 byte, around one grad's size, or beyond the whole population."""
+    """1 byte, around one grad's size, or beyond the whole population; never 0 (an empty grad has no bytes, and a
+    budget of 0 is no budget)."""
     sizes = [
-        s.numel * torch.empty((), dtype=PARAM_DTYPES[s.dtype]).element_size()
+        max(1, s.numel * torch.empty((), dtype=PARAM_DTYPES[s.dtype]).element_size())
         for chunk in population.chunks
         for s in chunk
     ]

@@ -15,6 +15,8 @@ SEEDED_BREAKS = {
     "allreduce_wrong_group": ("megatron-0.15", "on a group other than the TP group upstream uses"),
     "allreduce_no_none_skip": ("megatron-0.15", "AttributeError: 'NoneType' object has no attribute 'data'"),
     "allreduce_no_qk_rule": ("megatron-0.15", "differs from upstream, max |diff|"),
+    "allreduce_makes_grads_contiguous": ("megatron-0.15", "the grad object or its storage was replaced"),
+    "allreduce_refuses_empty_grads": ("megatron-0.15", "ValueError: grad of decoder.layers."),
     "allreduce_stale_fsdp_flag": ("megatron-0.13", "has no attribute 'use_megatron_fsdp'"),
     "allreduce_rebinds_upstream_at_import": (
         "megatron-0.15",

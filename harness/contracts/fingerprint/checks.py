@@ -105,3 +105,30 @@ def unbound_calls(params: list[dict[str, Any]], calls: Iterable[CallSite]) -> li
         else:
             return []
     return failures
+
+
+def changed_copies(declared: dict[str, str], fingerprints: dict[str, dict[str, Any]]) -> list[str]:
+    """One line per upstream function the subject copied (``UPSTREAM_BODY_HASHES``) whose installed body no longer
+    hashes as declared, is missing, or cannot be hashed here; ``fingerprints`` holds each declared symbol's.
+
+    The hash is the fingerprint's ``body_hash``, so the installed side is compared exactly as the api-diff compares
+    two targets: decorators and body through the AST, without docstrings, comments or whitespace.
+    """
+    problems = []
+    for symbol, copied in declared.items():
+        found = fingerprints[symbol]
+        if not found["exists"]:
+            problems.append(f"upstream `{symbol}`, which the subject copied, does not exist here: {found['missing']}")
+        elif found["kind"] != "function":
+            problems.append(f"upstream `{symbol}` is a {found['kind']} here, not a function whose body was copied")
+        elif found["body_hash"] is None:
+            problems.append(
+                f"upstream `{symbol}` has no source on this target to hash, so the subject's copy (body hash {copied}) "
+                "cannot be checked"
+            )
+        elif found["body_hash"] != copied:
+            problems.append(
+                f"upstream `{symbol}` changed since the subject copied it: body hash {found['body_hash']} on this "
+                f"target, the subject declares {copied}"
+            )
+    return problems

@@ -12,6 +12,15 @@ Declaration format (``MEGATRON_SYMBOLS`` in the subject module)::
 ``relies`` names upstream code the subject depends on without calling it (``finalize_model_grads`` looks the replaced
 name up at call time). The declaration is checked against the subject's source
 (:mod:`harness.contracts.fingerprint.source_scan`).
+
+A subject whose code is a copy of an upstream function may also declare the body it copied, optionally
+(``UPSTREAM_BODY_HASHES`` in the subject module, ``[upstream_body_hashes]`` in a declaration file)::
+
+    {"<module>:<qualname>": "<body hash>"}   # the hash of the function as it was copied
+
+The hash is the fingerprint's own (:func:`harness.contracts.fingerprint.inspection.body_hash`: 16 hex digits, as
+``reports/<session>/fingerprint.json`` and the api-fingerprint red print it); the contract goes red on a target whose
+installed body hashes otherwise.
 """
 
 from __future__ import annotations
@@ -22,11 +31,13 @@ from collections.abc import Iterable
 from types import ModuleType
 
 _DECLARATION_NAME = "MEGATRON_SYMBOLS"
+BODY_HASHES_NAME = "UPSTREAM_BODY_HASHES"
 _USAGES = ("imports", "calls", "reads", "replaces", "relies")
 
 _DOTTED = r"[A-Za-z_]\w*(?:\.[A-Za-z_]\w*)*"
 _SYMBOL = re.compile(rf"^({_DOTTED}):({_DOTTED})$")
 _USAGE = re.compile(r"^(?P<usage>[a-z]+)(?: with (?P<replacement>[A-Za-z_]\w*))?(?P<optional>, optional)?$")
+_BODY_HASH = re.compile(r"^[0-9a-f]{16}$")
 
 
 class DeclarationError(ValueError):
@@ -94,3 +105,25 @@ def declared_symbols(declaration: Iterable[Declared]) -> list[str]:
 def dotted(symbol: str) -> str:
     """``module:qualname`` as one dotted path, the form source uses are compared in."""
     return symbol.replace(":", ".")
+
+
+def parse_body_hashes(raw: object) -> dict[str, str]:
+    """Validate an ``UPSTREAM_BODY_HASHES`` mapping; raise :class:`DeclarationError` on the first bad entry."""
+    if not isinstance(raw, dict):
+        raise DeclarationError(f"{BODY_HASHES_NAME} must be a dict of symbol -> body hash, got {raw!r:.80}")
+    hashes: dict[str, str] = {}
+    for key, value in raw.items():
+        if not isinstance(key, str) or not _SYMBOL.match(key):
+            raise DeclarationError(f"{BODY_HASHES_NAME}[{key!r}]: the key is not of the form module:qualname")
+        if not isinstance(value, str) or not _BODY_HASH.match(value):
+            raise DeclarationError(
+                f"{BODY_HASHES_NAME}[{key!r}] = {value!r:.80}: expected the fingerprint's body hash, 16 lowercase hex "
+                "digits (harness.contracts.fingerprint.inspection.body_hash of the function as copied)"
+            )
+        hashes[key] = value
+    return hashes
+
+
+def read_body_hashes(subject: ModuleType) -> dict[str, str]:
+    """The subject's parsed ``UPSTREAM_BODY_HASHES``; empty when it declares none (the check is opt-in)."""
+    return parse_body_hashes(getattr(subject, BODY_HASHES_NAME, {}))
