@@ -7,6 +7,9 @@ the target, and has a signature the subject's use of it fits.
 - A function the subject replaces: the replacement accepts every call upstream's signature accepts (parameter names
   in order, defaults where upstream has them), so upstream's callers can call it instead on this target.
 - A function the subject calls: at least one of the subject's call shapes binds to upstream's signature.
+- A function whose body the subject copied (``UPSTREAM_BODY_HASHES``, opt-in): the installed body still hashes as
+  declared, so upstream adding a rule to code the subject re-implements turns this red even where no case's
+  population exercises the rule. A subject that declares none skips the case, saying so.
 
 The fingerprint of the declared symbols on this target is written to ``reports/<session>/fingerprint.json``.
 """
@@ -20,12 +23,20 @@ from typing import Any
 import pytest
 
 from harness.contracts.fingerprint.cache import write_json
-from harness.contracts.fingerprint.checks import missing_symbols, replacement_problems, resolved_member, unbound_calls
+from harness.contracts.fingerprint.checks import (
+    changed_copies,
+    missing_symbols,
+    replacement_problems,
+    resolved_member,
+    unbound_calls,
+)
 from harness.contracts.fingerprint.declaration import (
+    BODY_HASHES_NAME,
     DeclarationError,
     Declared,
     declared_symbols,
     dotted,
+    read_body_hashes,
     read_declaration,
 )
 from harness.contracts.fingerprint.inspection import fingerprint_symbols, parameters, signature_text
@@ -115,4 +126,17 @@ def test_subject_calls_bind_to_upstream_signatures(
             problems.append(f"{symbol} {signature_text(upstream)}: no call shape of the subject binds: {shapes}")
     assert not problems, contract_failure(
         target, FAMILY.name, "the subject's calls do not fit upstream's signature", problems
+    )
+
+
+def test_copied_upstream_bodies_are_unchanged(target: Target, subject: ModuleType) -> None:
+    try:
+        copied = read_body_hashes(subject)
+    except DeclarationError as err:
+        pytest.fail(contract_failure(target, FAMILY.name, f"{BODY_HASHES_NAME} cannot be read", str(err)))
+    if not copied:
+        pytest.skip(f"the subject declares no {BODY_HASHES_NAME}")
+    problems = changed_copies(copied, fingerprint_symbols(copied))
+    assert not problems, contract_failure(
+        target, FAMILY.name, "upstream code the subject copied is no longer what it copied", problems
     )

@@ -36,7 +36,7 @@ _TABLES: dict[str, tuple[tuple[str, ...], tuple[str, ...]]] = {
     "provider": (("factory",), ("train_only", "freeze", "match", "call_shapes")),
     "allow": ((), KINDS),
 }
-_FREE_TABLES = ("megatron_symbols", "expected_failures")
+_FREE_TABLES = ("megatron_symbols", "upstream_body_hashes", "expected_failures")
 _APPLIED = ("import", "call")
 _SPLITTER_ARGUMENTS = ("params", "grads", "budget")
 MATCH_MODES = ("search", "match", "fullmatch")
@@ -65,6 +65,7 @@ class Declaration:
     provider: Mapping[str, Any] = field(default_factory=dict)
     allow: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
     megatron_symbols: Mapping[str, str] = field(default_factory=dict)
+    upstream_body_hashes: Mapping[str, str] = field(default_factory=dict)
     expected_failures: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
     lines: int = 0
 
@@ -162,6 +163,7 @@ def _checked(path: Path, raw: dict[str, Any], lines: int) -> Declaration:
         provider=_provider(path, tables["provider"]),
         allow={k: _patterns(path, f"allow.{k}", v) for k, v in tables["allow"].items()},
         megatron_symbols=_string_table(path, "megatron_symbols", raw.get("megatron_symbols", {})),
+        upstream_body_hashes=_string_table(path, "upstream_body_hashes", raw.get("upstream_body_hashes", {})),
         expected_failures={
             k: _patterns(path, f"expected_failures.{k}", v) for k, v in _table(path, raw, "expected_failures").items()
         },

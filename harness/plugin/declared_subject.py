@@ -45,6 +45,8 @@ def build_declared_subject(declaration: Declaration) -> ModuleType:
     subject.IMPORT_WATCH_MODULES = _patched_libraries(declaration)
     if declaration.megatron_symbols:
         subject.MEGATRON_SYMBOLS = dict(declaration.megatron_symbols)
+    if declaration.upstream_body_hashes:
+        subject.UPSTREAM_BODY_HASHES = dict(declaration.upstream_body_hashes)
     if declaration.patch:
         patch = DeclaredPatch(declaration)
         subject.install, subject.uninstall = patch.install, patch.uninstall

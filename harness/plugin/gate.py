@@ -56,7 +56,9 @@ def pytest_addoption(parser: pytest.Parser) -> None:
 def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line("markers", "contract(name, symbol): the contract and subject symbol a case checks")
     config.addinivalue_line(
-        "markers", "advisory: a property a correct adapter need not have; reported apart unless the subject is strict"
+        "markers",
+        "advisory(forecast=False): a property a correct adapter need not have; reported apart unless the subject is "
+        "strict. forecast=True: about what other targets do, never a red on this one",
     )
     config.addinivalue_line("markers", "role(name): the declared role a case needs besides its family's")
     hypothesis_profiles.load_default(config)
@@ -246,7 +248,9 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) ->
     symbol = marker.kwargs.get("symbol", "-") if marker else (owner.symbol if owner else "-")
     target = item.config.stash[_TARGET]
     repro = _repro_command(item.config, report.nodeid)
-    if report.when == "call" and item.get_closest_marker("advisory") and not _strict(item.config):
+    advisory = item.get_closest_marker("advisory")
+    forecast = advisory is not None and advisory.kwargs.get("forecast", False)
+    if report.when == "call" and advisory and (forecast or not _strict(item.config)):
         _record_advisory(item.config, contract, report, repro)
         return
     section = RedSection(target.session, contract, symbol, repro)
