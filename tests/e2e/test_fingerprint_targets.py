@@ -66,6 +66,39 @@ def test_seeded_subject_turns_the_family_red(seeded: str, tmp_path: Path) -> Non
     assert "contract api-fingerprint | symbol MEGATRON_SYMBOLS" in run.output
 
 
+COPIED_AT = "c36be900cd564ade"
+"""Upstream's all-reduce body hash on 0.15 through 0.19, which ``fingerprint_copied_body_hash_stale`` declares."""
+COPY_CASE = "test_copied_upstream_bodies_are_unchanged"
+
+
+@pytest.mark.parametrize(("session", "red"), [("megatron-0.13", True), (BASE, False)])
+def test_a_declared_copy_of_an_upstream_body_is_red_where_upstream_differs(
+    session: str, red: bool, tmp_path: Path
+) -> None:
+    seeded = "fingerprint_copied_body_hash_stale"
+    selection = [f"cases/test_fingerprint.py::{COPY_CASE}"]
+    run = run_target_cases(session, selection, tmp_path, subject=SEEDED / f"{seeded}.py")
+    if not red:
+        assert run.returncode == 0 and run.verdicts[COPY_CASE][0] == "passed", run.output[-3000:]
+        return
+    failed = run.require_red(seeded)
+    assert list(failed) == [COPY_CASE], sorted(failed)
+    assert re.search(
+        rf"\[{re.escape(session)}\] api-fingerprint: upstream code the subject copied is no longer what it copied:\n"
+        rf"\s+upstream `{re.escape(UPSTREAM)}` changed since the subject copied it: "
+        rf"body hash (?!{COPIED_AT})[0-9a-f]{{16}} on this target, the subject declares {COPIED_AT}",
+        failed[COPY_CASE],
+    ), failed[COPY_CASE][-3000:]
+    assert f"target {session} | contract api-fingerprint | symbol MEGATRON_SYMBOLS" in run.output
+
+
+def test_a_subject_that_declares_no_copied_bodies_skips_the_case_saying_so(tmp_path: Path) -> None:
+    run = run_target_cases(BASE, [f"cases/test_fingerprint.py::{COPY_CASE}"], tmp_path)
+    verdict, text = run.verdicts[COPY_CASE]
+    assert run.returncode == 0 and verdict == "skipped", run.output[-3000:]
+    assert "the subject declares no UPSTREAM_BODY_HASHES" in text, text
+
+
 def _rename_parameter(source: str) -> str:
     """Rename ``tp_group`` inside ``_allreduce_non_tensor_model_parallel_grads`` only, as an upstream rename would."""
     start = source.index("def _allreduce_non_tensor_model_parallel_grads(")

@@ -77,6 +77,25 @@ def test_fast_subset_is_killed_by_its_own_family(session: str, tmp_path: Path) -
     assert json.loads(data.read_text())["kill_rate"] == 1.0
 
 
+# Upstream adding a selection rule: a subject that copied the rules misses it. The generated populations carry the new
+# name; the new attribute only reaches a param the real GPTModel builds (its qk-layernorms).
+EQUIVALENCE = family("equivalence").case_file
+RULE_ADDITIONS = {
+    "upstream_adds_sum_name_pattern": f"{EQUIVALENCE}::test_matches_upstream_on_generated_modules[",
+    "upstream_adds_avg_attribute": f"{EQUIVALENCE}::test_finalize_model_grads_on_a_real_gpt_model[qk-layernorm]",
+}
+
+
+@pytest.mark.parametrize("session", [SESSION, NEWEST])
+def test_an_upstream_rule_the_subject_did_not_copy_is_killed_by_equivalence(session: str) -> None:
+    mutants = applicable(tuple(RULE_ADDITIONS), session)
+    report = run_sensitivity(mutants, {session: target_python(session)}, "harness.reference", 2, print)
+    for outcome in report.outcomes:
+        assert outcome.verdict == "killed" and not outcome.note, outcome
+        expected = RULE_ADDITIONS[re.sub(r"_0\d\d$", "", outcome.mutant)]
+        assert [case for case in outcome.caught_by if case.startswith(expected)] == outcome.caught_by, outcome
+
+
 CRASHING_SUBJECT = """from harness.reference import *  # noqa: F403
 
 

@@ -13,14 +13,22 @@ import textwrap
 import uuid
 from collections.abc import Callable
 from pathlib import Path
+from types import ModuleType
 from typing import Any
 
 import pytest
 
-from harness.contracts.fingerprint.checks import replacement_problems, unbound_calls
-from harness.contracts.fingerprint.declaration import DeclarationError, parse_declaration
+from harness.contracts.fingerprint.checks import changed_copies, replacement_problems, unbound_calls
+from harness.contracts.fingerprint.declaration import (
+    DeclarationError,
+    parse_body_hashes,
+    parse_declaration,
+    read_body_hashes,
+)
 from harness.contracts.fingerprint.inspection import body_hash, fingerprint_symbols, parameters, signature_text
 from harness.contracts.fingerprint.source_scan import CallSite, scan_sources, undeclared_uses
+from harness.plugin.declaration import DeclarationFileError, read_declaration_file
+from harness.plugin.subjects import load_subject
 from harness.reports.api_diff import (
     CALLS_ADDED,
     CALLS_REMOVED,
@@ -482,6 +490,101 @@ def test_changed_calls_and_reads_of_a_replaced_function_are_named_in_its_review(
         "no longer reads config attributes: `sequence_parallel`), and the subject replaces it with its own "
         "`allreduce_non_tp`."
     )
+
+
+# --- copied upstream bodies -------------------------------------------------------------------------------------
+
+COPIED = """
+def _reduce(model, config):
+    \"\"\"All-reduce the non-TP grads.\"\"\"
+    for param in model:
+        if getattr(param, "average", False):
+            param.avg = True
+        elif config.sequence_parallel and getattr(param, "sequence_parallel", False):
+            param.sum = True
+
+class Config:
+    pass
+"""
+COPIED_REWORDED = COPIED.replace('"""All-reduce the non-TP grads."""', "# reworded, no docstring")
+COPIED_WITH_A_NEW_RULE = COPIED.replace(
+    'getattr(param, "average", False):', 'getattr(param, "average", False) or getattr(param, "average_v2", False):'
+)
+
+
+def test_a_copied_body_is_red_once_upstream_changes_it(
+    versions: Callable[[str, list[str]], dict[str, dict[str, Any]]],
+) -> None:
+    copied = versions(COPIED, ["_reduce"])["m:_reduce"]["body_hash"]
+    declared = parse_body_hashes({"m:_reduce": copied})
+    assert changed_copies(declared, versions(COPIED, ["_reduce"])) == []
+    assert changed_copies(declared, versions(COPIED_REWORDED, ["_reduce"])) == []
+    installed = versions(COPIED_WITH_A_NEW_RULE, ["_reduce"])
+    assert changed_copies(declared, installed) == [
+        f"upstream `m:_reduce` changed since the subject copied it: body hash {installed['m:_reduce']['body_hash']} "
+        f"on this target, the subject declares {copied}"
+    ]
+    assert installed["m:_reduce"]["body_hash"] != copied
+
+
+def test_a_copied_body_that_is_gone_or_unhashable_is_red(
+    versions: Callable[[str, list[str]], dict[str, dict[str, Any]]],
+) -> None:
+    prints = versions(COPIED, ["gone", "Config"])
+    declared = {"m:gone": "0" * 16, "m:Config": "1" * 16}
+    assert changed_copies(declared, prints) == [
+        f"upstream `m:gone`, which the subject copied, does not exist here: {prints['m:gone']['missing']}",
+        "upstream `m:Config` is a class here, not a function whose body was copied",
+    ]
+    builtin = {"m:f": {"exists": True, "kind": "function", "body_hash": None}}
+    assert changed_copies({"m:f": "2" * 16}, builtin) == [
+        f"upstream `m:f` has no source on this target to hash, so the subject's copy (body hash {'2' * 16}) cannot be "
+        "checked"
+    ]
+
+
+@pytest.mark.parametrize(
+    ("raw", "message"),
+    [
+        ([("m.a:f", "0" * 16)], "must be a dict of symbol -> body hash"),
+        ({"m.a.f": "0" * 16}, "UPSTREAM_BODY_HASHES['m.a.f']: the key is not of the form module:qualname"),
+        ({"m.a:f": "0" * 64}, "expected the fingerprint's body hash, 16 lowercase hex digits"),
+        ({"m.a:f": "ABCDEF0123456789"}, "expected the fingerprint's body hash"),
+        ({"m.a:f": 12}, "expected the fingerprint's body hash"),
+    ],
+)
+def test_body_hash_declaration_errors_name_the_entry(raw: object, message: str) -> None:
+    with pytest.raises(DeclarationError, match=re.escape(message)):
+        parse_body_hashes(raw)
+
+
+def test_body_hashes_are_opt_in_and_declarations_carry_them(tmp_path: Path) -> None:
+    assert read_body_hashes(ModuleType("declares_none")) == {}
+    package = tmp_path / "src" / "copyframe"
+    package.mkdir(parents=True)
+    (package / "__init__.py").write_text("")
+    symbol = f"{FINALIZE}:_allreduce_non_tensor_model_parallel_grads"
+    declaration = tmp_path / "conformance.toml"
+    declaration.write_text(
+        textwrap.dedent(
+            f"""
+            [subject]
+            source_root = "src"
+            adapter_package = "copyframe"
+
+            [megatron_symbols]
+            "{symbol}" = "relies"
+
+            [upstream_body_hashes]
+            "{symbol}" = "c36be900cd564ade"
+            """
+        )
+    )
+    assert read_declaration_file(declaration).upstream_body_hashes == {symbol: "c36be900cd564ade"}
+    assert read_body_hashes(load_subject(str(declaration))) == {symbol: "c36be900cd564ade"}
+    declaration.write_text(declaration.read_text().replace('"c36be900cd564ade"', "[1]"))
+    with pytest.raises(DeclarationFileError, match=re.escape(f"key 'upstream_body_hashes.{symbol}'")):
+        read_declaration_file(declaration)
 
 
 # --- signature checks -------------------------------------------------------------------------------------------
