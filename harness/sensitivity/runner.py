@@ -21,7 +21,7 @@ from typing import Any
 from harness.formats.junit import JUnitCase
 from harness.plugin.command import CaseRun, case_command, run_cases
 from harness.plugin.families import FAMILIES, MUTABLE, family_of_case
-from harness.ranks.pool import RankDied, RankPoolError, RankRaised, RankTimeout
+from harness.ranks.pool import RankTimeout
 from harness.sensitivity.catalogue import Mutant
 from harness.sensitivity.mutate import (
     MutationError,
@@ -55,10 +55,11 @@ def _family_name(nodeid: str) -> str:
 #   failed on setup with "RuntimeError: ..."  /  failed on teardown with "..."  /  collection failure   (<error>)
 # A ``type`` attribute, where another writer sets one, is used as it is.
 
-_POOL_FAILURES = (RankPoolError, RankRaised, RankTimeout, RankDied)
-_ASSERTION_TYPES = frozenset({"AssertionError", *(f"{cls.__module__}.{cls.__qualname__}" for cls in _POOL_FAILURES)})
-"""Exception types whose failure is a contract verdict: ``assert`` with its ``contract_failure`` message, and the rank
-pool's failures (``AssertionError`` subclasses by design, so a distributed case fails rather than errors)."""
+_ASSERTION_TYPES = frozenset({"AssertionError", f"{RankTimeout.__module__}.{RankTimeout.__qualname__}"})
+"""Exception types whose failure is a contract verdict: ``assert`` with its ``contract_failure`` message, and a rank
+blocked in a collective a peer never entered (a subject that skips or adds a collective). A rank that raised or died
+is a crash: the equivalence task reports the subject's own exceptions as problems, so what reaches the pool is the
+harness, or upstream, failing; it proves nothing about the contract."""
 _FAIL_TYPES = frozenset({"Failed", "_pytest.outcomes.Failed"})
 """``pytest.fail``: a contract verdict only when its message opens with ``contract_failure``'s head."""
 _HEADED = re.compile(r"^(?P<type>[A-Za-z_][\w.]*)(?:: (?P<message>.*))?$", re.DOTALL)
