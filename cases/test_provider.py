@@ -104,6 +104,9 @@ class LauncherArgs(argparse.Namespace):
     def __getattribute__(self, name: str) -> Any:
         if not name.startswith("_"):
             object.__getattribute__(self, "_read").add(name)
+        elif name == "__dict__":
+            # ``vars(args)`` or ``args.__dict__[...]`` can read any rule: no name is then known to be unread.
+            object.__getattribute__(self, "_read").update(object.__getattribute__(self, "__dict__"))
         return object.__getattribute__(self, name)
 
     def set_rules(self, freeze: list[str] | None, train_only: list[str] | None) -> None:
