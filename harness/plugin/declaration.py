@@ -179,9 +179,13 @@ def _check_roles(declaration: Declaration) -> None:
     if budget and not patch:
         raise declaration.fail("budget", "declared without [patch]: the budget belongs to the patch module")
     if patch and not budget:
-        raise declaration.fail("budget", "missing: with [patch], say how the budget is set (global, argument or env)")
-    if budget and not set(budget) & {"global", "argument", "env"}:
-        raise declaration.fail("budget", "names none of global, argument, env")
+        raise declaration.fail("budget", "missing: with [patch], say how the budget is set (global or argument)")
+    if budget and not set(budget) & {"global", "argument"}:
+        raise declaration.fail(
+            "budget",
+            "names neither global nor argument: a budget read from the environment at import lands in a module "
+            "global; name it (budget.global), or the apply argument (budget.argument); env alone is informational",
+        )
     if "argument" in budget and patch.get("applied") != "call":
         raise declaration.fail("budget.argument", 'only an apply function (applied = "call") takes an argument')
 

@@ -5,15 +5,14 @@ A patch that applies itself at import is imported once (in every process that lo
 rank), what it bound into ``finalize_model_grads`` is captured, and Megatron is put back exactly before any case runs;
 ``install()`` then binds the captured replacement and ``uninstall()`` puts back what was there. A patch applied by a
 function is applied and undone through the declared functions (the harness puts back what it saved where no undo is
-declared). The budget is set the declared way: a module global, an argument of the apply function, or an
-environment variable read when the patch module is imported (the module is then imported again per budget).
+declared). The budget is set the declared way: the module global it lives in (also when the framework reads it from
+the environment at import), or an argument of the apply function.
 """
 
 from __future__ import annotations
 
 import importlib
 import itertools
-import os
 import sys
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -48,9 +47,7 @@ def build_declared_subject(declaration: Declaration) -> ModuleType:
     if declaration.upstream_body_hashes:
         subject.UPSTREAM_BODY_HASHES = dict(declaration.upstream_body_hashes)
     if declaration.patch:
-        patch = DeclaredPatch(declaration)
-        subject.install, subject.uninstall = patch.install, patch.uninstall
-        subject.allreduce_non_tensor_model_parallel_grads = patch.replacement
+        DeclaredPatch(declaration, subject)
     # Any import of the framework may patch Megatron (an old bootstrap imports its patch module); none may outlast it.
     with megatron_restored():
         if declaration.splitter:
@@ -145,50 +142,46 @@ def _import(declaration: Declaration, key: str, module_name: str, fresh: bool = 
 class DeclaredPatch:
     """The framework's patch of ``finalize_model_grads``, driven as declared, with upstream always restorable."""
 
-    def __init__(self, declaration: Declaration) -> None:
+    def __init__(self, declaration: Declaration, subject: ModuleType) -> None:
+        """Capture the patch and give ``subject`` its ``install``, ``uninstall`` and replacement."""
         self.declaration = declaration
+        self.subject = subject
         self.patch = declaration.patch
         self.budget = declaration.budget
         self.finalize = importlib.import_module(FINALIZE_MODULE)
         self.originals: dict[str, object] = {}
-        self._imported_budgets: dict[int | None, tuple[ModuleType, dict[str, object]]] = {}
-        self.module, self.rebinds = self._capture(None)
-        self.active = self.module
+        self.module, self.rebinds = self._capture()
         self.default_global = self._global(self.module)
-        self.replacement = self.rebinds[UPSTREAM_NAME]
+        replacement = self.rebinds[UPSTREAM_NAME]
         function = self.patch.get("function")
-        if function is not None and getattr(self.module, function, None) is not self.replacement:
+        if function is not None and getattr(self.module, function, None) is not replacement:
             raise declaration.fail(
                 "patch.function",
-                f"the patch bound {_describe(self.replacement)} as {UPSTREAM_NAME}, "
-                f"not {self.patch['module']}.{function}",
+                f"the patch bound {_describe(replacement)} as {UPSTREAM_NAME}, not {self.patch['module']}.{function}",
             )
+        subject.install, subject.uninstall = self.install, self.uninstall
+        subject.allreduce_non_tensor_model_parallel_grads = replacement
         for key in ("apply", "undo"):
             if key in self.patch and not callable(getattr(self.module, self.patch[key], None)):
                 raise declaration.fail(f"patch.{key}", f"{self.patch['module']!r} has no function {self.patch[key]!r}")
         if "global" in self.budget and self.default_global is _MISSING:
             raise declaration.fail("budget.global", f"{self.patch['module']!r} has no global {self.budget['global']!r}")
 
-    def _capture(self, env_budget: int | None) -> tuple[ModuleType, dict[str, object]]:
-        """Import the patch module (with ``env_budget`` in its environment variable), apply it as declared, and put
-        Megatron back exactly; the names it bound and to what."""
-        if env_budget in self._imported_budgets:
-            return self._imported_budgets[env_budget]
+    def _capture(self) -> tuple[ModuleType, dict[str, object]]:
+        """Import the patch module, apply it as declared, and put Megatron back exactly; the names it bound and to
+        what."""
         before = dict(vars(self.finalize))
-        with self._environment(env_budget):
-            try:
-                module = _import(self.declaration, "patch.module", self.patch["module"], fresh=True)
-                if self.patch["applied"] == "call":
-                    self._call(module, "apply", "patch.apply")
-                rebinds = {
-                    name: value
-                    for name, value in vars(self.finalize).items()
-                    if before.get(name, _MISSING) is not value
-                }
-                if self.patch["applied"] == "call" and "undo" in self.patch:
-                    self._call(module, "undo", "patch.undo")
-            finally:
-                restore_namespace(self.finalize, before)
+        try:
+            module = _import(self.declaration, "patch.module", self.patch["module"], fresh=True)
+            if self.patch["applied"] == "call":
+                self._call(module, "apply", "patch.apply")
+            rebinds = {
+                name: value for name, value in vars(self.finalize).items() if before.get(name, _MISSING) is not value
+            }
+            if self.patch["applied"] == "call" and "undo" in self.patch:
+                self._call(module, "undo", "patch.undo")
+        finally:
+            restore_namespace(self.finalize, before)
         if UPSTREAM_NAME not in rebinds:
             how = "importing it" if self.patch["applied"] == "import" else f"calling {self.patch.get('apply')}()"
             raise self.declaration.fail(
@@ -196,7 +189,6 @@ class DeclaredPatch:
                 f"{how} bound nothing as {FINALIZE_MODULE}.{UPSTREAM_NAME} (applied = {self.patch['applied']!r})",
             )
         self.originals = {name: before.get(name, _MISSING) for name in rebinds}
-        self._imported_budgets[env_budget] = (module, rebinds)
         return module, rebinds
 
     def _call(self, module: ModuleType, role: str, key: str, **kwargs: Any) -> None:
@@ -205,46 +197,26 @@ class DeclaredPatch:
             raise self.declaration.fail(key, f"{self.patch['module']!r} has no function {self.patch[role]!r}")
         function(**kwargs)
 
-    @contextmanager
-    def _environment(self, budget: int | None) -> Iterator[None]:
-        name = self.budget.get("env")
-        if budget is None or name is None:
-            yield
-            return
-        saved = os.environ.get(name)
-        os.environ[name] = str(budget)
-        try:
-            yield
-        finally:
-            if saved is None:
-                del os.environ[name]
-            else:
-                os.environ[name] = saved
-
     def _global(self, module: ModuleType) -> object:
         name = self.budget.get("global")
         return getattr(module, name, _MISSING) if name else _MISSING
 
     def install(self, budget_bytes: int | None = None) -> None:
         """Apply the framework's patch with ``budget_bytes`` (``None``: the framework's own default)."""
-        module, rebinds = self.module, self.rebinds
-        if budget_bytes is not None and "global" not in self.budget and "argument" not in self.budget:
-            module, rebinds = self._capture(budget_bytes)
         if self.patch["applied"] == "call":
             argument = self.budget.get("argument")
             kwargs = {argument: budget_bytes} if argument and budget_bytes is not None else {}
-            self._call(module, "apply", "patch.apply", **kwargs)
+            self._call(self.module, "apply", "patch.apply", **kwargs)
         else:
-            for name, value in rebinds.items():
+            for name, value in self.rebinds.items():
                 setattr(self.finalize, name, value)
         if "global" in self.budget:
-            setattr(module, self.budget["global"], self.default_global if budget_bytes is None else budget_bytes)
-        self.active = module
+            setattr(self.module, self.budget["global"], self.default_global if budget_bytes is None else budget_bytes)
 
     def uninstall(self) -> None:
         """Undo the patch the declared way, else put back what the harness saw before the patch module ran."""
         if self.patch["applied"] == "call" and "undo" in self.patch:
-            self._call(self.active, "undo", "patch.undo")
+            self._call(self.module, "undo", "patch.undo")
         else:
             for name, value in self.originals.items():
                 if value is _MISSING:
@@ -253,8 +225,7 @@ class DeclaredPatch:
                 else:
                     setattr(self.finalize, name, value)
         if "global" in self.budget:
-            setattr(self.active, self.budget["global"], self.default_global)
-        self.active = self.module
+            setattr(self.module, self.budget["global"], self.default_global)
 
 
 def _describe(value: object) -> str:

@@ -137,3 +137,10 @@ def test_a_wrong_dotted_name_is_one_line_naming_file_key_and_reason(
     path = declare(framework, GOOD.replace(*edit))
     message = one_line_error(path, load=True)
     assert message.startswith(f"{path}: key '{key}': ") and reason in message
+
+
+def test_a_budget_only_in_the_environment_is_refused_with_what_to_name(framework: Path) -> None:
+    text = GOOD + '\n[patch]\nmodule = "toyframe.megatron_utils.patch"\napplied = "import"\n'
+    text += '\n[budget]\nenv = "TOYFRAME_CHUNK_BYTES"\n'
+    message = one_line_error(declare(framework, text))
+    assert "key 'budget': names neither global nor argument" in message and "budget.global" in message
