@@ -157,3 +157,24 @@ def test_expected_failures_in_the_declaration_are_strict_and_stale_ones_reported
     recorded = summary(tmp_path / "report")
     assert recorded["stale_expected_failures"] == ["cases/test_nowhere.py::test_gone"]
     assert f"{path} [expected_failures] megatron-0.13: 'cases/test_nowhere.py::test_gone' matches no test" in run.output
+
+
+def test_a_role_left_out_is_not_declared_never_green(tmp_path: Path) -> None:
+    root = copy_framework("modernrl", tmp_path)
+    path = root / DECLARATION
+    text = path.read_text()
+    path.write_text(text.replace(text[text.index("[provider]") : text.index("[megatron_symbols]")], ""))
+    run = run_declared("megatron-0.15", path, tmp_path / "report", ["cases/test_provider.py", "cases/test_smoke.py"])
+    assert run.returncode == 0, run.output[-3000:]
+    smoke = {name for name in run.verdicts if name in SMOKE_CASES}
+    assert smoke == set(SMOKE_CASES) and all(run.verdicts[name][0] == "passed" for name in smoke)
+    provider = {name: case for name, case in run.verdicts.items() if name not in SMOKE_CASES}
+    reason = f"not declared: model-provider needs [provider] in {path}"
+    assert provider and all(verdict == "skipped" and reason in why for verdict, why in provider.values()), provider
+
+
+SMOKE_CASES = (
+    "test_installed_versions_are_the_pins",
+    "test_megatron_is_imported_from_the_installed_distribution",
+    "test_torch_build_is_recorded_as_torch_reports_it",
+)
