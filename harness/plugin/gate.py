@@ -267,7 +267,11 @@ def _record_advisory(config: pytest.Config, family_name: str, report: pytest.Tes
     in its own colour, with the same repro line as a red."""
     message = getattr(report.longrepr, "reprcrash", None)
     lines = [line.strip() for line in (message.message if message else str(report.longrepr)).splitlines()]
-    lines = [line.removeprefix("Failed: ") for line in lines if line and not line.startswith("assert ")]
+    lines = [
+        line.removeprefix("Failed: ").removeprefix("AssertionError: ")
+        for line in lines
+        if line and not line.startswith("assert ")
+    ]
     head = lines[0] if lines else "advisory property"
     first = f"{head} {lines[1]}" if head.endswith(":") and len(lines) > 1 else head
     report.outcome = "passed"
@@ -278,7 +282,7 @@ def _record_advisory(config: pytest.Config, family_name: str, report: pytest.Tes
         {
             "family": family_name,
             "case": report.nodeid,
-            "text": first.removeprefix("Failed: ").removeprefix("AssertionError: "),
+            "text": first,
             "repro": repro,
         },
     )
