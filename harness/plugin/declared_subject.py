@@ -171,7 +171,7 @@ class DeclaredPatch:
         """Import the patch module, apply it as declared, and put Megatron back exactly; the names it bound and to
         what."""
         before = dict(vars(self.finalize))
-        try:
+        with megatron_restored():
             module = _import(self.declaration, "patch.module", self.patch["module"], fresh=True)
             if self.patch["applied"] == "call":
                 self._call(module, "apply", "patch.apply")
@@ -180,8 +180,6 @@ class DeclaredPatch:
             }
             if self.patch["applied"] == "call" and "undo" in self.patch:
                 self._call(module, "undo", "patch.undo")
-        finally:
-            restore_namespace(self.finalize, before)
         if UPSTREAM_NAME not in rebinds:
             how = "importing it" if self.patch["applied"] == "import" else f"calling {self.patch.get('apply')}()"
             raise self.declaration.fail(
