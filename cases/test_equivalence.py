@@ -22,7 +22,7 @@ from harness.contracts.equivalence import FakeParameter, Population, RankReport,
 from harness.contracts.populations import budgets_for_population, fake_module_populations
 from harness.plugin.failure import contract_failure
 from harness.plugin.families import family
-from harness.ranks.megatron_state import UPSTREAM_NAME, finalize_module, model_parallel
+from harness.ranks.megatron_state import UPSTREAM_NAME, finalize_module, model_parallel, upstream_fsdp_flag
 from harness.ranks.pool import backend_skip_reason, get_pool
 from harness.targets.installed_versions import installed_versions
 from harness.targets.matrix import MEGATRON_DISTRIBUTION, Target
@@ -45,9 +45,18 @@ BACKENDS = ["gloo", "nccl"]
 
 
 @st.composite
-def population_and_budget(draw: st.DrawFn, groups: tuple[str, ...] = ("implicit",)) -> tuple[Population, int]:
-    population = draw(fake_module_populations(groups=groups))
+def population_and_budget(
+    draw: st.DrawFn, groups: tuple[str, ...] = ("implicit",), fsdp: str = "off"
+) -> tuple[Population, int]:
+    population = draw(fake_module_populations(groups=groups, fsdp=fsdp))
     return population, draw(budgets_for_population(population))
+
+
+def fsdp_order() -> str:
+    """Which chunks may have FSDP on for this target's upstream (see ``FSDP_ORDERS``): any trailing ones where each
+    chunk's flag decides how its own grads are read (``use_megatron_fsdp``), all or none where the write-back reads
+    an attribute only FSDP chunks' params have (``use_custom_fsdp``)."""
+    return "trailing" if upstream_fsdp_flag() == "use_megatron_fsdp" else "all"
 
 
 def group_kinds(world_size: int, tensor_parallel: int) -> tuple[str, ...]:
@@ -91,7 +100,7 @@ def test_matches_upstream_on_generated_modules(
     with model_parallel(get_pool(world_size, backend), tensor_parallel) as pool:
 
         @settings(max_examples=max(FEWEST_EXAMPLES, round(settings.default.max_examples * share)))
-        @given(population_and_budget(group_kinds(world_size, tensor_parallel)))
+        @given(population_and_budget(group_kinds(world_size, tensor_parallel), fsdp_order()))
         def check(case: tuple[Population, int]) -> None:
             population, budget = case
             reports = pool.run(compare_task, population, subject_name, budget, tensor_parallel, bitwise)

@@ -62,3 +62,7 @@ def mark_env(rank: int, world_size: int) -> None:
 
 def fail_setup(rank: int, world_size: int) -> None:
     raise RuntimeError(f"setup refused on rank {rank}")
+
+
+def set_env(rank: int, world_size: int, name: str, value: str) -> None:
+    os.environ[name] = value

@@ -48,6 +48,14 @@ LAYOUTS = ("contiguous", "strided", "transposed")
 """How a grad is laid out in memory: contiguous, every other element of a buffer twice its size, or a 2-D transpose
 (as a TP-sharded weight's grad can be); the logical values are the same in each."""
 
+FSDP_GRADS = {
+    "use_megatron_fsdp": "a DTensor sharded over the data-parallel group, whose local shard upstream reduces in place",
+    "use_custom_fsdp": "a tensor in the separate `fsdp_managed_main_grad` attribute",
+}
+"""Where a grad of a chunk with FSDP on lives, per the flag the target's upstream reads (0.14 on, 0.13)."""
+
+FSDP_GRAD_ATTR = "fsdp_managed_main_grad"
+
 GROUPS = {
     "implicit": "no tp_group argument: parallel_state's TP group, as 0.13 and a direct call use",
     "given": "parallel_state's TP group passed as tp_group, as finalize_model_grads does from 0.14 on",
@@ -65,6 +73,13 @@ class Population:
     qk_layernorm: bool
     seed: int
     group: str = "implicit"
+    fsdp_chunks: int = 0
+    """How many chunks, counted from the last, have the FSDP flag on in their ``ddp_config`` (see ``FSDP_GRADS``).
+
+    Always the last ones: upstream writes every grad back under the flag of the last chunk its selection loop saw (the
+    loop variable outlives the loop), so a chunk with FSDP on before one with it off has its grads re-sharded as if
+    they were whole tensors by upstream itself. Real models give every chunk the same ``ddp_config``; the trailing
+    order still tells a subject that reads one chunk's flag for all from one that reads each chunk's own."""
 
 
 @dataclass
@@ -117,54 +132,88 @@ def _laid_out(values: torch.Tensor, spec: FakeParameter) -> torch.Tensor:
     if spec.numel == 0:
         return values
     if spec.layout == "strided":
-        grad = torch.zeros(2 * spec.numel, dtype=values.dtype)[::2]
+        grad = torch.zeros(2 * spec.numel, dtype=values.dtype, device=values.device)[::2]
     elif len(shape) == 2:
-        grad = torch.zeros(shape[::-1], dtype=values.dtype).t()
+        grad = torch.zeros(shape[::-1], dtype=values.dtype, device=values.device).t()
     else:
         return values
     grad.copy_(values.view(shape))
     return grad
 
 
+def population_device() -> torch.device:
+    """Where this rank's population lives: its own GPU under NCCL (which reduces only CUDA tensors), else the CPU."""
+    if torch.distributed.get_backend() == "nccl":
+        return torch.device("cuda", torch.cuda.current_device())
+    return torch.device("cpu")
+
+
 def _build_chunks(population: Population, rank: int, fsdp_flag: str) -> list[torch.nn.Module]:
-    """Materialise the population as model chunks; the same call on the same rank gives bitwise-equal values."""
+    """Materialise the population as model chunks on the rank's device (:func:`population_device`); the same call on
+    the same rank gives bitwise-equal values."""
+    device = population_device()
     chunks = []
     index = 0
-    for chunk_specs in population.chunks:
+    first_fsdp = len(population.chunks) - population.fsdp_chunks
+    for c, chunk_specs in enumerate(population.chunks):
         chunk = _FakeChunk()
-        chunk.ddp_config = SimpleNamespace(**{fsdp_flag: False})
+        fsdp = c >= first_fsdp
+        chunk.ddp_config = SimpleNamespace(**{fsdp_flag: fsdp})
         for spec in chunk_specs:
-            param = torch.nn.Parameter(torch.zeros(_shape(spec), dtype=DTYPES[spec.dtype]))
+            grad = None
+            if not spec.grad_kind.endswith("_none"):
+                grad = _laid_out(_values(spec, population.seed, rank, index).to(device), spec)
+                if fsdp and fsdp_flag == "use_megatron_fsdp":
+                    grad = _sharded(grad)
+            # A sharded grad's shape is the whole tensor's, which the param must have to take it as ``.grad``.
+            shape = _shape(spec) if grad is None else grad.shape
+            param = torch.nn.Parameter(torch.zeros(shape, dtype=DTYPES[spec.dtype], device=device))
             param.requires_grad = spec.requires_grad
             if spec.sequence_parallel:
                 param.sequence_parallel = True
             if spec.average_across_tp:
                 param.average_gradients_across_tp_domain = True
-            grad = None
-            if not spec.grad_kind.endswith("_none"):
-                grad = _laid_out(_values(spec, population.seed, rank, index), spec)
-            if spec.grad_kind.startswith("main_grad"):
-                param.main_grad = grad
+            if fsdp and fsdp_flag == "use_custom_fsdp":
+                setattr(param, FSDP_GRAD_ATTR, grad)
             else:
-                param.grad = grad
+                if spec.grad_kind.startswith("main_grad"):
+                    param.main_grad = grad
+                else:
+                    param.grad = grad
             _attach(chunk, spec.name, param)
             index += 1
         chunks.append(chunk)
     return chunks
 
 
+def _sharded(local: torch.Tensor) -> torch.Tensor:
+    """``local`` as this rank's shard of a grad sharded over the data-parallel group, as Megatron-FSDP holds it."""
+    from torch.distributed.tensor import DTensor, Shard
+
+    return DTensor.from_local(local, megatron_ranks.data_parallel_mesh(local.device.type), [Shard(0)], run_check=False)
+
+
 def _grad_of(param: torch.nn.Parameter) -> torch.Tensor | None:
-    return param.main_grad if hasattr(param, "main_grad") else param.grad
+    for attr in (FSDP_GRAD_ATTR, "main_grad"):
+        if hasattr(param, attr):
+            return getattr(param, attr)
+    return param.grad
+
+
+def _local(grad: torch.Tensor) -> torch.Tensor:
+    """The values this rank holds: a sharded grad's local shard, any other grad itself."""
+    return getattr(grad, "_local_tensor", grad)
 
 
 def _snapshot(chunks: list[torch.nn.Module]) -> dict[str, tuple[torch.Tensor | None, torch.Tensor | None, int]]:
-    """Per param: the grad object, a copy of its value, and its storage address."""
+    """Per param: the grad object, a host copy of this rank's values, and their storage address."""
     snap = {}
     for c, chunk in enumerate(chunks):
         for name, param in chunk.named_parameters():
             grad = _grad_of(param)
-            copy = None if grad is None else grad.detach().clone()
-            snap[f"{c}:{name}"] = (grad, copy, 0 if grad is None else grad.data_ptr())
+            local = None if grad is None else _local(grad)
+            copy = None if local is None else local.detach().to("cpu", copy=True)
+            snap[f"{c}:{name}"] = (grad, copy, 0 if local is None else local.data_ptr())
     return snap
 
 
@@ -392,10 +441,22 @@ def compare_task(
         if value is not None and before[key][1] is not None and not torch.equal(_bits(value), _bits(before[key][1]))
     }
     truth = _float64_truth(population, torch.distributed.get_process_group_ranks(group), reduced_by_upstream)
-    _compare(report, reference, chunks, before, budget, bitwise, truth)
+    _compare(report, reference, chunks, before, budget, bitwise, truth, _fsdp_labels(population, fsdp_flag))
     torch.distributed.barrier()
     report.peak_rss_kib = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
     return report
+
+
+def _fsdp_labels(population: Population, fsdp_flag: str) -> dict[str, str]:
+    """How a problem names a param of a chunk with FSDP on: with the flag and where its grad lives, which is what a
+    subject that misreads the chunk's config gets wrong."""
+    first_fsdp = len(population.chunks) - population.fsdp_chunks
+    return {
+        f"{c}:{spec.name}": f"{c}:{spec.name} (chunk {c} has {fsdp_flag} on: {FSDP_GRADS[fsdp_flag]})"
+        for c, chunk_specs in enumerate(population.chunks)
+        if c >= first_fsdp
+        for spec in chunk_specs
+    }
 
 
 def _float64_truth(
@@ -437,6 +498,7 @@ def _compare(
     budget: int,
     bitwise: bool,
     truth: dict[str, tuple[torch.Tensor, torch.Tensor]],
+    labels: dict[str, str],
 ) -> None:
     expected = _snapshot(reference)
     after = _snapshot(chunks)
@@ -444,23 +506,22 @@ def _compare(
     for key, (grad, value, address) in after.items():
         _, ref_value, _ = expected[key]
         start_grad, start_value, start_address = before[key]
+        where = f"rank {report.rank}: param {labels.get(key, key)}"
         if value is None or ref_value is None:
             if (value is None) != (ref_value is None):
-                report.problems.append(f"rank {report.rank}: param {key}: grad is None on one side only")
+                report.problems.append(f"{where}: grad is None on one side only")
             continue
         if key in truth:
             largest = max(largest, value.numel() * value.element_size())
             smallest_element = min(smallest_element, value.element_size())
             promoted = value.dtype if promoted is None else torch.promote_types(promoted, value.dtype)
         if grad is not start_grad or address != start_address:
-            report.problems.append(
-                f"rank {report.rank}: param {key}: the grad object or its storage was replaced (upstream keeps both)"
-            )
+            report.problems.append(f"{where}: the grad object or its storage was replaced (upstream keeps both)")
         if torch.equal(_bits(value), _bits(ref_value)):
             continue
         diff = (value.double() - ref_value.double()).abs().max().item()
         if bitwise:
-            report.problems.append(f"rank {report.rank}: param {key}: differs from upstream, max |diff| {diff:.3g}")
+            report.problems.append(f"{where}: differs from upstream, max |diff| {diff:.3g}")
         else:
             report.non_bitwise_elements += int((value != ref_value).sum().item())
             flat = start_value.double().reshape(-1)
@@ -470,12 +531,12 @@ def _compare(
             if over.numel():
                 at = int(over[(errors[over] - bound[over]).argmax()])
                 report.problems.append(
-                    f"rank {report.rank}: param {key}: {over.numel()} element(s) off the float64 reduction beyond "
+                    f"{where}: {over.numel()} element(s) off the float64 reduction beyond "
                     f"their bound; element {at} by {errors[at].item():.3g} > {bound[at].item():.3g} "
                     f"(upstream differs by {diff:.3g})"
                 )
         if torch.equal(_bits(value), _bits(start_value)) and not torch.equal(_bits(ref_value), _bits(start_value)):
-            report.problems.append(f"rank {report.rank}: param {key}: left untouched where upstream reduced it")
+            report.problems.append(f"{where}: left untouched where upstream reduced it")
     for _, size, element in report.collectives:
         bound = max(budget, largest) * element // smallest_element
         if size > bound:
@@ -489,8 +550,12 @@ def _compare(
     if ops != upstream_ops:
         report.problems.append(f"rank {report.rank}: reduce ops used {ops}, upstream uses {upstream_ops}")
     if report.allocations is not None:
-        # The op's buffer gets the dtype all its grads promote to (bf16 with fp16 gives fp32, wider than either).
-        widest_element = 1 if promoted is None else torch.empty((), dtype=promoted).element_size()
+        # The op's buffer gets the dtype all its grads promote to (bf16 with fp16 gives fp32, wider than either),
+        # empty grads included: those change no value, so only the element size of upstream's own buffers shows them.
+        widest_element = max(
+            [1 if promoted is None else torch.empty((), dtype=promoted).element_size()]
+            + [element for _, _, element in report.upstream_collectives]
+        )
         smallest_element = min(smallest_element, widest_element)
         _check_memory(report, budget, largest, widest_element, smallest_element, _grads_device(chunks))
 

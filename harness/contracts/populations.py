@@ -142,15 +142,30 @@ def _grad_sizes(draw: st.DrawFn) -> int:
     return draw(st.integers(1, 40))
 
 
+FSDP_ORDERS = ("off", "trailing", "all")
+"""Which chunks may have FSDP on: none; any number of the last ones (each chunk's own flag decides how its grads
+are read, from 0.14 on); or none or every one (0.13 writes back under the last chunk's flag, into an attribute the
+other chunks' params do not have)."""
+
+
+@st.composite
+def _fsdp_chunks(draw: st.DrawFn, chunks: int, order: str) -> int:
+    """How many trailing chunks have FSDP on: one example in three draws some, and shrinking turns FSDP off."""
+    if order == "off" or draw(st.integers(0, 2)) < 2:
+        return 0
+    return chunks if order == "all" else draw(st.integers(1, chunks))
+
+
 @st.composite
 def fake_module_populations(
-    draw: st.DrawFn, max_params: int = 12, groups: tuple[str, ...] = ("implicit",)
+    draw: st.DrawFn, max_params: int = 12, groups: tuple[str, ...] = ("implicit",), fsdp: str = "off"
 ) -> Population:
     """Model chunks whose params exercise every branch of upstream's selection and write-back.
 
     Sequence-parallel and TP-averaged params, qk-layernorm names with the flag on and off, frozen params, ``None``
-    grads, ``main_grad`` beside ``grad``, three dtypes; one or two model chunks; and how the TP group reaches the
-    call, one of ``groups`` (see :data:`~harness.contracts.equivalence.GROUPS`).
+    grads, ``main_grad`` beside ``grad``, three dtypes; one or two model chunks, with FSDP on in the chunks ``fsdp``
+    allows (one of :data:`FSDP_ORDERS`); and how the TP group reaches the call, one of ``groups`` (see
+    :data:`~harness.contracts.equivalence.GROUPS`).
     """
     chunks = []
     for _ in range(draw(st.integers(1, 2))):
@@ -177,6 +192,7 @@ def fake_module_populations(
         qk_layernorm=draw(st.booleans()),
         seed=draw(st.integers(0, 2**20)),
         group=draw(st.sampled_from(groups)),
+        fsdp_chunks=draw(_fsdp_chunks(len(chunks), fsdp)),
     )
 
 

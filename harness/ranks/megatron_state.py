@@ -34,6 +34,7 @@ def finalize_module() -> ModuleType:
 
 
 _other_groups: dict[str, Any] = {}
+_meshes: dict[str, Any] = {}
 
 
 def initialize_task(rank: int, world_size: int, tensor_parallel: int) -> None:
@@ -61,9 +62,21 @@ def other_tp_group() -> Any:
     return _other_groups["tp"]
 
 
+def data_parallel_mesh(device_type: str) -> Any:
+    """A device mesh over this rank's data-parallel group, made once per case shape: where Megatron-FSDP shards a
+    grad (a ``DTensor`` whose local shard the TP all-reduce reduces)."""
+    if device_type not in _meshes:
+        from megatron.core import parallel_state
+        from torch.distributed.device_mesh import DeviceMesh
+
+        _meshes[device_type] = DeviceMesh.from_group(parallel_state.get_data_parallel_group(), device_type)
+    return _meshes[device_type]
+
+
 def _destroy_other_groups() -> None:
     import torch.distributed as dist
 
+    _meshes.clear()
     group = _other_groups.pop("tp", None)
     if group is not None:
         dist.destroy_process_group(group)
@@ -92,12 +105,15 @@ def model_parallel(pool: Any, tensor_parallel: int) -> Iterator[Any]:
     """Megatron's model-parallel groups with TP size ``tensor_parallel`` on every rank of ``pool`` for one case.
 
     Creating the groups costs dozens of rendezvous, so a case shape sets them up once for all its examples rather
-    than per example; they are destroyed when the case ends, also on failure (a failed pool is rebuilt anyway).
+    than per example; they are destroyed when the case ends, also on failure. A pool that a failed example restarted
+    makes them again before its next task (``state_tasks``).
     """
     pool.run(initialize_task, tensor_parallel)
+    pool.state_tasks.append((initialize_task, (tensor_parallel,)))
     try:
         yield pool
     finally:
+        pool.state_tasks.remove((initialize_task, (tensor_parallel,)))
         if pool.running:
             pool.run(destroy_task)
 

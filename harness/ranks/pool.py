@@ -177,6 +177,10 @@ class RankPool:
         self.backend = backend
         self.timeout_s = timeout_s
         self.rank_setup = rank_setup
+        self.state_tasks: list[tuple[Callable[..., Any], tuple[Any, ...]]] = []
+        """Tasks that set up state later tasks rely on (a case's model-parallel groups): run again, in order, on the
+        fresh ranks after a failure restarted the pool, so the task after a failed one meets the same state rather
+        than a second, unrelated error."""
         self.generation = 0
         self._lock = threading.RLock()
         self._processes: list[multiprocessing.process.BaseProcess] = []
@@ -253,16 +257,22 @@ class RankPool:
                     "module-level functions with picklable arguments"
                 ) from exc
             timeout = self._resolve_timeout(timeout_s)
-            self.start()
-            try:
-                for conn in self._conns:
-                    with contextlib.suppress(OSError):
-                        # A rank that died since the last task is reported as dead by _collect.
-                        conn.send_bytes(payload)
-                return self._collect(f"task {_describe_fn(fn)}", timeout, _TASK_HINT)
-            except BaseException:
-                self._teardown()
-                raise
+            if not self._processes:
+                self.start()
+                for state_fn, state_args in self.state_tasks:
+                    self._send(pickle.dumps((_RUN, state_fn, state_args, {})), state_fn, timeout)
+            return self._send(payload, fn, timeout)
+
+    def _send(self, payload: bytes, fn: Callable[..., Any], timeout: float) -> list[Any]:
+        try:
+            for conn in self._conns:
+                with contextlib.suppress(OSError):
+                    # A rank that died since the last task is reported as dead by _collect.
+                    conn.send_bytes(payload)
+            return self._collect(f"task {_describe_fn(fn)}", timeout, _TASK_HINT)
+        except BaseException:
+            self._teardown()
+            raise
 
     def close(self) -> None:
         """Stop the ranks: ask them to leave the process group, then terminate any that do not exit in time."""

@@ -18,6 +18,8 @@ SEEDED_BREAKS = {
     "allreduce_makes_grads_contiguous": ("megatron-0.15", "the grad object or its storage was replaced"),
     "allreduce_refuses_empty_grads": ("megatron-0.15", "ValueError: grad of decoder.layers."),
     "allreduce_stale_fsdp_flag": ("megatron-0.13", "has no attribute 'use_megatron_fsdp'"),
+    "allreduce_ignores_fsdp": ("megatron-0.15", "has use_megatron_fsdp on: a DTensor sharded"),
+    "allreduce_reads_first_chunk_config": ("megatron-0.15", "(chunk 1 has use_megatron_fsdp on"),
     "allreduce_rebinds_upstream_at_import": (
         "megatron-0.15",
         "upstream `_allreduce_non_tensor_model_parallel_grads` was replaced before the case ran (by",

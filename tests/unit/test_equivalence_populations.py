@@ -6,6 +6,7 @@ import pytest
 import torch
 
 from harness.contracts import equivalence
+from harness.contracts.allocations import AllocationSummary
 from harness.contracts.equivalence import LAYOUTS, FakeParameter, Population
 
 
@@ -46,3 +47,64 @@ def test_the_truth_takes_params_and_ops_from_what_upstream_did() -> None:
     assert torch.allclose(truth["0:" + averaged.name][0], terms(averaged, 1).mean(0))
     exact, bound = truth["0:" + averaged.name]
     assert bound.shape == exact.shape and bool((bound > 0).all())
+
+
+def _chunked(*chunks: tuple[FakeParameter, ...], fsdp_chunks: int = 0) -> Population:
+    return Population(chunks=chunks, sequence_parallel=True, qk_layernorm=True, seed=5, fsdp_chunks=fsdp_chunks)
+
+
+def test_the_population_is_built_on_the_ranks_device(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Under NCCL every grad and param lives on the rank's GPU; ``meta`` stands in for it here."""
+    monkeypatch.setattr(equivalence, "population_device", lambda: torch.device("meta"))
+    specs = tuple(
+        FakeParameter(f"decoder.layers.{i}.input_layernorm.weight", 6, "fp16", kind, layout=layout)
+        for i, (kind, layout) in enumerate(zip(["grad", "main_grad", "grad"], LAYOUTS, strict=True))
+    )
+    chunks = equivalence._build_chunks(_chunked(specs), rank=0, fsdp_flag="use_megatron_fsdp")
+    params = list(chunks[0].parameters())
+    assert len(params) == 3
+    assert all(p.device.type == "meta" and equivalence._grad_of(p).device.type == "meta" for p in params)
+
+
+def test_a_custom_fsdp_chunk_keeps_its_grads_in_the_managed_attribute(monkeypatch: pytest.MonkeyPatch) -> None:
+    """0.13 reads an FSDP chunk's grads from ``fsdp_managed_main_grad``; the chunk's config says FSDP is on, and a
+    problem about one of its params says where its grad lives."""
+    monkeypatch.setattr(equivalence, "population_device", lambda: torch.device("cpu"))
+    plain = FakeParameter("decoder.layers.0.input_layernorm.weight", 4, "fp32", "main_grad", sequence_parallel=True)
+    sharded = FakeParameter("decoder.layers.1.input_layernorm.weight", 4, "fp32", "main_grad", sequence_parallel=True)
+    population = _chunked((plain,), (sharded,), fsdp_chunks=1)
+    first, last = equivalence._build_chunks(population, rank=0, fsdp_flag="use_custom_fsdp")
+    assert not first.ddp_config.use_custom_fsdp and last.ddp_config.use_custom_fsdp
+    (first_param,), (last_param,) = first.parameters(), last.parameters()
+    assert hasattr(first_param, "main_grad") and not hasattr(first_param, equivalence.FSDP_GRAD_ATTR)
+    assert not hasattr(last_param, "main_grad")
+    assert equivalence._grad_of(last_param) is getattr(last_param, equivalence.FSDP_GRAD_ATTR)
+    labels = equivalence._fsdp_labels(population, "use_custom_fsdp")
+    assert set(labels) == {"1:" + sharded.name}
+    assert "fsdp_managed_main_grad" in labels["1:" + sharded.name]
+
+
+def test_the_memory_bound_widens_for_an_empty_grad_upstream_promoted_with(monkeypatch: pytest.MonkeyPatch) -> None:
+    """An empty bf16 grad reduced beside fp16 ones makes upstream's buffer fp32, though no value shows it: the bound
+    reads the element size of upstream's own buffers, or the reference subject is red for holding fp32 chunks."""
+    monkeypatch.setattr(equivalence, "population_device", lambda: torch.device("cpu"))
+    empty = FakeParameter("decoder.layers.0.self_attention.q_layernorm.weight", 0, "bf16", "main_grad")
+    half = FakeParameter("decoder.layers.1.self_attention.q_layernorm.weight", 4, "fp16", "main_grad")
+    population = _chunked((empty, half))
+    chunks = equivalence._build_chunks(population, rank=0, fsdp_flag="use_megatron_fsdp")
+    before = equivalence._snapshot(chunks)
+    reference = equivalence._build_chunks(population, rank=0, fsdp_flag="use_megatron_fsdp")
+    with torch.no_grad():
+        for param in list(reference[0].parameters()) + list(chunks[0].parameters()):
+            param.main_grad.mul_(2)
+    truth = {"0:" + half.name: (torch.zeros(4, dtype=torch.float64), torch.full((4,), 1e9, dtype=torch.float64))}
+
+    def judged(upstream_element: int) -> list[str]:
+        report = equivalence.RankReport(rank=0, upstream_collectives=[("SUM", 4 * upstream_element, upstream_element)])
+        report.collectives = [("SUM", 16, 4)]
+        report.allocations = AllocationSummary(peak_bytes=28, largest_bytes=16, count=2, total_bytes=28)
+        equivalence._compare(report, reference, chunks, before, 1, True, truth, {})
+        return report.problems
+
+    assert judged(4) == []
+    assert any("bytes of tensors it allocated at once" in p for p in judged(2))

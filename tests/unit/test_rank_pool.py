@@ -145,6 +145,22 @@ def test_raise_in_one_rank_fails_promptly_with_its_traceback(pool: RankPool) -> 
     assert set(pool.pids).isdisjoint(pids)
 
 
+def test_state_tasks_are_replayed_on_the_ranks_a_failure_restarted(pool: RankPool) -> None:
+    """A case's setup (its model-parallel groups) must hold for the task after a failed one, or that task fails for
+    a reason of its own and hides the first failure."""
+    pool.run(rank_tasks.set_env, "RANK_POOL_STATE", "set")
+    pool.state_tasks.append((rank_tasks.set_env, ("RANK_POOL_STATE", "set")))
+    try:
+        with pytest.raises(RankRaised):
+            pool.run(rank_tasks.raise_on_ranks, (1,), timeout_s=TIMEOUT_S)
+        assert pool.run(rank_tasks.read_env, "RANK_POOL_STATE") == ["set", "set"]
+    finally:
+        pool.state_tasks.clear()
+    with pytest.raises(RankRaised):
+        pool.run(rank_tasks.raise_on_ranks, (1,), timeout_s=TIMEOUT_S)
+    assert pool.run(rank_tasks.read_env, "RANK_POOL_STATE") == [None, None]
+
+
 def test_skipped_collective_times_out_naming_the_waiting_rank(pool: RankPool) -> None:
     pool.start()
     generation = pool.generation
