@@ -17,8 +17,9 @@ _GOAL_POPULATION_MIB = 512
 _GOAL_TENSORS = 64
 # Budget in MiB -> the downstream patch's time as a fraction of upstream's.
 _GOAL_RATIOS = {16: 0.63, 64: 0.77, 256: 0.79, 1024: 1.00}
-_GOAL_GATE_S = 45.0
+_GOAL_GATE_S = 30.0
 _UPSTREAM = "upstream"
+_FLOORS = ("floor in place", "floor flat")
 
 
 def _ratio_rows(samples: list[dict[str, Any]]) -> dict[tuple[int, int, int], dict[str, Any]]:
@@ -35,8 +36,16 @@ def _ratio(group: dict[str, Any], method: str) -> float:
     return group[method]["median_s"] / group[_UPSTREAM]["median_s"]
 
 
-def _mib(value: int) -> str:
+def _mib(value: int | None) -> str:
+    if value is None:
+        return "-"
     return f"{value / _MIB:.0f}" if value >= _MIB else f"{value / _MIB:.2f}"
+
+
+def _floor_s(group: dict[str, Any]) -> float | None:
+    """The faster floor's median time; ``None`` for a document from before the floor was measured."""
+    times = [group[f]["median_s"] for f in _FLOORS if f in group]
+    return min(times) if times else None
 
 
 def goal_rows(document: dict[str, Any]) -> list[tuple[int, float | None, float, bool | None]]:
@@ -58,12 +67,18 @@ def _render_markdown(document: dict[str, Any], gate: dict[str, Any] | None, comm
     plan = document["plan"]
     versions = document["versions"]
     lines = [
-        "# Bench: the subject's chunked all-reduce against upstream's",
+        "# Bench: the subject's chunked all-reduce against upstream's, a field-style patch and the floor",
         "",
         f"`{command}`; torch {versions['torch']}, megatron-core {versions['megatron-core']}, subject "
-        f"`{plan['subject']}`; gloo; fp32 grads split evenly into {' or '.join(map(str, plan['tensors']))} tensors; "
-        f"median of {plan['repeats']} repeats (after one warm-up), upstream and subject interleaved in a rotating "
-        f"order; bench wall time {document['wall_time_s']:.0f} s.",
+        f"`{plan['subject']}`; gloo; fp32 grads split evenly into {' or '.join(map(str, plan['tensors']))} tensors "
+        f"(views of one buffer); median of {plan['repeats']} repeats (after one warm-up, which also measures the "
+        f"tensor bytes allocated), every method interleaved in a rotating order; bench wall time "
+        f"{document['wall_time_s']:.0f} s.",
+        "",
+        "Methods: `upstream` (one coalesced buffer per op); `budget <b> MiB`, the subject; `field <b> MiB`, a "
+        "field-style chunked patch (greedy chunks, a fresh flattened buffer per chunk, reduced and copied back one "
+        "after the other); the floor, the collectives alone with no copy: `floor in place` (each grad reduced where "
+        "it lies, two in flight) and `floor flat` (the one buffer the grads are views of, in one collective).",
         "",
         f"## Against the goals ({_GOAL_WORLD_SIZE} ranks, {_GOAL_POPULATION_MIB} MiB of grads in "
         f"{_GOAL_TENSORS} tensors)",
@@ -80,18 +95,22 @@ def _render_markdown(document: dict[str, Any], gate: dict[str, Any] | None, comm
         "",
         "## Every measurement",
         "",
-        "Largest buffer: the largest all-reduced tensor. Peak extra RSS: the largest rise of a rank's resident set "
-        "during the call, over all ranks and repeats.",
+        "Largest buffer: the largest all-reduced tensor. Peak allocated: the most bytes of tensors the method held "
+        "at once (largest over ranks). Peak extra RSS: the largest rise of a rank's resident set during the call, "
+        "over all ranks and repeats.",
         "",
-        "| ranks | grads MiB | tensors | method | median s | x upstream | collectives | largest buffer MiB "
-        "| peak extra RSS MiB |",
-        "|---:|---:|---:|---|---:|---:|---:|---:|---:|",
+        "| ranks | grads MiB | tensors | method | median s | x upstream | x floor | collectives | largest buffer MiB "
+        "| peak allocated MiB | peak extra RSS MiB |",
+        "|---:|---:|---:|---|---:|---:|---:|---:|---:|---:|---:|",
     ]
     for (world_size, population, tensors), group in sorted(_ratio_rows(document["samples"]).items()):
+        floor = _floor_s(group)
         for method, sample in group.items():
+            to_floor = "-" if floor is None else f"{sample['median_s'] / floor:.2f}"
             lines.append(
                 f"| {world_size} | {_mib(population)} | {tensors} | {method} | {sample['median_s']:.3f} | "
-                f"{_ratio(group, method):.2f} | {sample['collectives']} | {_mib(sample['largest_buffer_bytes'])} | "
+                f"{_ratio(group, method):.2f} | {to_floor} | {sample['collectives']} | "
+                f"{_mib(sample['largest_buffer_bytes'])} | {_mib(sample.get('peak_allocated_bytes'))} | "
                 f"{_mib(sample['peak_extra_rss_bytes'])} |"
             )
     overhead = document["pool_overhead"]
@@ -122,35 +141,46 @@ def _render_markdown(document: dict[str, Any], gate: dict[str, Any] | None, comm
 
 
 def _summary_table(document: dict[str, Any]) -> list[str]:
-    """One row per (ranks, grads, tensors): upstream's median, the subject's time ratio and peak RSS per budget."""
+    """One row per (ranks, grads, tensors): upstream's median and the floor's, then per budget the subject's and the
+    field-style patch's time as fractions of upstream's, and the peak bytes each allocated."""
     budgets = document["plan"]["budgets_mib"]
     header = " | ".join(f"{b} MiB" for b in budgets)
     lines = [
-        "## Summary: subject time / upstream time (peak extra RSS MiB)",
+        "## Summary: time / upstream's time, subject | field-style (peak allocated MiB, subject | field-style)",
         "",
-        f"| ranks | grads MiB | tensors | upstream s (peak RSS MiB) | {header} |",
-        "|---:|---:|---:|---:|" + "---:|" * len(budgets),
+        f"| ranks | grads MiB | tensors | upstream s (peak allocated MiB) | floor / upstream | {header} |",
+        "|---:|---:|---:|---:|---:|" + "---:|" * len(budgets),
     ]
     for (world_size, population, tensors), group in sorted(_ratio_rows(document["samples"]).items()):
         upstream = group[_UPSTREAM]
-        cells = [
-            f"{_ratio(group, f'budget {b} MiB'):.2f} ({_mib(group[f'budget {b} MiB']['peak_extra_rss_bytes'])})"
-            if f"budget {b} MiB" in group
-            else "not run"
-            for b in budgets
-        ]
+        floor = _floor_s(group)
+        to_floor = "-" if floor is None else f"{floor / upstream['median_s']:.2f}"
+        cells = [_budget_cell(group, b) for b in budgets]
         lines.append(
             f"| {world_size} | {_mib(population)} | {tensors} | {upstream['median_s']:.3f} "
-            f"({_mib(upstream['peak_extra_rss_bytes'])}) | " + " | ".join(cells) + " |"
+            f"({_mib(upstream.get('peak_allocated_bytes'))}) | {to_floor} | " + " | ".join(cells) + " |"
         )
     return lines
+
+
+def _budget_cell(group: dict[str, Any], budget_mib: int) -> str:
+    subject, field = group.get(f"budget {budget_mib} MiB"), group.get(f"field {budget_mib} MiB")
+    if subject is None:
+        return "not run"
+    times = f"{_ratio(group, f'budget {budget_mib} MiB'):.2f}"
+    memory = _mib(subject.get("peak_allocated_bytes"))
+    if field is not None:
+        times += f" \\| {_ratio(group, f'field {budget_mib} MiB'):.2f}"
+        memory += f" \\| {_mib(field.get('peak_allocated_bytes'))}"
+    return f"{times} ({memory})"
 
 
 def _plot(document: dict[str, Any], path: Path) -> None:
     """Per world size (columns): time ratio and peak extra RSS (rows) against the budget.
 
-    Colour is the amount of grads, solid lines the goals' 64-tensor shape, dotted the many-small-tensor shape;
-    dashed horizontal lines are upstream's peak.
+    Colour is the amount of grads, solid lines the goals' 64-tensor shape, dotted the many-small-tensor shape; in the
+    time row thin dashed lines with crosses are the field-style patch and dotted horizontal lines the floor; in the
+    memory row dashed horizontal lines are upstream's peak.
     """
     import matplotlib
 
@@ -167,12 +197,19 @@ def _plot(document: dict[str, Any], path: Path) -> None:
         for (world, population, tensors), group in groups:
             if world != world_size:
                 continue
-            budgets = sorted((s["budget_bytes"] / _MIB, m) for m, s in group.items() if s["budget_bytes"] is not None)
+            budgets = sorted((s["budget_bytes"] / _MIB, m) for m, s in group.items() if m.startswith("budget "))
             x = [b for b, _ in budgets]
             color = f"C{populations.index(population) % 10}"
             style = "o-" if tensors == _GOAL_TENSORS else "s:"
             label = f"{_mib(population)} MiB in {tensors}"
             times.plot(x, [_ratio(group, m) for _, m in budgets], style, color=color, label=label)
+            fields = [(b, f"field {b:g} MiB") for b in x if f"field {b:g} MiB" in group]
+            if fields:
+                ratios = [_ratio(group, m) for _, m in fields]
+                times.plot([b for b, _ in fields], ratios, "x--", color=color, linewidth=0.8, alpha=0.7)
+            floor = _floor_s(group)
+            if floor is not None:
+                times.axhline(floor / group[_UPSTREAM]["median_s"], color=color, linestyle=":", linewidth=0.8)
             peaks = [group[m]["peak_extra_rss_bytes"] / _MIB for _, m in budgets]
             memory.plot(x, peaks, style, color=color, label=label)
             memory.axhline(group[_UPSTREAM]["peak_extra_rss_bytes"] / _MIB, color=color, linestyle="--", linewidth=0.8)

@@ -1,14 +1,18 @@
-"""Benchmark of the subject's chunked all-reduce against upstream's, on real gloo ranks, plus the gate's overheads.
+"""Benchmark of the subject's chunked all-reduce against upstream's, a field-style chunked patch and the floor (the
+collectives alone; :mod:`harness.bench.variants`), on real gloo ranks, plus the gate's overheads.
 
-Both run side by side in the same rank processes, on the same grads, interleaved repeat by repeat, so drift of a
+All run side by side in the same rank processes, on the same grads, interleaved repeat by repeat, so drift of a
 shared machine hits them alike. Per run each rank records wall time (between two barriers), the collectives it made
-and its peak RSS above the level before the call (the kernel's high-water mark is reset first, ``clear_refs``).
+and its peak RSS above the level before the call (the kernel's high-water mark is reset first, ``clear_refs``). The
+warm-up run of each variant, whose time is not kept, also measures the peak of live tensor bytes it allocated (the
+equivalence family's ``AllocationTracker``), so the tracking costs no timed run anything.
 Run in a target's venv: ``python -m harness.bench.timing --out reports/bench`` (``nox -s bench`` does this).
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import ctypes
 import ctypes.util
 import itertools
@@ -22,6 +26,7 @@ from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
 
+from harness.bench import variants
 from harness.plugin.subjects import REFERENCE_SUBJECT
 from harness.ranks import megatron_state as megatron_ranks
 from harness.ranks.pool import RankPool
@@ -51,6 +56,7 @@ class _Sample:
     collectives: int = 0
     largest_buffer_bytes: int = 0
     peak_extra_rss_bytes: int = 0
+    peak_allocated_bytes: int = 0
 
     @property
     def median_s(self) -> float:
@@ -60,6 +66,7 @@ class _Sample:
 # --- rank side ------------------------------------------------------------------------------------------------------
 
 _model: list[Any] = []
+_flat: list[Any] = []
 _M_MMAP_THRESHOLD = -3
 _MMAP_THRESHOLD_BYTES = 1 << 20
 
@@ -82,60 +89,83 @@ def _status_kib(field_name: str) -> int:
 
 
 def _allocate_task(rank: int, world_size: int, population_bytes: int, tensors: int) -> int:
-    """Build one model chunk of ``tensors`` fp32 sequence-parallel params holding ``population_bytes`` of main_grad."""
+    """Build one model chunk of ``tensors`` fp32 sequence-parallel params holding ``population_bytes`` of main_grad,
+    each a view of one contiguous buffer, as Megatron's grad buffer holds them (and the flat floor reduces)."""
     import torch
 
     _map_large_allocations()
-    _model.clear()
+    _free_task(rank, world_size)
     chunk = torch.nn.Module()
     chunk.ddp_config = SimpleNamespace(**{megatron_ranks.upstream_fsdp_flag(): False})
     numel = population_bytes // tensors // 4
+    flat = torch.full((numel * tensors,), float(rank + 1))
     for index in range(tensors):
         param = torch.nn.Parameter(torch.empty(0))
         param.sequence_parallel = True
-        param.main_grad = torch.full((numel,), float(rank + 1))
+        param.main_grad = flat[index * numel : (index + 1) * numel]
         chunk.register_parameter(f"p{index}", param)
     _model.append(chunk)
+    _flat.append(flat)
     return _status_kib("VmRSS")
 
 
 def _free_task(rank: int, world_size: int) -> None:
     _model.clear()
+    _flat.clear()
 
 
-def _time_task(rank: int, world_size: int, method: str, budget_bytes: int | None, subject_spec: str) -> dict:
-    """One timed call of upstream's all-reduce or the subject's on the allocated chunk."""
+def _variant_call(method: str, budget_bytes: int | None, subject_spec: str) -> tuple[Callable[..., None], Any]:
+    """What one method calls on ``(model, config)``, and the subject to uninstall after it (or ``None``)."""
+    from harness.contracts.equivalence import subject_once, tp_group
+
+    grads = [param.main_grad for param in _model[0].parameters()]
+    if method == _UPSTREAM:
+        return getattr(megatron_ranks.finalize_module(), megatron_ranks.UPSTREAM_NAME), None
+    if method == variants.FLOOR_IN_PLACE:
+        return lambda model, config: variants.floor_in_place(grads, tp_group()), None
+    if method == variants.FLOOR_FLAT:
+        return lambda model, config: variants.floor_flat(_flat[0], tp_group()), None
+    if method.startswith(variants.FIELD_PREFIX):
+        assert budget_bytes is not None
+        return lambda model, config: variants.field_style(grads, tp_group(), budget_bytes), None
+    subject = subject_once(subject_spec)
+    subject.install(budget_bytes=budget_bytes)
+    return subject.allreduce_non_tensor_model_parallel_grads, subject
+
+
+def _time_task(
+    rank: int, world_size: int, method: str, budget_bytes: int | None, subject_spec: str, track: bool = False
+) -> dict:
+    """One timed call of a method on the allocated chunk; with ``track``, also the peak of tensor bytes it held."""
     import torch
 
-    from harness.contracts.equivalence import CollectiveRecorder, subject_once, tp_group
+    from harness.contracts.allocations import AllocationTracker
+    from harness.contracts.equivalence import CollectiveRecorder, tp_group
 
     config = SimpleNamespace(sequence_parallel=True, qk_layernorm=False)
-    for param in _model[0].parameters():
-        param.main_grad.fill_(float(rank + 1))
-    if method == _UPSTREAM:
-        call = getattr(megatron_ranks.finalize_module(), megatron_ranks.UPSTREAM_NAME)
-    else:
-        subject = subject_once(subject_spec)
-        subject.install(budget_bytes=budget_bytes)
-        call = subject.allreduce_non_tensor_model_parallel_grads
+    _flat[0].fill_(float(rank + 1))
+    call, subject = _variant_call(method, budget_bytes, subject_spec)
+    tracker = AllocationTracker("cpu") if track else contextlib.nullcontext()
     try:
         Path("/proc/self/clear_refs").write_text("5")
         before = _status_kib("VmRSS")
         with CollectiveRecorder(tp_group()) as recorder:
             torch.distributed.barrier()
             started = time.perf_counter()
-            call(_model, config)
+            with tracker:
+                call(_model, config)
             torch.distributed.barrier()
             seconds = time.perf_counter() - started
         peak = _status_kib("VmHWM")
     finally:
-        if method != _UPSTREAM:
+        if subject is not None:
             subject.uninstall()
     return {
         "seconds": seconds,
         "collectives": len(recorder.calls),
         "largest_buffer_bytes": max((size for _, size, _ in recorder.calls), default=0),
         "peak_extra_rss_bytes": max(0, peak - before) * 1024,
+        "peak_allocated_bytes": tracker.summary().peak_bytes if isinstance(tracker, AllocationTracker) else None,
     }
 
 
@@ -154,10 +184,17 @@ class _BenchPlan:
     subject: str = REFERENCE_SUBJECT
 
     def methods(self) -> list[tuple[str, int | None]]:
-        return [(_UPSTREAM, None), *((f"budget {b} MiB", b * _MIB) for b in self.budgets_mib)]
+        """Upstream, the floor twice, then per budget the subject (``budget <b> MiB``) and the field-style patch."""
+        return [
+            (_UPSTREAM, None),
+            (variants.FLOOR_IN_PLACE, None),
+            (variants.FLOOR_FLAT, None),
+            *((f"budget {b} MiB", b * _MIB) for b in self.budgets_mib),
+            *((f"{variants.FIELD_PREFIX} {b} MiB", b * _MIB) for b in self.budgets_mib),
+        ]
 
 
-def _measure_allreduce(plan: _BenchPlan, progress: Callable[[str], object] = print) -> list[_Sample]:
+def _measure_allreduce(plan: _BenchPlan, progress: Callable[..., object] = print) -> list[_Sample]:
     """Every method on every population and world size; one warm-up round per population is not recorded."""
     samples: list[_Sample] = []
     for world_size in plan.world_sizes:
@@ -173,10 +210,11 @@ def _measure_allreduce(plan: _BenchPlan, progress: Callable[[str], object] = pri
                         # Each repeat starts one method later, so no method always runs right after the same one.
                         shift = repeat % len(methods)
                         for method, budget in methods[shift:] + methods[:shift]:
-                            results = pool.run(_time_task, method, budget, plan.subject)
-                            if repeat == 0:
-                                continue
+                            results = pool.run(_time_task, method, budget, plan.subject, repeat == 0)
                             row = rows[method]
+                            if repeat == 0:
+                                row.peak_allocated_bytes = max(r["peak_allocated_bytes"] for r in results)
+                                continue
                             row.seconds.append(max(r["seconds"] for r in results))
                             row.collectives = results[0]["collectives"]
                             row.largest_buffer_bytes = max(r["largest_buffer_bytes"] for r in results)
@@ -188,7 +226,8 @@ def _measure_allreduce(plan: _BenchPlan, progress: Callable[[str], object] = pri
                     upstream = rows[_UPSTREAM].median_s
                     progress(
                         f"world {world_size}, {population_mib} MiB in {tensors} tensors: upstream {upstream:.3f} s; "
-                        + ", ".join(f"{m} {r.median_s / upstream:.2f}x" for m, r in rows.items() if m != _UPSTREAM)
+                        + ", ".join(f"{m} {r.median_s / upstream:.2f}x" for m, r in rows.items() if m != _UPSTREAM),
+                        flush=True,
                     )
         finally:
             pool.close()

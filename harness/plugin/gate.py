@@ -70,6 +70,7 @@ def pytest_configure(config: pytest.Config) -> None:
     config.stash[_TARGET] = matrix.target(name)
     config.stash[_STARTED] = time.monotonic()
     config.stash[_STALE] = []
+    _family_seconds.clear()
     if not hasattr(config, "workerinput"):
         shutil.rmtree(_report_dir(config) / _RECORDS_DIR, ignore_errors=True)
     spec = subject_spec(config.getoption("--subject"))
@@ -86,6 +87,15 @@ _STARTED = pytest.StashKey[float]()
 _STALE = pytest.StashKey[list]()
 _SUBJECT = pytest.StashKey[ModuleType]()
 _RECORDS_DIR = "records"
+_family_seconds: dict[str, float] = {}
+"""Seconds of setup, call and teardown per family this session, summed over its cases (under xdist the controller
+sees every worker's reports); cases outside the families count under ``other``."""
+
+
+def pytest_runtest_logreport(report: pytest.TestReport) -> None:
+    owner = family_of_case(report.nodeid)
+    name = owner.name if owner else "other"
+    _family_seconds[name] = _family_seconds.get(name, 0.0) + report.duration
 
 
 def configured_target(config: pytest.Config) -> Target:
@@ -318,6 +328,7 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
         "findings": _records(report_dir, "findings"),
         "exit_status": int(exitstatus),
         "wall_time_s": round(time.monotonic() - config.stash[_STARTED], 2),
+        "family_seconds": {name: round(seconds, 2) for name, seconds in sorted(_family_seconds.items())},
     }
     (report_dir / "summary.json").write_text(json.dumps(summary, indent=2) + "\n")
 

@@ -423,7 +423,16 @@ def load_target(directory: Path, target: Target | None = None) -> TargetRun:
         for w in summary.get("waivers", [])
     ]
     notes += [f"finding ({f['family']}): {f['text']}" for f in summary.get("findings", [])]
+    if summary.get("family_seconds"):
+        notes.append(time_note(summary))
     return TargetRun(session, summary, results, notes, _advisories(summary.get("advisories", []), session), target)
+
+
+def time_note(summary: dict[str, Any]) -> str:
+    """Where the session's pytest time went: seconds per family (setup, call and teardown of its cases, summed over
+    workers), then the session's wall time, which also holds start-up and collection."""
+    families = ", ".join(f"{name} {seconds:.1f} s" for name, seconds in summary["family_seconds"].items())
+    return f"time per family: {families}; pytest wall time {summary.get('wall_time_s', 0):.1f} s"
 
 
 def _contract_name(module: str, results: Iterable[CaseResult]) -> str | None:

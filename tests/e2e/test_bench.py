@@ -66,6 +66,24 @@ def test_upstream_makes_one_buffer_of_everything(small_bench: Path, tensors: int
     assert upstream >= 30 * MIB, f"upstream's 32 MiB buffer should show in the peak RSS, saw {upstream / MIB:.1f} MiB"
 
 
+@pytest.mark.parametrize("tensors", [8, 64])
+def test_the_floor_reduces_the_same_bytes_without_allocating(small_bench: Path, tensors: int) -> None:
+    """The floor makes no buffer at all: one collective per grad in place, or one over the buffer the grads view."""
+    measured = samples(small_bench, tensors)
+    assert shape(measured["floor in place"]) == (tensors, 32 * MIB // tensors)
+    assert shape(measured["floor flat"]) == (1, 32 * MIB)
+    assert measured["floor in place"]["peak_allocated_bytes"] == measured["floor flat"]["peak_allocated_bytes"] == 0
+    assert measured["upstream"]["peak_allocated_bytes"] == 32 * MIB
+
+
+def test_the_field_style_patch_flattens_each_chunk_into_a_fresh_buffer(small_bench: Path) -> None:
+    """512 KiB grads under a 4 MiB budget: 8 chunks of 4 MiB, each flattened into a buffer of its own, so at least
+    one chunk's bytes are allocated (two while the next is flattened before the last is freed)."""
+    measured = samples(small_bench, 64)
+    assert shape(measured["field 4 MiB"]) == (8, 4 * MIB)
+    assert 4 * MIB <= measured["field 4 MiB"]["peak_allocated_bytes"] <= 8 * MIB
+
+
 def test_large_grads_are_reduced_in_place(small_bench: Path) -> None:
     """4 MiB grads: one collective each, on the grad itself. The RSS rises only by gloo's scratch, half a grad on two
     ranks per reduction, with two reductions in flight; upstream's rise is all 32 MiB."""
@@ -92,6 +110,8 @@ def test_table_and_plot_are_written(small_bench: Path) -> None:
     text = markdown.read_text()
     assert "`nox -s bench -- --populations-mib 32`" in text
     assert "| 2 | 32 | 64 | budget 8 MiB |" in text
+    assert "| 2 | 32 | 64 | floor flat |" in text and "| 2 | 32 | 64 | field 4 MiB |" in text
+    assert "| upstream s (peak allocated MiB) | floor / upstream | 4 MiB | 8 MiB |" in text
     assert "| 16 MiB | not run | ≤ 0.63x | n/a |" in text, "a goal not measured must say so, not pass"
     assert image.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and image.stat().st_size > 10_000
 

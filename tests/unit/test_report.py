@@ -218,6 +218,16 @@ def test_findings_are_shown(synthetic: Path) -> None:
     assert "- megatron-0.15: finding (equivalence): megatron-core 0.15.3 coalesces all 4 MiB into one buffer" in notes
 
 
+def test_where_the_time_went_is_shown_per_family(synthetic: Path) -> None:
+    seconds = {"equivalence": 13.42, "import-side-effects": 4.0}
+    record = summary("megatron-0.15", family_seconds=seconds, wall_time_s=21.5)
+    (synthetic / "megatron-0.15" / "summary.json").write_text(json.dumps(record))
+    notes = render_markdown(collect(synthetic))
+    assert (
+        "- megatron-0.15: time per family: equivalence 13.4 s, import-side-effects 4.0 s; pytest wall time 21.5 s"
+    ) in notes
+
+
 def _declared_run(reports: Path) -> None:
     """megatron-0.15 and megatron-0.16 under a declaration that leaves the model-provider role out (its two cases
     skipped as not declared), one chunk-splitting case green, and on megatron-0.16 an equivalence case skipped for
