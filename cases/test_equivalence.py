@@ -14,12 +14,17 @@ from collections.abc import Callable
 from pathlib import Path
 
 import pytest
-from hypothesis import given, settings
+from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 from harness.contracts.allocations import AllocationSummary
 from harness.contracts.equivalence import FakeParameter, Population, RankReport, compare_task, gpt_finalize_task
-from harness.contracts.populations import budgets_for_population, fake_module_populations
+from harness.contracts.populations import (
+    MODEL_LIKE_BUDGET,
+    budgets_for_population,
+    fake_module_populations,
+    model_like_populations,
+)
 from harness.plugin.failure import contract_failure
 from harness.plugin.families import family
 from harness.ranks.megatron_state import UPSTREAM_NAME, finalize_module, model_parallel, upstream_fsdp_flag
@@ -99,8 +104,6 @@ def test_matches_upstream_on_generated_modules(
     raised: dict[str, int] = {}
     with model_parallel(get_pool(world_size, backend), tensor_parallel) as pool:
 
-        @settings(max_examples=max(FEWEST_EXAMPLES, round(settings.default.max_examples * share)))
-        @given(population_and_budget(group_kinds(world_size, tensor_parallel), fsdp_order()))
         def check(case: tuple[Population, int]) -> None:
             population, budget = case
             reports = pool.run(compare_task, population, subject_name, budget, tensor_parallel, bitwise)
@@ -115,6 +118,11 @@ def test_matches_upstream_on_generated_modules(
             )
             differing.append(sum(r.non_bitwise_elements for r in reports))
 
+        groups, fsdp = group_kinds(world_size, tensor_parallel), fsdp_order()
+        check = given(population_and_budget(groups, fsdp))(check)
+        for population in model_like_populations(fsdp, groups):
+            check = example((population, MODEL_LIKE_BUDGET))(check)
+        check = settings(max_examples=max(FEWEST_EXAMPLES, round(settings.default.max_examples * share)))(check)
         try:
             check()
         finally:

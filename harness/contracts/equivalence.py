@@ -48,6 +48,11 @@ LAYOUTS = ("contiguous", "strided", "transposed")
 """How a grad is laid out in memory: contiguous, every other element of a buffer twice its size, or a 2-D transpose
 (as a TP-sharded weight's grad can be); the logical values are the same in each."""
 
+GRAD_BUFFERS = ("none", "forward", "reverse")
+"""Where a chunk's grads live: each in its own storage, or side by side in one buffer in the params' order or the
+reverse (Megatron's grad buffer): the layout that lets a subject reduce neighbouring grads without a copy, and that a
+subject reducing a region with a gap in it gets wrong."""
+
 FSDP_GRADS = {
     "use_megatron_fsdp": "a DTensor sharded over the data-parallel group, whose local shard upstream reduces in place",
     "use_custom_fsdp": "a tensor in the separate `fsdp_managed_main_grad` attribute",
@@ -73,6 +78,9 @@ class Population:
     qk_layernorm: bool
     seed: int
     group: str = "implicit"
+    grad_buffer: str = "none"
+    """Whether each chunk's contiguous grads are views of one buffer per dtype, and in which order (one of
+    ``GRAD_BUFFERS``)."""
     fsdp_chunks: int = 0
     """How many chunks, counted from the last, have the FSDP flag on in their ``ddp_config`` (see ``FSDP_GRADS``).
 
@@ -159,12 +167,9 @@ def _build_chunks(population: Population, rank: int, fsdp_flag: str) -> list[tor
         chunk = _FakeChunk()
         fsdp = c >= first_fsdp
         chunk.ddp_config = SimpleNamespace(**{fsdp_flag: fsdp})
-        for spec in chunk_specs:
-            grad = None
-            if not spec.grad_kind.endswith("_none"):
-                grad = _laid_out(_values(spec, population.seed, rank, index).to(device), spec)
-                if fsdp and fsdp_flag == "use_megatron_fsdp":
-                    grad = _sharded(grad)
+        for spec, grad in zip(chunk_specs, _chunk_grads(chunk_specs, population, rank, index, device), strict=True):
+            if grad is not None and fsdp and fsdp_flag == "use_megatron_fsdp":
+                grad = _sharded(grad)
             # A sharded grad's shape is the whole tensor's, which the param must have to take it as ``.grad``.
             shape = _shape(spec) if grad is None else grad.shape
             param = torch.nn.Parameter(torch.zeros(shape, dtype=DTYPES[spec.dtype], device=device))
@@ -184,6 +189,32 @@ def _build_chunks(population: Population, rank: int, fsdp_flag: str) -> list[tor
             index += 1
         chunks.append(chunk)
     return chunks
+
+
+def _chunk_grads(
+    specs: tuple[FakeParameter, ...], population: Population, rank: int, first_index: int, device: torch.device
+) -> list[torch.Tensor | None]:
+    """One chunk's grads, in its params' order (``None`` where the spec says so). With a grad buffer, the contiguous
+    grads of each dtype are consecutive views of one buffer, in the params' order or the reverse, as Megatron's
+    ``main_grad``s are views of its grad buffer (which it fills in reverse)."""
+    grads: list[torch.Tensor | None] = []
+    for i, spec in enumerate(specs, start=first_index):
+        values = None if spec.grad_kind.endswith("_none") else _values(spec, population.seed, rank, i).to(device)
+        grads.append(None if values is None else _laid_out(values, spec))
+    if population.grad_buffer == "none":
+        return grads
+    order = list(range(len(specs)))
+    if population.grad_buffer == "reverse":
+        order.reverse()
+    for dtype in {spec.dtype for spec in specs}:
+        members = [i for i in order if grads[i] is not None and specs[i].dtype == dtype and grads[i].is_contiguous()]
+        buffer = torch.empty(sum(specs[i].numel for i in members), dtype=DTYPES[dtype], device=device)
+        offset = 0
+        for i in members:
+            view = buffer[offset : offset + specs[i].numel].view(grads[i].shape)
+            grads[i] = view.copy_(grads[i])
+            offset += specs[i].numel
+    return grads
 
 
 def _sharded(local: torch.Tensor) -> torch.Tensor:

@@ -13,7 +13,7 @@ import torch
 from hypothesis import strategies as st
 
 from harness.contracts.equivalence import DTYPES as PARAM_DTYPES
-from harness.contracts.equivalence import GRAD_KINDS, LAYOUTS, FakeParameter, Population
+from harness.contracts.equivalence import GRAD_BUFFERS, GRAD_KINDS, LAYOUTS, FakeParameter, Population
 
 _DTYPES = (torch.float32, torch.bfloat16, torch.float16)
 
@@ -163,13 +163,17 @@ def fake_module_populations(
     """Model chunks whose params exercise every branch of upstream's selection and write-back.
 
     Sequence-parallel and TP-averaged params, qk-layernorm names with the flag on and off, frozen params, ``None``
-    grads, ``main_grad`` beside ``grad``, three dtypes; one or two model chunks, with FSDP on in the chunks ``fsdp``
-    allows (one of :data:`FSDP_ORDERS`); and how the TP group reaches the call, one of ``groups`` (see
+    grads, ``main_grad`` beside ``grad``, three dtypes (mixed, or one per chunk), grads in storages of their own or
+    side by side in one grad buffer; one or two model chunks, with FSDP on in the chunks ``fsdp`` allows (one of
+    :data:`FSDP_ORDERS`); and how the TP group reaches the call, one of ``groups`` (see
     :data:`~harness.contracts.equivalence.GROUPS`).
     """
     chunks = []
+    dtypes = st.sampled_from(sorted(PARAM_DTYPES))
     for _ in range(draw(st.integers(1, 2))):
         count = draw(st.integers(1, max_params))
+        # Half the chunks hold one dtype, as most models' grads do (and as neighbours in one grad buffer must).
+        chunk_dtype = draw(st.one_of(st.none(), dtypes))
         specs = []
         for i in range(count):
             leaf = draw(st.sampled_from(_PARAM_LEAVES))
@@ -177,12 +181,12 @@ def fake_module_populations(
                 FakeParameter(
                     name=f"decoder.layers.{i}.{leaf}",
                     numel=draw(_grad_sizes()),
-                    dtype=draw(st.sampled_from(sorted(PARAM_DTYPES))),
+                    dtype=chunk_dtype or draw(dtypes),
                     grad_kind=draw(st.sampled_from(GRAD_KINDS)),
                     sequence_parallel=draw(st.booleans()),
                     average_across_tp=draw(st.integers(0, 4)) == 0,
                     requires_grad=draw(st.integers(0, 5)) != 0,
-                    layout=draw(st.sampled_from(LAYOUTS)),
+                    layout=draw(st.sampled_from(("contiguous", *LAYOUTS))),  # half the grads contiguous
                 )
             )
         chunks.append(tuple(specs))
@@ -192,6 +196,7 @@ def fake_module_populations(
         qk_layernorm=draw(st.booleans()),
         seed=draw(st.integers(0, 2**20)),
         group=draw(st.sampled_from(groups)),
+        grad_buffer=draw(st.sampled_from(GRAD_BUFFERS)),
         fsdp_chunks=draw(_fsdp_chunks(len(chunks), fsdp)),
     )
 
@@ -206,3 +211,42 @@ def budgets_for_population(draw: st.DrawFn, population: Population) -> int:
         for s in chunk
     ]
     return draw(st.one_of(st.just(1), st.sampled_from(sizes), st.integers(1, 2 * sum(sizes) + 1)))
+
+
+def _gpt_chunk(layers: range) -> tuple[FakeParameter, ...]:
+    """A GPT chunk's params in model order, fp32 ``main_grad``s: sequence-parallel norms and biases, qk-layernorms,
+    a router bias averaged across TP, and the TP-sharded fc1 weight (never selected) between them."""
+
+    def param(name: str, numel: int, **rule: bool) -> FakeParameter:
+        return FakeParameter(name, numel, "fp32", "main_grad", **rule)
+
+    specs: list[FakeParameter] = []
+    for layer in layers:
+        prefix = f"decoder.layers.{layer}"
+        specs += [
+            param(f"{prefix}.input_layernorm.weight", 64, sequence_parallel=True),
+            param(f"{prefix}.self_attention.q_layernorm.weight", 16),
+            param(f"{prefix}.self_attention.k_layernorm.weight", 16),
+            param(f"{prefix}.self_attention.linear_proj.bias", 64, sequence_parallel=True),
+            param(f"{prefix}.mlp.linear_fc1.weight", 256),
+            param(f"{prefix}.pre_mlp_layernorm.weight", 64, sequence_parallel=True),
+            param(f"{prefix}.mlp.router.expert_bias", 8, average_across_tp=True),
+        ]
+    return tuple(specs)
+
+
+MODEL_LIKE_BUDGET = 1024
+"""Bytes: several selected grads per chunk, so a chunk spans params the selection skips."""
+
+
+def model_like_populations(fsdp: str, groups: tuple[str, ...] = ("implicit",)) -> list[Population]:
+    """Explicit examples every run tries first, built like a real model: two pipeline chunks of a GPT, their
+    ``main_grad``s side by side in Megatron's grad buffer (filled in reverse); without FSDP and with it as ``fsdp``
+    allows (the last chunk, or both); and with the TP group reaching the call each way of ``groups``. Generated
+    populations reach each of these paths only now and then."""
+    chunks = (_gpt_chunk(range(0, 2)), _gpt_chunk(range(2, 4)))
+    common = {"chunks": chunks, "sequence_parallel": True, "qk_layernorm": True, "seed": 11, "grad_buffer": "reverse"}
+    examples = [Population(group=group, **common) for group in groups]
+    if fsdp != "off":
+        examples.append(Population(fsdp_chunks=1 if fsdp == "trailing" else 2, **common))
+    return examples

@@ -11,6 +11,7 @@ rounded as upstream rounds it. SUM and AVG are element-wise, so the result is bi
 from __future__ import annotations
 
 import functools
+import itertools
 from typing import Any
 
 import torch
@@ -77,9 +78,10 @@ def allreduce_non_tensor_model_parallel_grads(model: list[torch.nn.Module], conf
         staging = _staging_buffer(chunks, dtype)
         in_flight: list[Any] = []
         for _, chunk_grads in chunks:
-            if _reducible_in_place(chunk_grads, dtype):
+            target = _in_place_target(chunk_grads, dtype)
+            if target is not None:
                 # Two in-place reductions in flight: the next one is queued while the backend works on this one.
-                in_flight.append(torch.distributed.all_reduce(chunk_grads[0], op=op, group=group, async_op=True))
+                in_flight.append(torch.distributed.all_reduce(target, op=op, group=group, async_op=True))
                 if len(in_flight) >= IN_PLACE_IN_FLIGHT:
                     in_flight.pop(0).wait()
             else:
@@ -101,6 +103,29 @@ def _reducible_in_place(chunk_grads: list[torch.Tensor], dtype: torch.dtype) -> 
     """A chunk of one contiguous grad already in the op's dtype is reduced where it lies: copying it into a buffer
     and back would give the same bits at twice the memory traffic."""
     return len(chunk_grads) == 1 and chunk_grads[0].dtype == dtype and chunk_grads[0].is_contiguous()
+
+
+def _in_place_target(chunk_grads: list[torch.Tensor], dtype: torch.dtype) -> torch.Tensor | None:
+    """The tensor that reduces the chunk where it lies, or ``None`` when it must be copied into the staging buffer:
+    the grad itself (:func:`_reducible_in_place`), or one flat view of the memory the chunk's grads tile exactly.
+
+    Megatron's ``main_grad``s are views of one contiguous grad buffer, so consecutive selected grads often lie side
+    by side (in either order); reducing the region they cover moves the same bytes in one collective with no copy.
+    Every non-empty grad must be contiguous, in the op's dtype, in the same storage, and the grads sorted by address
+    must follow one another without gap or overlap.
+    """
+    if _reducible_in_place(chunk_grads, dtype):
+        return chunk_grads[0]
+    present = sorted((g for g in chunk_grads if g.numel()), key=lambda g: g.data_ptr())
+    if len(present) < 2 or any(g.dtype != dtype or not g.is_contiguous() for g in present):
+        return None
+    storage = present[0].untyped_storage().data_ptr()
+    for before, after in itertools.pairwise(present):
+        adjacent = before.data_ptr() + tensor_bytes(before) == after.data_ptr()
+        if not adjacent or after.untyped_storage().data_ptr() != storage:
+            return None
+    first = present[0]
+    return first.as_strided((sum(g.numel() for g in present),), (1,), first.storage_offset())
 
 
 def _pack(params: list, grads: list[torch.Tensor], dtype: torch.dtype, budget: int) -> list[tuple[list, list]]:
@@ -130,7 +155,7 @@ def _staging_buffer(chunks: list[tuple[list, list[torch.Tensor]]], dtype: torch.
     Allocating a fresh buffer per chunk would touch (and fault in) new pages for every chunk, and leaves the
     allocator holding several budgets' worth of freed memory; one buffer costs one budget, once.
     """
-    sizes = [sum(g.numel() for g in grads) for _, grads in chunks if not _reducible_in_place(grads, dtype)]
+    sizes = [sum(g.numel() for g in grads) for _, grads in chunks if _in_place_target(grads, dtype) is None]
     device = chunks[0][1][0].device if chunks else None
     return torch.empty(max(sizes, default=0), dtype=dtype, device=device)
 

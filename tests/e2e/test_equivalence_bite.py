@@ -20,6 +20,7 @@ SEEDED_BREAKS = {
     "allreduce_stale_fsdp_flag": ("megatron-0.13", "has no attribute 'use_megatron_fsdp'"),
     "allreduce_ignores_fsdp": ("megatron-0.15", "has use_megatron_fsdp on: a DTensor sharded"),
     "allreduce_reads_first_chunk_config": ("megatron-0.15", "(chunk 1 has use_megatron_fsdp on"),
+    "allreduce_spans_gaps": ("megatron-0.15", "differs from upstream, max |diff|"),
     "allreduce_rebinds_upstream_at_import": (
         "megatron-0.15",
         "upstream `_allreduce_non_tensor_model_parallel_grads` was replaced before the case ran (by",

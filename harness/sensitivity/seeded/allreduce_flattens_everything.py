@@ -10,7 +10,7 @@ from harness.reference.patching import current_budget
 
 
 def allreduce_non_tensor_model_parallel_grads(model, config, tp_group=None):
-    real_all_reduce, real_pack = torch.distributed.all_reduce, _impl._pack
+    real_all_reduce, real_pack, real_target = torch.distributed.all_reduce, _impl._pack, _impl._in_place_target
 
     def one_chunk(params, grads, dtype, budget):
         return [(list(params), list(grads))]
@@ -24,8 +24,9 @@ def allreduce_non_tensor_model_parallel_grads(model, config, tp_group=None):
             real_all_reduce(flat[start : start + step], op=op, group=group)
         return None
 
-    _impl._pack, torch.distributed.all_reduce = one_chunk, in_views
+    # Every grad goes through the flattened buffer, even grads a view of their grad buffer could reduce in place.
+    _impl._pack, _impl._in_place_target, torch.distributed.all_reduce = one_chunk, lambda grads, dtype: None, in_views
     try:
         _impl.allreduce_non_tensor_model_parallel_grads(model, config, tp_group)
     finally:
-        _impl._pack, torch.distributed.all_reduce = real_pack, real_all_reduce
+        _impl._pack, _impl._in_place_target, torch.distributed.all_reduce = real_pack, real_target, real_all_reduce
