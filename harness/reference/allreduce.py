@@ -75,10 +75,10 @@ def allreduce_non_tensor_model_parallel_grads(model: list[torch.nn.Module], conf
             continue
         dtype = functools.reduce(torch.promote_types, (g.dtype for g in grads))
         chunks = _pack(params, grads, dtype, budget)
-        staging = _staging_buffer(chunks, dtype)
+        targets = [_in_place_target(chunk_grads, dtype) for _, chunk_grads in chunks]
+        staging = _staging_buffer(chunks, targets, dtype)
         in_flight: list[Any] = []
-        for _, chunk_grads in chunks:
-            target = _in_place_target(chunk_grads, dtype)
+        for (_, chunk_grads), target in zip(chunks, targets, strict=True):
             if target is not None:
                 # Two in-place reductions in flight: the next one is queued while the backend works on this one.
                 in_flight.append(torch.distributed.all_reduce(target, op=op, group=group, async_op=True))
@@ -112,12 +112,12 @@ def _in_place_target(chunk_grads: list[torch.Tensor], dtype: torch.dtype) -> tor
     Megatron's ``main_grad``s are views of one contiguous grad buffer, so consecutive selected grads often lie side
     by side (in either order); reducing the region they cover moves the same bytes in one collective with no copy.
     Every non-empty grad must be contiguous, in the op's dtype, in the same storage, and the grads sorted by address
-    must follow one another without gap or overlap.
+    must follow one another without gap or overlap (empty grads hold nothing to reduce).
     """
     if _reducible_in_place(chunk_grads, dtype):
         return chunk_grads[0]
     present = sorted((g for g in chunk_grads if g.numel()), key=lambda g: g.data_ptr())
-    if len(present) < 2 or any(g.dtype != dtype or not g.is_contiguous() for g in present):
+    if not present or any(g.dtype != dtype or not g.is_contiguous() for g in present):
         return None
     storage = present[0].untyped_storage().data_ptr()
     for before, after in itertools.pairwise(present):
@@ -149,13 +149,17 @@ def _pack(params: list, grads: list[torch.Tensor], dtype: torch.dtype, budget: i
     return chunks + split_into_chunks(pending_params, pending_grads, budget) if pending_grads else chunks
 
 
-def _staging_buffer(chunks: list[tuple[list, list[torch.Tensor]]], dtype: torch.dtype) -> torch.Tensor:
-    """One buffer, sized for the largest chunk that needs copying, that every chunk of the op reuses.
+def _staging_buffer(
+    chunks: list[tuple[list, list[torch.Tensor]]], targets: list[torch.Tensor | None], dtype: torch.dtype
+) -> torch.Tensor:
+    """One buffer, sized for the largest chunk that needs copying (no in-place ``targets``), that every chunk of the
+    op reuses.
 
     Allocating a fresh buffer per chunk would touch (and fault in) new pages for every chunk, and leaves the
     allocator holding several budgets' worth of freed memory; one buffer costs one budget, once.
     """
-    sizes = [sum(g.numel() for g in grads) for _, grads in chunks if _in_place_target(grads, dtype) is None]
+    staged = [grads for (_, grads), target in zip(chunks, targets, strict=True) if target is None]
+    sizes = [sum(g.numel() for g in grads) for grads in staged]
     device = chunks[0][1][0].device if chunks else None
     return torch.empty(max(sizes, default=0), dtype=dtype, device=device)
 

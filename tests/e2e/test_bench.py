@@ -94,15 +94,17 @@ def test_large_grads_are_reduced_in_place(small_bench: Path) -> None:
         assert peak <= 5 * MIB, f"{method}: peak extra RSS {peak / MIB:.1f} MiB, more than two reductions' scratch"
 
 
-def test_small_grads_are_packed_up_to_the_budget(small_bench: Path) -> None:
-    """512 KiB grads: 8 per 4 MiB chunk, 16 per 8 MiB chunk; the RSS rises by one budget plus gloo's scratch (half a
-    chunk on two ranks), not by 32 MiB."""
+def test_small_grads_side_by_side_are_packed_up_to_the_budget_and_reduced_where_they_lie(small_bench: Path) -> None:
+    """512 KiB grads, views of one buffer: 8 per 4 MiB chunk, 16 per 8 MiB chunk, each chunk reduced through one view
+    of the buffer. Nothing is allocated, and the RSS rises only by gloo's scratch (half a chunk on two ranks, two
+    reductions in flight), not by 32 MiB as upstream's does."""
     measured = samples(small_bench, 64)
     assert shape(measured["budget 4 MiB"]) == (8, 4 * MIB)
     assert shape(measured["budget 8 MiB"]) == (4, 8 * MIB)
     for method, budget in (("budget 4 MiB", 4 * MIB), ("budget 8 MiB", 8 * MIB)):
+        assert measured[method]["peak_allocated_bytes"] == 0, method
         peak = measured[method]["peak_extra_rss_bytes"]
-        assert budget * 0.9 <= peak <= budget * 1.5 + MIB, f"{method}: peak extra RSS {peak / MIB:.1f} MiB"
+        assert peak <= budget + MIB, f"{method}: peak extra RSS {peak / MIB:.1f} MiB, more than two reductions' scratch"
 
 
 def test_table_and_plot_are_written(small_bench: Path) -> None:

@@ -12,7 +12,7 @@ from harness.reference.allreduce import _in_place_target, _staging_buffer
 
 def test_the_staging_buffer_is_made_on_the_grads_device() -> None:
     grads = [torch.empty(3, 4, device="meta").t(), torch.empty(5, device="meta")]
-    buffer = _staging_buffer([([None, None], grads)], torch.float32)
+    buffer = _staging_buffer([([None, None], grads)], [None], torch.float32)
     assert buffer.device == torch.device("meta")
     assert buffer.numel() == 17
 
@@ -53,4 +53,12 @@ def test_grads_that_do_not_tile_one_region_are_staged(grads: list[torch.Tensor])
 
 def test_a_staging_buffer_is_not_made_for_a_chunk_reduced_through_a_view() -> None:
     grads = _buffer_views([3, 5])
-    assert _staging_buffer([([None, None], grads)], torch.float32).numel() == 0
+    chunks = [([None, None], grads)]
+    targets = [_in_place_target(grads, torch.float32)]
+    assert targets[0] is not None
+    assert _staging_buffer(chunks, targets, torch.float32).numel() == 0
+
+
+def test_a_chunk_of_one_grad_beside_empty_ones_is_reduced_where_it_lies() -> None:
+    grad = torch.zeros(6)
+    assert _in_place_target([torch.zeros(0), grad], torch.float32).data_ptr() == grad.data_ptr()
