@@ -19,7 +19,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from harness.contracts.populations import TensorSpec, budgets_for, gpt_layer_specs, populations
-from harness.contracts.work import Work, measure_work
+from harness.contracts.work import Work, measure_work, settled_heap
 from harness.plugin.failure import contract_failure
 from harness.plugin.families import family
 from harness.targets.matrix import Target
@@ -225,13 +225,14 @@ def _growth(name: str, few: int, many: int, bound: float) -> tuple[bool, str]:
 @pytest.mark.parametrize(("small", "budget"), [(400, 64), (100, None)], ids=["many-short-chunks", "one-long-chunk"])
 def test_cost_is_linear_in_tensor_count(subject: ModuleType, target: Target, small: int, budget: int | None) -> None:
     few_inputs, many_inputs = _cost_inputs(small, budget), _cost_inputs(COST_GROWTH * small, budget)
-    for _ in range(_WARM_UPS):
-        _work(subject, few_inputs)
-    few = _work(subject, few_inputs)
     bound = COST_GROWTH * COST_SLACK
-    # Past the bound the answer is known: counting stops there and the rest of the call runs untraced.
-    limit = int(bound * few.instructions)
-    many = _work(subject, many_inputs, instruction_limit=limit)
+    with settled_heap():
+        for _ in range(_WARM_UPS):
+            _work(subject, few_inputs)
+        few = _work(subject, few_inputs)
+        # Past the bound the answer is known: counting stops there and the rest of the call runs untraced.
+        limit = int(bound * few.instructions)
+        many = _work(subject, many_inputs, instruction_limit=limit)
     if many.complete:
         measures = [
             _growth("bytecode instructions executed", few.instructions, many.instructions, bound),

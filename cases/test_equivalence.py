@@ -27,6 +27,7 @@ from harness.contracts.populations import (
 )
 from harness.plugin.failure import contract_failure
 from harness.plugin.families import family
+from harness.ranks.early_start import ON_RANKS
 from harness.ranks.megatron_state import UPSTREAM_NAME, finalize_module, model_parallel, upstream_fsdp_flag
 from harness.ranks.pool import backend_skip_reason, get_pool
 from harness.targets.installed_versions import installed_versions
@@ -35,15 +36,11 @@ from harness.targets.matrix import MEGATRON_DISTRIBUTION, Target
 FAMILY = family("equivalence")
 pytestmark = FAMILY.mark()
 
-# Cases on the same world size share one xdist worker (the target sessions run ``--dist loadgroup``), so each rank
-# pool starts once per session instead of once per worker: a start imports torch and Megatron in every rank.
-ON_TWO_RANKS = pytest.mark.xdist_group("ranks-2")
-ON_FOUR_RANKS = pytest.mark.xdist_group("ranks-4")
 # The last value is each shape's share of the hypothesis profile's examples (ci: 100, 50, 50; thorough: ten times).
 SHAPES = [
-    pytest.param(2, 2, True, 0.5, id="world2-tp2", marks=ON_TWO_RANKS),
-    pytest.param(4, 2, True, 0.25, id="world4-tp2", marks=ON_FOUR_RANKS),
-    pytest.param(4, 4, False, 0.25, id="world4-tp4", marks=ON_FOUR_RANKS),
+    pytest.param(2, 2, True, 0.5, id="world2-tp2", marks=ON_RANKS),
+    pytest.param(4, 2, True, 0.25, id="world4-tp2", marks=ON_RANKS),
+    pytest.param(4, 4, False, 0.25, id="world4-tp4", marks=ON_RANKS),
 ]
 FEWEST_EXAMPLES = 10
 BACKENDS = ["gloo", "nccl"]
@@ -150,7 +147,7 @@ LARGE = Population(
 )
 
 
-@ON_TWO_RANKS
+@ON_RANKS
 def test_largest_buffer_is_bounded_by_the_budget(
     target: Target, subject_name: str, report_dir: Path, record_finding: Callable[[str, str], None]
 ) -> None:
@@ -236,7 +233,7 @@ def _memory_finding(report: RankReport, grad_bytes: int) -> str:
     )
 
 
-@ON_TWO_RANKS
+@ON_RANKS
 @pytest.mark.parametrize("qk_layernorm", [False, True], ids=["plain", "qk-layernorm"])
 def test_finalize_model_grads_on_a_real_gpt_model(target: Target, subject_name: str, qk_layernorm: bool) -> None:
     budget = 64

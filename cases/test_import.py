@@ -17,8 +17,6 @@ import argparse
 import contextlib
 import importlib
 import json
-import re
-import subprocess
 import sys
 from collections.abc import Callable
 from pathlib import Path
@@ -29,6 +27,7 @@ import pytest
 
 from harness.contracts.fingerprint.declaration import DeclarationError, read_declaration
 from harness.contracts.imports.fake_modules import build_fakes
+from harness.contracts.imports.import_time import ImportTimeError, measure_import_times
 from harness.contracts.imports.isolation import adapter_import_root, isolated_modules, load_isolated
 from harness.contracts.imports.side_effects import (
     SideEffect,
@@ -41,7 +40,9 @@ from harness.plugin.declared_subject import megatron_restored
 from harness.plugin.failure import contract_failure
 from harness.plugin.families import family
 from harness.plugin.subjects import load_subject
+from harness.ranks.early_start import ON_RANKS
 from harness.ranks.megatron_state import ALIAS_NAME, UPSTREAM_NAME, finalize_module
+from harness.ranks.pool import RankPoolError
 from harness.targets.matrix import Target
 
 FAMILY = family("import-side-effects")
@@ -256,28 +257,18 @@ def test_after_uninstall_finalize_model_grads_reaches_upstream(target: Target, s
         )
 
 
-def _cumulative_import_us(code: str) -> dict[str, int]:
-    completed = subprocess.run(
-        [sys.executable, "-X", "importtime", "-c", code], capture_output=True, text=True, timeout=300, check=True
-    )
-    times = {}
-    for line in completed.stderr.splitlines():
-        match = re.match(r"import time:\s+\d+ \|\s+(\d+) \|\s*(\S+)", line)
-        if match:
-            times.setdefault(match.group(2), int(match.group(1)))
-    return times
-
-
+@ON_RANKS
 def test_adapter_import_time_is_small_next_to_megatron(target: Target, subject: ModuleType, report_dir: Path) -> None:
     try:
         root, name = adapter_import_root(subject.ADAPTER_PACKAGE)
     except ImportError as err:
         pytest.fail(contract_failure(target, FAMILY.name, f"{FAMILY.symbol} cannot be found", str(err)))
-    # One interpreter, Megatron first: its own cumulative time, then the adapter's on top of an imported Megatron.
-    setup = f"import sys; import megatron.core; sys.path.insert(0, {str(root)!r}); import {name}"
-    times = _cumulative_import_us(setup)
-    megatron_us, adapter_us = times["megatron.core"], times[name]
-    ratio = adapter_us / megatron_us
+    # Megatron's import in a fresh interpreter, then the adapter's on top of an imported Megatron (see import_time).
+    try:
+        times = measure_import_times(root, name)
+    except (ImportTimeError, RankPoolError) as err:
+        pytest.fail(contract_failure(target, FAMILY.name, f"the import time of {name} cannot be measured", str(err)))
+    megatron_us, adapter_us, ratio = times.megatron_core_us, times.adapter_us, times.ratio
     (report_dir / "import_time.json").write_text(
         json.dumps({"megatron_core_us": megatron_us, "adapter_us": adapter_us, "ratio": round(ratio, 4)}, indent=2)
     )

@@ -1,6 +1,7 @@
 """What the contract families need besides their case files under ``cases/``: grad populations, the rank-side
 upstream-vs-subject comparison against a pinned upstream, allocation tracking (memory bound), a deterministic
-measure of work (linear cost), generated providers, import isolation and side-effect detection, fingerprints.
+measure of work (linear cost), generated providers, import isolation, side-effect detection and import time,
+fingerprints.
 
 May import ``harness.targets``, ``harness.formats``, ``harness.plugin`` and ``harness.ranks``.
 """

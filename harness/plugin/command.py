@@ -17,8 +17,15 @@ from pathlib import Path
 from harness import REPO_ROOT
 from harness.formats.junit import JUnitCase, read_cases
 
-_PLUGINS = ("harness.plugin.gate", "harness.contracts.imports.session_watch")
-"""The gate plugin, and the import family's watch over the whole session (Megatron unchanged after every case)."""
+_PLUGINS = (
+    "harness.plugin.quick_exit",
+    "harness.plugin.gate",
+    "harness.ranks.early_start",
+    "harness.contracts.imports.session_watch",
+)
+"""The quick exit (first: its exit function must be registered before any other but logging's), the gate plugin,
+the early start of the fork server, and the import family's watch over the whole session (Megatron unchanged after
+every case)."""
 _CASES_INI = Path(__file__).resolve().parent / "cases.ini"
 _DEFAULT_SELECTION = ("cases",)
 

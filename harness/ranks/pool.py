@@ -17,8 +17,10 @@ import atexit
 import contextlib
 import ctypes
 import faulthandler
+import importlib
 import multiprocessing
 import multiprocessing.connection
+import multiprocessing.forkserver
 import os
 import pickle
 import shutil
@@ -49,16 +51,9 @@ _KILL_GRACE_S = 2.0
 # How long a timed-out rank gets to dump its stack into the timeout message.
 _STACK_DUMP_WAIT_S = 2.0
 _PR_SET_PDEATHSIG = 1
-# What every rank imports before its first task; preloaded once in the fork server. With the finalize module and
-# megatron_state preloaded, the upstream pin each rank takes at start (``_pin_upstream``) costs no import.
-FORKSERVER_PRELOAD = (
-    "torch",
-    "torch.distributed",
-    "megatron.core",
-    "megatron.core.distributed.finalize_model_grads",
-    "harness.ranks.megatron_state",
-    "harness.ranks.pool",
-)
+FORKSERVER_PRELOAD = ("harness.ranks.preload",)
+"""What the fork server imports before it forks a rank: torch, Megatron and the harness's rank modules (see
+:mod:`harness.ranks.preload`)."""
 _UNIX_SOCKET_PATH_MAX = 107
 _STACK_SIGNAL = getattr(signal, "SIGUSR1", None)
 
@@ -471,8 +466,10 @@ def get_pool(world_size: int, backend: str = "gloo", rank_setup: Callable[[int, 
 
 def close_all_pools() -> None:
     """Close every pool of this process, cached or not; cached pools are forgotten, so ``get_pool`` makes new ones."""
+    # Listed before the cache lets go of them: a pool only the cache held would leave the weak set unclosed.
+    pools = list(_live_pools)
     _cached_pools.clear()
-    for pool in list(_live_pools):
+    for pool in pools:
         pool.close()
 
 
@@ -507,15 +504,27 @@ def _rank_context() -> multiprocessing.context.BaseContext:
     """Ranks fork from a fork server that has imported torch and Megatron once, where available.
 
     Spawning makes every rank import both itself: about 3 s of CPU each, so a four-rank pool took 6-7 s to start on
-    2 cores. The server is a fresh interpreter (no threads, no CUDA), started on first use; it exits when this
-    process does, and ranks die with it (see ``_die_with_parent``). ``spawn`` is kept where there is no fork.
+    2 cores. The server is a fresh interpreter (no threads, no CUDA), started on first use or by
+    :func:`start_fork_server`; it exits when this process does, and ranks die with it (see ``_die_with_parent``).
+    ``spawn`` is kept where there is no fork.
     """
     if "forkserver" not in multiprocessing.get_all_start_methods() or not _forkserver_socket_fits():
         return multiprocessing.get_context("spawn")
     ctx = multiprocessing.get_context("forkserver")
-    # The server skips a module that fails to import (Megatron is absent from the harness's own venv).
     ctx.set_forkserver_preload(list(FORKSERVER_PRELOAD))
     return ctx
+
+
+def start_fork_server() -> bool:
+    """Start the fork server now, without waiting for it: its imports (seconds of CPU) then run beside whatever this
+    process does next, instead of inside the first case that needs ranks. False where ranks are spawned instead.
+
+    Call it from the thread that will start the pools (the main thread under pytest), as for any pool.
+    """
+    if _rank_context().get_start_method() != "forkserver":
+        return False
+    multiprocessing.forkserver.ensure_running()
+    return True
 
 
 def _forkserver_socket_fits() -> bool:
@@ -590,6 +599,8 @@ def _rank_main(
 ) -> None:
     """Body of one rank process: join the group, then run tasks until told to stop or the parent goes away."""
     _die_with_parent(parent_pid)
+    # A no-op in a rank forked from the fork server; a spawned rank imports what the server would have, first.
+    importlib.import_module(FORKSERVER_PRELOAD[0])
     _pin_upstream()
     # Ctrl-C reaches the whole process group; the parent handles it and tears the ranks down.
     signal.signal(signal.SIGINT, signal.SIG_IGN)

@@ -338,6 +338,14 @@ def test_get_pool_keeps_one_pool_per_world_size_and_backend() -> None:
         close_all_pools()
 
 
+def test_close_all_pools_closes_a_pool_only_the_cache_holds(monkeypatch: pytest.MonkeyPatch) -> None:
+    closed: list[int] = []
+    monkeypatch.setattr(RankPool, "close", lambda self: closed.append(self.world_size))
+    get_pool(3)
+    close_all_pools()
+    assert 3 in closed, "the pool the cache alone held was let go of without being closed"
+
+
 def test_ranks_are_spawned_where_the_fork_server_socket_would_not_fit(monkeypatch: pytest.MonkeyPatch) -> None:
     assert rank_pool._rank_context().get_start_method() == "forkserver"
     monkeypatch.setattr(tempfile, "tempdir", "/tmp/" + "d" * 80)

@@ -10,7 +10,7 @@ from collections.abc import Callable
 from functools import partial
 from itertools import repeat
 
-from harness.contracts.work import Work, measure_work
+from harness.contracts.work import Work, measure_work, settled_heap
 
 
 def idle(n: int) -> None:
@@ -105,3 +105,14 @@ def test_the_process_state_is_restored() -> None:
         sys.settrace(previous)
     assert not tracemalloc.is_tracing()
     assert gc.isenabled()
+
+
+def test_a_settled_heap_changes_no_count_and_is_given_back() -> None:
+    for function in (copies_per_item, resums_per_item, appends):
+        call = partial(function, 100)
+        outside = settled(call)
+        with settled_heap():
+            assert gc.get_freeze_count() > 0
+            inside = settled(call)
+        assert inside == outside
+    assert gc.get_freeze_count() == 0
