@@ -24,7 +24,9 @@ def runs_on_ranks(item: pytest.Item) -> bool:
     return any(mark.args[:1] == (RANKS_GROUP,) for mark in item.iter_markers("xdist_group"))
 
 
+@pytest.hookimpl(tryfirst=True)
 def pytest_collection_finish(session: pytest.Session) -> None:
+    # First of the plugins' hooks, so the server's imports start before this process's own (the session watch's).
     # An xdist worker collects every case but runs only its share, known case by case: its pools start lazily.
     if hasattr(session.config, "workerinput"):
         return

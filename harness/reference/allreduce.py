@@ -73,7 +73,7 @@ def allreduce_non_tensor_model_parallel_grads(model: list[torch.nn.Module], conf
     for op, (params, grads) in selected.items():
         if not grads:
             continue
-        dtype = functools.reduce(torch.promote_types, (g.dtype for g in grads))
+        dtype = functools.reduce(torch.promote_types, {g.dtype for g in grads})
         chunks = _pack(params, grads, dtype, budget)
         targets = [_in_place_target(chunk_grads, dtype) for _, chunk_grads in chunks]
         staging = _staging_buffer(chunks, targets, dtype)
@@ -119,12 +119,14 @@ def _in_place_target(chunk_grads: list[torch.Tensor], dtype: torch.dtype) -> tor
     present = sorted((g for g in chunk_grads if g.numel()), key=lambda g: g.data_ptr())
     if not present or any(g.dtype != dtype or not g.is_contiguous() for g in present):
         return None
-    storage = present[0].untyped_storage().data_ptr()
     for before, after in itertools.pairwise(present):
-        adjacent = before.data_ptr() + tensor_bytes(before) == after.data_ptr()
-        if not adjacent or after.untyped_storage().data_ptr() != storage:
+        if before.data_ptr() + tensor_bytes(before) != after.data_ptr():
             return None
-    first = present[0]
+    # Side by side, the grads tile one region; it is the first grad's storage only if it ends within that storage.
+    first, last = present[0], present[-1]
+    storage = first.untyped_storage()
+    if last.data_ptr() + tensor_bytes(last) > storage.data_ptr() + storage.nbytes():
+        return None
     return first.as_strided((sum(g.numel() for g in present),), (1,), first.storage_offset())
 
 

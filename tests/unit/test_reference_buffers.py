@@ -51,6 +51,18 @@ def test_grads_that_do_not_tile_one_region_are_staged(grads: list[torch.Tensor])
     assert _in_place_target(grads, torch.float32) is None
 
 
+def test_grads_of_two_storages_side_by_side_in_memory_are_staged() -> None:
+    """Adjacent addresses are not enough: one flat view can only reach memory of the first grad's own storage."""
+    memory = bytearray(32)
+    grads = [
+        torch.frombuffer(memory, dtype=torch.float32, count=3),
+        torch.frombuffer(memory, dtype=torch.float32, count=5, offset=12),
+    ]
+    assert grads[0].data_ptr() + 12 == grads[1].data_ptr()
+    assert grads[0].untyped_storage().data_ptr() != grads[1].untyped_storage().data_ptr()
+    assert _in_place_target(grads, torch.float32) is None
+
+
 def test_a_staging_buffer_is_not_made_for_a_chunk_reduced_through_a_view() -> None:
     grads = _buffer_views([3, 5])
     chunks = [([None, None], grads)]
