@@ -25,7 +25,8 @@ from harness.plugin.gate import configured_target
 
 WATCHED = ("megatron", "torch.distributed")
 PRELOADED = ("megatron.core", "megatron.core.distributed.finalize_model_grads", "torch.distributed")
-"""Imported before the first capture, so their first import during a case is not taken for a change."""
+"""Imported once collection is done, before the first capture, so their first import during a case is not taken for
+a change; their import (seconds) then counts as start-up, not as the first case's setup."""
 
 _FAMILY = family("import-side-effects")
 _BASELINE = pytest.StashKey[CallableState]()
@@ -33,26 +34,16 @@ _REPORTED = pytest.StashKey[bool]()
 _CASE_FAILED = pytest.StashKey[bool]()
 
 
-def _import_preloaded() -> None:
+def pytest_collection_finish(session: pytest.Session) -> None:
     for name in PRELOADED:
         importlib.import_module(name)
-
-
-def pytest_collection_finish(session: pytest.Session) -> None:
-    # Megatron's import (seconds) is start-up: done here, it is not counted as the first case's setup.
-    _import_preloaded()
-
-
-def _capture() -> CallableState:
-    _import_preloaded()
-    return capture_callable_state(WATCHED)
 
 
 @pytest.hookimpl(trylast=True)
 def pytest_runtest_setup(item: pytest.Item) -> None:
     config = item.config
     if _BASELINE not in config.stash:
-        config.stash[_BASELINE] = _capture()
+        config.stash[_BASELINE] = capture_callable_state(WATCHED)
 
 
 @pytest.hookimpl(hookwrapper=True, trylast=True)
