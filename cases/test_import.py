@@ -7,8 +7,15 @@ Every observation starts from the same state, whatever ran before in the process
 declares are imported first, and the block runs in a private working directory that the file probe watches.
 
 A subject may waive effects of its adapter per name, never per kind alone, with ``IMPORT_SIDE_EFFECTS_ALLOWED``
-(``{kind: [name patterns]}``, kinds from ``harness.contracts.imports.side_effects.KINDS``); every waiver used is
-written to ``summary.json`` and shown in the report. ``IMPORT_WATCH_MODULES`` names more modules to watch.
+(``{kind: [name patterns]}``, kinds from ``harness.contracts.imports.side_effects.KINDS``, and ``log-message``
+patterns of a log record's message); every waiver used is written to ``summary.json`` and shown in the report.
+``IMPORT_WATCH_MODULES`` names more modules to watch. The variable the subject names as its budget's
+(``BUDGET_ENV_VAR``, a declaration's ``budget.env``) may be read: such a read is listed as a waiver, with the file and
+line that read it, and never reported.
+
+Beside fakes of Megatron, the fakes of real functions and classes carry the installed target's signatures
+(:mod:`harness.contracts.imports.fake_modules`). An adapter whose import still raises there cannot be observed there:
+its side-effect case is skipped, and the advisory case says why, with its repro line.
 """
 
 from __future__ import annotations
@@ -39,7 +46,7 @@ from harness.plugin.declaration import is_declaration, read_declaration_file
 from harness.plugin.declared_subject import megatron_restored
 from harness.plugin.failure import contract_failure
 from harness.plugin.families import family
-from harness.plugin.subjects import load_subject
+from harness.plugin.subjects import budget_env_var, load_subject
 from harness.ranks.early_start import ON_RANKS
 from harness.ranks.megatron_state import ALIAS_NAME, UPSTREAM_NAME, finalize_module
 from harness.ranks.pool import RankPoolError
@@ -66,13 +73,19 @@ def _declared(subject: ModuleType) -> dict[str, Any]:
     }
 
 
+def _budget_waiver(subject: ModuleType) -> str:
+    """How a waiver of the budget variable's read names what allowed it: the declaration's key, or the module's."""
+    return "budget.env" if getattr(subject, "DECLARATION", None) is not None else "BUDGET_ENV_VAR"
+
+
 @pytest.fixture
 def observe(
-    subject: ModuleType, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, record_waiver: Callable[[str, str, str], None]
+    subject: ModuleType, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, record_waiver: Callable[..., None]
 ) -> Callable[..., list[SideEffect]]:
     """Run a block under the detector from the same starting point in any process: the Megatron modules the subject
     declares already imported, a private working directory (the file probe's root, never the repository or
-    ``reports/``); effects the subject's declaration waives are recorded as waivers, the others returned."""
+    ``reports/``); effects the subject's declaration waives, and reads of its budget variable, are recorded as
+    waivers, the others returned."""
     for module in _declared_modules(subject):
         with contextlib.suppress(ImportError):
             importlib.import_module(module)
@@ -80,6 +93,10 @@ def observe(
     private.mkdir()
     monkeypatch.chdir(private)
     declared = _declared(subject)
+    budget = budget_env_var(subject)
+
+    def is_budget_read(effect: SideEffect) -> bool:
+        return budget is not None and effect.kind == "env-read" and effect.name == budget
 
     def run(block: Callable[[], object], **options: Any) -> list[SideEffect]:
         # What the block bound into finalize_model_grads is reported, then put back, so no red leaks into the next.
@@ -87,9 +104,10 @@ def observe(
         with restore:
             effects, waived = detect_with_allowances(block, **{**declared, "file_root": private, **options})
         allowances = options.get("allow", declared["allow"])
-        for effect in waived:
-            record_waiver(effect.kind, effect.name, allowance_for(effect, allowances) or "?")
-        return effects
+        for effect in [*waived, *filter(is_budget_read, effects)]:
+            allowed_by = _budget_waiver(subject) if is_budget_read(effect) else allowance_for(effect, allowances)
+            record_waiver(effect.kind, effect.name, allowed_by or "?", effect.detail)
+        return [effect for effect in effects if not is_budget_read(effect)]
 
     return run
 
@@ -145,17 +163,51 @@ def test_importing_the_adapter_with_real_megatron_changes_nothing(
     )
 
 
+def _load_beside_fakes(subject: ModuleType) -> Callable[[], object]:
+    """The adapter's load beside fakes of Megatron, DeepEP, torch_memory_saver and TE; a fake of a function or class
+    the installed Megatron has carries its signature (the real modules are those imported now, finalize_model_grads
+    and the declared ones among them)."""
+    finalize_module()
+    fakes = build_fakes(FAKE_ONLY, originals=dict(sys.modules))
+    return lambda: load_isolated(subject.ADAPTER_PACKAGE, fakes)
+
+
+def _not_observed(subject: ModuleType, err: Exception) -> str:
+    first = str(err).strip().splitlines()[0] if str(err).strip() else ""
+    return f"{subject.ADAPTER_PACKAGE} could not be observed beside fakes: {type(err).__name__}: {first}".rstrip(": ")
+
+
 def test_importing_the_adapter_with_only_fakes_changes_nothing(
     target: Target, subject: ModuleType, observe: Callable[..., list[SideEffect]]
 ) -> None:
-    fakes = build_fakes(FAKE_ONLY)
-    effects = observe(lambda: load_isolated(subject.ADAPTER_PACKAGE, fakes))
+    """An import that raises beside the fakes changed what it changed on the way to an error no real Megatron
+    raises: no verdict here (the advisory case below names the exception), never a side-effect red."""
+    load = _load_beside_fakes(subject)
+    try:
+        effects = observe(load)
+    except Exception as err:
+        pytest.skip(f"{_not_observed(subject, err)} (see test_the_adapter_can_be_observed_beside_fakes)")
     assert not effects, contract_failure(
         target,
         FAMILY.name,
         f"importing {FAMILY.symbol} beside fake megatron/deep_ep/TE had side effects",
         _effects(effects),
     )
+
+
+@pytest.mark.advisory
+def test_the_adapter_can_be_observed_beside_fakes(
+    target: Target, subject: ModuleType, observe: Callable[..., list[SideEffect]]
+) -> None:
+    """Whether the adapter imports where no real Megatron, DeepEP or TE is: where it cannot, its import was observed
+    only with the real Megatron. An advisory: an adapter may well need what the fakes cannot give (a dataclass's
+    fields, a version check), and its import beside the real Megatron is judged all the same
+    (``test_importing_the_adapter_with_real_megatron_changes_nothing``)."""
+    load = _load_beside_fakes(subject)
+    try:
+        observe(load)
+    except Exception as err:
+        pytest.fail(contract_failure(target, FAMILY.name, _not_observed(subject, err)))
 
 
 @pytest.mark.role("patch")

@@ -92,6 +92,46 @@ def wrap(subject: ModuleType, provider: Callable[..., Any], args_per_level: list
     return provider
 
 
+def promises(subject: ModuleType) -> tuple[bool, bool]:
+    """``(inner_takes_kwargs, nested)``: whether the subject's inner providers take ``**kwargs``, and whether it wraps
+    a wrapped provider again. A declaration says so (``provider.inner_takes_kwargs``, ``provider.nested``); a module
+    subject promises both. Megatron never does either: it calls one provider with this target's keywords."""
+    return (
+        bool(getattr(subject, "PROVIDER_INNER_TAKES_KWARGS", True)),
+        bool(getattr(subject, "PROVIDER_NESTED", True)),
+    )
+
+
+def promised_inner_providers(
+    subject: ModuleType, shapes: dict[str, Any], failing: bool = False
+) -> st.SearchStrategy[ProviderSpec]:
+    """Inner providers that name every keyword of ``shapes`` (Megatron's call on this target), or, where the subject
+    promises it, take ``**kwargs`` instead."""
+    takes_kwargs, _ = promises(subject)
+    keywords = sorted({k for keywords in shapes.values() for k in keywords})
+    return provider_specs(
+        failing=failing, positional_only=False, var_keyword=None if takes_kwargs else False, names=keywords
+    )
+
+
+def promised_depths(subject: ModuleType) -> st.SearchStrategy[int]:
+    """Wrapped once, as Megatron's ``get_model`` receives it, or twice where the subject says it nests wrappers."""
+    return st.integers(1, 2 if promises(subject)[1] else 1)
+
+
+def skip_when_all_promised(subject: ModuleType, target: Target) -> None:
+    """Where the subject promises both, the mandatory case already draws every inner provider and depth."""
+    if all(promises(subject)):
+        pytest.skip(
+            contract_failure(
+                target,
+                FAMILY.name,
+                "beyond the promise",
+                "the subject promises **kwargs inner providers and nested wrappers: the mandatory case covers them",
+            )
+        )
+
+
 class LauncherArgs(argparse.Namespace):
     """Launcher args as they are when the wrapper is made: the freeze options exist but are not set yet. Records the
     attributes read, so a declared rule name the wrapper never reads is found."""
@@ -176,10 +216,24 @@ def test_matrix_records_the_call_shapes_megatron_makes(target: Target) -> None:
     assert not problems, contract_failure(target, FAMILY.name, "calls: the matrix entry is stale", problems)
 
 
+@given(data=st.data())
+def test_keywords_reach_the_inner_provider(subject: ModuleType, target: Target, data: st.DataObject) -> None:
+    """Inner providers as the subject's own are (naming the keywords this target passes, or taking ``**kwargs`` where
+    the subject says its inner providers do), wrapped as often as the subject says it wraps."""
+    shapes = required_call_shapes(subject, target.provider.calls)
+    spec = data.draw(promised_inner_providers(subject, shapes), label="spec")
+    depth = data.draw(promised_depths(subject), label="depth")
+    keywords_reach_the_inner_provider(subject, target, spec, depth, data, shapes)
+
+
+@pytest.mark.advisory
 @given(spec=provider_specs(positional_only=False), depth=st.integers(1, 2), data=st.data())
-def test_keywords_reach_the_inner_provider(
+def test_keywords_reach_inner_providers_beyond_the_promise(
     subject: ModuleType, target: Target, spec: ProviderSpec, depth: int, data: st.DataObject
 ) -> None:
+    """Any inner provider (one that names only some keywords, or takes ``**kwargs``), wrapped once or twice: what
+    the subject does not promise (``provider.inner_takes_kwargs``, ``provider.nested``) is advisory."""
+    skip_when_all_promised(subject, target)
     shapes = required_call_shapes(subject, target.provider.calls)
     keywords_reach_the_inner_provider(subject, target, spec, depth, data, shapes)
 
@@ -261,8 +315,27 @@ def keywords_reach_the_inner_provider(
     )
 
 
-@given(spec=provider_specs(positional_only=False), depth=st.integers(1, 2), data=st.data())
+@given(data=st.data())
 def test_returns_the_inner_model_with_freeze_rules_applied(
+    subject: ModuleType, target: Target, data: st.DataObject
+) -> None:
+    spec = data.draw(promised_inner_providers(subject, required_call_shapes(subject, target.provider.calls)))
+    returns_the_inner_model_with_freeze_rules_applied(
+        subject, target, spec, data.draw(promised_depths(subject), label="depth"), data
+    )
+
+
+@pytest.mark.advisory
+@given(spec=provider_specs(positional_only=False), data=st.data())
+def test_freeze_rules_of_nested_wrappers(
+    subject: ModuleType, target: Target, spec: ProviderSpec, data: st.DataObject
+) -> None:
+    """The wrapper applied twice freezes the union of both levels' rules: advisory unless ``provider.nested``."""
+    skip_when_all_promised(subject, target)
+    returns_the_inner_model_with_freeze_rules_applied(subject, target, spec, 2, data)
+
+
+def returns_the_inner_model_with_freeze_rules_applied(
     subject: ModuleType, target: Target, spec: ProviderSpec, depth: int, data: st.DataObject
 ) -> None:
     values = draw_caller_values(data, target)
@@ -328,8 +401,23 @@ def test_declared_rule_names_are_read(subject: ModuleType, target: Target) -> No
         )
 
 
+@given(data=st.data())
+def test_inner_provider_errors_propagate_unchanged(subject: ModuleType, target: Target, data: st.DataObject) -> None:
+    shapes = required_call_shapes(subject, target.provider.calls)
+    spec = data.draw(promised_inner_providers(subject, shapes, failing=True), label="spec")
+    inner_provider_errors_propagate_unchanged(subject, target, spec, data.draw(promised_depths(subject)), data)
+
+
+@pytest.mark.advisory
 @given(spec=provider_specs(failing=True, positional_only=False), depth=st.integers(1, 2), data=st.data())
-def test_inner_provider_errors_propagate_unchanged(
+def test_inner_provider_errors_propagate_beyond_the_promise(
+    subject: ModuleType, target: Target, spec: ProviderSpec, depth: int, data: st.DataObject
+) -> None:
+    skip_when_all_promised(subject, target)
+    inner_provider_errors_propagate_unchanged(subject, target, spec, depth, data)
+
+
+def inner_provider_errors_propagate_unchanged(
     subject: ModuleType, target: Target, spec: ProviderSpec, depth: int, data: st.DataObject
 ) -> None:
     values = draw_caller_values(data, target)

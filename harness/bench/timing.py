@@ -140,7 +140,8 @@ def _time_task(
     import torch
 
     from harness.contracts.allocations import AllocationTracker
-    from harness.contracts.equivalence import CollectiveRecorder, tp_group
+    from harness.contracts.collectives import CollectiveRecorder
+    from harness.contracts.equivalence import tp_group
 
     config = SimpleNamespace(sequence_parallel=True, qk_layernorm=False)
     _flat[0].fill_(float(rank + 1))

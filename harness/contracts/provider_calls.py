@@ -275,14 +275,23 @@ class InnerProvider:
 
 
 @st.composite
-def provider_specs(draw: st.DrawFn, failing: bool = False, positional_only: bool = True) -> ProviderSpec:
+def provider_specs(
+    draw: st.DrawFn,
+    failing: bool = False,
+    positional_only: bool = True,
+    var_keyword: bool | None = None,
+    names: Iterable[str] = (),
+) -> ProviderSpec:
     """Inner providers with every parameter kind, in every form; raising a drawn error type when ``failing``;
     without positional-only parameters unless ``positional_only``.
 
     ``pre_process``/``post_process`` are named parameters, required or not, unless ``**kwargs`` takes them; the
-    other names come with a default or not at all, since a caller may legitimately omit them.
+    other names come with a default or not at all, since a caller may legitimately omit them. ``var_keyword`` fixes
+    whether the provider takes ``**kwargs`` (drawn when ``None``); without ``**kwargs`` every name in ``names`` is a
+    named parameter: an inner provider written for the keywords Megatron passes it, as a framework's own are.
     """
-    var_keyword = draw(st.booleans())
+    var_keyword = draw(st.booleans()) if var_keyword is None else var_keyword
+    must_name = set() if var_keyword else set(names)
     params = []
     for name in ALWAYS_PASSED:
         kinds = [_POSITIONAL_OR_KEYWORD, _KEYWORD_ONLY, *([None] if var_keyword else [])]
@@ -291,7 +300,7 @@ def provider_specs(draw: st.DrawFn, failing: bool = False, positional_only: bool
             params.append(ProviderParameter(name, kind, draw(st.booleans())))
     kinds = _OPTIONAL_KINDS if positional_only else tuple(k for k in _OPTIONAL_KINDS if k is not _POSITIONAL_ONLY)
     for name in _OPTIONAL_NAMES:
-        kind = draw(st.sampled_from(kinds))
+        kind = draw(st.sampled_from([k for k in kinds if k in _BY_NAME] if name in must_name else kinds))
         if kind is not None:
             params.append(ProviderParameter(name, kind, True))
     return ProviderSpec(

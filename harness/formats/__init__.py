@@ -1,5 +1,6 @@
 """Formats shared by several parts of the gate, each written and read by one module: mapping-key validation,
-Markdown escaping, JUnit reading, and the red section with its repro line.
+Markdown escaping, JUnit reading, the red section with its repro line, the side-effect kinds, and the
+``MEGATRON_SYMBOLS`` entries.
 
 Imports nothing else from ``harness`` and nothing outside the standard library.
 """

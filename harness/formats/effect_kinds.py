@@ -19,3 +19,10 @@ KINDS = (
     "mutable-global",
     "process-hook",
 )
+
+MESSAGE_ALLOWANCES = {"log-message": "log-record"}
+"""Allowance keys that are no kind of their own: each waives effects of the kind it maps to by their message rather
+than their name (a record logged through a logger a framework shares with others, such as the root logger)."""
+
+ALLOWANCE_KINDS = (*KINDS, *MESSAGE_ALLOWANCES)
+"""Every key an allowance (``IMPORT_SIDE_EFFECTS_ALLOWED``, a declaration's ``[allow]``) may use."""

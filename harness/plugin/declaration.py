@@ -10,14 +10,16 @@ The file is TOML: a ``.toml`` file of its own, or the ``[tool.megatron-conforman
 
 from __future__ import annotations
 
+import os
 import tomllib
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from harness.formats.effect_kinds import KINDS
+from harness.formats.effect_kinds import ALLOWANCE_KINDS
 from harness.formats.keys import key_problem
+from harness.formats.megatron_symbols import DeclarationError, parse_declaration, parse_usage
 
 PYPROJECT_TABLE = "megatron-conformance"
 ROLE_FAMILIES = {
@@ -28,18 +30,32 @@ ROLE_FAMILIES = {
 }
 """The families that can only run when the role is declared; the others run on every declaration."""
 
+PROVIDER_FLAGS = ("inner_takes_kwargs", "nested")
+"""``[provider]`` booleans (default false) that make the wrapper's promises mandatory: forwarding keywords into an
+inner provider that takes ``**kwargs``, and the freeze rules of wrappers applied one over another. Undeclared, the
+cases that check them are advisories: a framework whose inner providers name their keywords, and which wraps once,
+never meets either."""
+
 _TABLES: dict[str, tuple[tuple[str, ...], tuple[str, ...]]] = {
     "subject": (("adapter_package",), ("source_root", "strict")),
     "patch": (("module", "applied"), ("apply", "undo", "function")),
     "budget": ((), ("global", "env", "argument")),
-    "splitter": (("function",), ("arguments",)),
-    "provider": (("factory",), ("train_only", "freeze", "match", "call_shapes")),
-    "allow": ((), KINDS),
+    "splitter": (("function",), ("arguments", "returns")),
+    "provider": (("factory",), ("train_only", "freeze", "match", "call_shapes", *PROVIDER_FLAGS)),
+    "allow": ((), ALLOWANCE_KINDS),
 }
 _FREE_TABLES = ("megatron_symbols", "upstream_body_hashes", "expected_failures")
 _APPLIED = ("import", "call")
 _SPLITTER_ARGUMENTS = ("params", "grads", "budget")
+_SPLITTER_RETURNS = ("pairs", "grads", "indices")
+"""What a splitter returns: ``(params, grads)`` pairs, lists of the grads it was given, or lists of their indices."""
 MATCH_MODES = ("search", "match", "fullmatch")
+ROLE_ATTRIBUTES = {
+    "patch": ("allreduce_non_tensor_model_parallel_grads",),
+    "splitter": ("split_into_chunks",),
+    "provider": ("wrap_model_provider",),
+}
+"""The callables a declared subject exposes for each role it declares: what ``replaces with <name>`` can name."""
 
 
 class DeclarationFileError(ValueError):
@@ -84,6 +100,17 @@ class Declaration:
             self.provider.get("factory"),
         )
         return {name.split(":")[0].split(".")[0] for name in names if name}
+
+    @property
+    def label(self) -> str:
+        """The framework's adapter package and where this file lies below its source root, e.g.
+        ``modernrl.backends.megatron_utils (megatron-conformance.toml)``: every declaration has the same file name, so
+        the name alone tells no two apart."""
+        return f"{self.adapter_package} ({os.path.relpath(self.path, self.source_root)})"
+
+    def provider_flag(self, name: str) -> bool:
+        """The ``[provider]`` boolean ``name`` (one of :data:`PROVIDER_FLAGS`); false where not declared."""
+        return bool(self.provider.get(name, False))
 
     def undeclared_role_of(self, family: str) -> str | None:
         """The role ``family`` needs that this declaration lacks, or ``None`` when the family can run."""
@@ -149,9 +176,7 @@ def _checked(path: Path, raw: dict[str, Any], lines: int) -> Declaration:
     root = (path.parent / _string(path, "subject.source_root", subject.get("source_root", "."))).resolve()
     if not root.is_dir():
         raise DeclarationFileError(path, "subject.source_root", f"{root} is not a directory")
-    strict = subject.get("strict", False)
-    if not isinstance(strict, bool):
-        raise DeclarationFileError(path, "subject.strict", f"must be true or false, not {strict!r}")
+    strict = _boolean(path, "subject.strict", subject.get("strict", False))
     declaration = Declaration(
         path=path,
         source_root=root,
@@ -162,7 +187,7 @@ def _checked(path: Path, raw: dict[str, Any], lines: int) -> Declaration:
         splitter=_splitter(path, tables["splitter"]),
         provider=_provider(path, tables["provider"]),
         allow={k: _patterns(path, f"allow.{k}", v) for k, v in tables["allow"].items()},
-        megatron_symbols=_string_table(path, "megatron_symbols", raw.get("megatron_symbols", {})),
+        megatron_symbols=_megatron_symbols(path, raw.get("megatron_symbols", {})),
         upstream_body_hashes=_string_table(path, "upstream_body_hashes", raw.get("upstream_body_hashes", {})),
         expected_failures={
             k: _patterns(path, f"expected_failures.{k}", v) for k, v in _table(path, raw, "expected_failures").items()
@@ -170,7 +195,33 @@ def _checked(path: Path, raw: dict[str, Any], lines: int) -> Declaration:
         lines=lines,
     )
     _check_roles(declaration)
+    _check_replacements(declaration)
     return declaration
+
+
+def _megatron_symbols(path: Path, table: object) -> dict[str, str]:
+    """The ``[megatron_symbols]`` table, each entry checked as ``MEGATRON_SYMBOLS`` is, so that a misspelt usage is
+    refused here, against its key, rather than found by a case (or never)."""
+    symbols = _string_table(path, "megatron_symbols", table)
+    if symbols:
+        try:
+            parse_declaration(symbols)
+        except DeclarationError as err:
+            raise DeclarationFileError(path, f"megatron_symbols.{err.key}", err.reason) from None
+    return symbols
+
+
+def _check_replacements(declaration: Declaration) -> None:
+    """``replaces with <name>`` must name a callable the declared subject will have: one of its roles'."""
+    exposed = [name for role in declaration.roles for name in ROLE_ATTRIBUTES.get(role, ())]
+    for key, value in declaration.megatron_symbols.items():
+        _, replacement, _ = parse_usage(key, value)
+        if replacement is not None and replacement not in exposed:
+            offered = ", ".join(exposed) or "nothing: no [patch], [splitter] or [provider] is declared"
+            raise declaration.fail(
+                f"megatron_symbols.{key}",
+                f"{value!r}: a declared subject has no {replacement!r}; its roles expose {offered}",
+            )
 
 
 def _check_roles(declaration: Declaration) -> None:
@@ -213,19 +264,34 @@ def _splitter(path: Path, table: dict[str, Any]) -> dict[str, Any]:
     if not table:
         return {}
     arguments = table.get("arguments", list(_SPLITTER_ARGUMENTS))
-    if not isinstance(arguments, list) or sorted(map(str, arguments)) != sorted(_SPLITTER_ARGUMENTS):
+    names = list(map(str, arguments)) if isinstance(arguments, list) else []
+    if sorted(names) not in (sorted(_SPLITTER_ARGUMENTS), sorted(_SPLITTER_ARGUMENTS[1:])):
         raise DeclarationFileError(
-            path, "splitter.arguments", f"must order exactly {list(_SPLITTER_ARGUMENTS)}, not {arguments!r}"
+            path,
+            "splitter.arguments",
+            f"must order {list(_SPLITTER_ARGUMENTS)}, or {list(_SPLITTER_ARGUMENTS[1:])} for a splitter that takes "
+            f"no params, not {arguments!r}",
         )
-    return {"function": _dotted(path, "splitter.function", table["function"], qualified=True), "arguments": arguments}
+    returns = table.get("returns", "pairs" if "params" in names else "grads")
+    if returns not in _SPLITTER_RETURNS:
+        raise DeclarationFileError(
+            path, "splitter.returns", f"must be one of {', '.join(_SPLITTER_RETURNS)}, not {returns!r}"
+        )
+    if returns == "pairs" and "params" not in names:
+        raise DeclarationFileError(path, "splitter.returns", "'pairs' needs a splitter that takes the params")
+    function = _dotted(path, "splitter.function", table["function"], qualified=True)
+    return {"function": function, "arguments": names, "returns": returns}
 
 
 def _provider(path: Path, table: dict[str, Any]) -> dict[str, Any]:
     if not table:
         return {}
-    provider: dict[str, Any] = {k: _string(path, f"provider.{k}", v) for k, v in table.items() if k != "call_shapes"}
+    special = ("call_shapes", *PROVIDER_FLAGS)
+    provider: dict[str, Any] = {k: _string(path, f"provider.{k}", v) for k, v in table.items() if k not in special}
     if "call_shapes" in table:
         provider["call_shapes"] = _patterns(path, "provider.call_shapes", table["call_shapes"])
+    for flag in PROVIDER_FLAGS:
+        provider[flag] = _boolean(path, f"provider.{flag}", table.get(flag, False))
     provider["factory"] = _dotted(path, "provider.factory", provider["factory"], qualified=True)
     if not (provider.get("train_only") or provider.get("freeze")):
         raise DeclarationFileError(path, "provider.freeze", "missing: name at least one of train_only, freeze")
@@ -251,6 +317,12 @@ def _dotted(path: Path, key: str, value: object, qualified: bool) -> str:
 def _string(path: Path, key: str, value: object) -> str:
     if not isinstance(value, str) or not value:
         raise DeclarationFileError(path, key, f"must be a non-empty string, not {value!r}")
+    return value
+
+
+def _boolean(path: Path, key: str, value: object) -> bool:
+    if not isinstance(value, bool):
+        raise DeclarationFileError(path, key, f"must be true or false, not {value!r}")
     return value
 
 

@@ -46,6 +46,12 @@ def build_declared_subject(declaration: Declaration) -> ModuleType:
         subject.MEGATRON_SYMBOLS = dict(declaration.megatron_symbols)
     if declaration.upstream_body_hashes:
         subject.UPSTREAM_BODY_HASHES = dict(declaration.upstream_body_hashes)
+    if "env" in declaration.budget:
+        # The one variable the adapter may read at import: its reads are listed as waivers, never reported.
+        subject.BUDGET_ENV_VAR = declaration.budget["env"]
+    # What the provider wrapper promises beyond Megatron's own calls; undeclared, those cases are advisories.
+    subject.PROVIDER_INNER_TAKES_KWARGS = declaration.provider_flag("inner_takes_kwargs")
+    subject.PROVIDER_NESTED = declaration.provider_flag("nested")
     if declaration.patch:
         DeclaredPatch(declaration, subject)
     # Any import of the framework may patch Megatron (an old bootstrap imports its patch module); none may outlast it.
@@ -101,16 +107,37 @@ def _check_adapter_package(declaration: Declaration) -> None:
 
 
 def _splitter(declaration: Declaration) -> Callable[[list, list, int], Any]:
-    """``split_into_chunks(params, grads, budget_bytes)`` calling the framework's splitter in its own argument order."""
+    """``split_into_chunks(params, grads, budget_bytes)`` calling the framework's splitter in its own argument order
+    (params may be absent: many splitters see only tensors), its chunks turned into ``(params, grads)`` pairs from
+    what it returns (``splitter.returns``: pairs, lists of grads, or lists of indices into the grads)."""
     function = _resolve(declaration, "splitter.function", declaration.splitter["function"])
     order = tuple(declaration.splitter["arguments"])
+    returns = declaration.splitter["returns"]
 
     def split_into_chunks(params: list, grads: list, budget_bytes: int) -> Any:
         given = {"params": params, "grads": grads, "budget": budget_bytes}
-        return function(*(given[name] for name in order))
+        chunks = function(*(given[name] for name in order))
+        if returns == "indices":
+            return [([params[i] for i in chunk], [grads[i] for i in chunk]) for chunk in chunks]
+        if returns == "grads":
+            return [_paired(params, grads, chunk) for chunk in chunks]
+        return chunks
 
     split_into_chunks.__qualname__ = f"split_into_chunks[{declaration.splitter['function']}]"
     return split_into_chunks
+
+
+def _paired(params: list, grads: list, chunk: list) -> tuple[list, list]:
+    """A chunk of grads with the param of each, found by identity in order (a grad listed twice pairs with its
+    params in turn); a tensor that is none of the grads (a copy) pairs with ``None``, which the case then names."""
+    positions: dict[int, list[int]] = {}
+    for index, grad in enumerate(grads):
+        positions.setdefault(id(grad), []).append(index)
+    chunk_params = []
+    for grad in chunk:
+        waiting = positions.get(id(grad))
+        chunk_params.append(params[waiting.pop(0)] if waiting else None)
+    return chunk_params, list(chunk)
 
 
 def _resolve(declaration: Declaration, key: str, dotted: str) -> Any:

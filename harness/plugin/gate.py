@@ -120,9 +120,9 @@ def subject_name(pytestconfig: pytest.Config) -> str:
 @pytest.fixture(scope="session")
 def subject(pytestconfig: pytest.Config, subject_name: str) -> ModuleType:
     """The subject under test, imported once per session (a declared subject when the session was configured)."""
-    if _SUBJECT in pytestconfig.stash:
-        return pytestconfig.stash[_SUBJECT]
-    return load_subject(subject_name)
+    if _SUBJECT not in pytestconfig.stash:
+        pytestconfig.stash[_SUBJECT] = load_subject(subject_name)
+    return pytestconfig.stash[_SUBJECT]
 
 
 def declaration_of(config: pytest.Config) -> Declaration | None:
@@ -138,12 +138,14 @@ def report_dir(pytestconfig: pytest.Config) -> Path:
 
 
 @pytest.fixture(scope="session")
-def record_waiver(report_dir: Path) -> Callable[[str, str, str], None]:
-    """Record that the subject's own declaration waived an effect (kind, name, the allowance that matched), so that
-    ``summary.json`` and the report show every waiver a green relied on."""
+def record_waiver(report_dir: Path) -> Callable[..., None]:
+    """Record that the subject's own declaration waived an effect (kind, name, the allowance that matched, and what
+    happened: an ``env-read``'s file and line), so that ``summary.json`` and the report show every waiver a green
+    relied on, and where to look."""
 
-    def record(kind: str, name: str, allowed_by: str) -> None:
-        _append_record(report_dir, "waivers", {"kind": kind, "name": name, "allowed_by": allowed_by})
+    def record(kind: str, name: str, allowed_by: str, detail: str = "") -> None:
+        entry = {"kind": kind, "name": name, "allowed_by": allowed_by}
+        _append_record(report_dir, "waivers", {**entry, "detail": detail} if detail else entry)
 
     return record
 
@@ -268,8 +270,14 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) ->
 
 
 def _strict(config: pytest.Config) -> bool:
+    """Whether advisories are reds: a declaration's ``strict``; a module subject's ``STRICT`` (default true)."""
     declaration = declaration_of(config)
-    return True if declaration is None else declaration.strict
+    if declaration is not None:
+        return declaration.strict
+    if _SUBJECT not in config.stash:
+        spec = subject_spec(config.getoption("--subject"))
+        config.stash[_SUBJECT] = load_subject(str(Path(spec).resolve()) if Path(spec).exists() else spec)
+    return bool(getattr(config.stash[_SUBJECT], "STRICT", True))
 
 
 def _record_advisory(config: pytest.Config, family_name: str, report: pytest.TestReport, repro: str) -> None:
@@ -307,11 +315,13 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
     reporter = config.pluginmanager.get_plugin("terminalreporter")
     stats = reporter.stats if reporter else {}
     counts = {key: len(stats.get(key, [])) for key in _REPORT_COUNTS}
+    declaration = declaration_of(config)
     summary = {
         "target": target.session,
         "subject": subject_spec(config.getoption("--subject")),
-        "subject_kind": "declaration" if declaration_of(config) is not None else "module",
-        "declaration_lines": declaration.lines if (declaration := declaration_of(config)) else None,
+        "subject_kind": "declaration" if declaration is not None else "module",
+        "subject_label": declaration.label if declaration is not None else None,
+        "declaration_lines": declaration.lines if declaration is not None else None,
         "selection": _selection(config),
         "pins": {
             "megatron": target.megatron.location,
@@ -338,7 +348,10 @@ def pytest_terminal_summary(terminalreporter: Any, config: pytest.Config) -> Non
     if waivers:
         terminalreporter.write_sep("-", "effects the subject's declaration waived")
         for waiver in waivers:
-            terminalreporter.write_line(f"{waiver['kind']} {waiver['name']} (allowed by {waiver['allowed_by']!r})")
+            detail = f": {waiver['detail']}" if waiver.get("detail") else ""
+            terminalreporter.write_line(
+                f"{waiver['kind']} {waiver['name']}{detail} (allowed by {waiver['allowed_by']!r})"
+            )
     findings = _records(_report_dir(config), "findings") if _TARGET in config.stash else []
     if findings:
         terminalreporter.write_sep("-", "findings")

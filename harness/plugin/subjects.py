@@ -66,6 +66,32 @@ def freeze_rule_names(subject: ModuleType) -> FreezeRuleNames:
     return FreezeRuleNames(provider.get("freeze"), provider.get("train_only"), provider.get("match", "search"))
 
 
+@dataclass(frozen=True)
+class ProviderPromises:
+    """What a subject's provider wrapper promises beyond the calls Megatron makes: to forward keywords into an inner
+    provider that takes ``**kwargs`` (``inner_takes_kwargs``), and to keep the freeze rules of wrappers applied one
+    over another (``nested``). Where a promise is not made, the cases that check it are advisories."""
+
+    inner_takes_kwargs: bool = True
+    nested: bool = True
+
+
+def provider_promises(subject: ModuleType) -> ProviderPromises:
+    """The subject's ``PROVIDER_INNER_TAKES_KWARGS`` and ``PROVIDER_NESTED`` (a declared subject's ``[provider]``
+    ``inner_takes_kwargs`` and ``nested``, false unless declared); a module subject that sets neither promises both,
+    as a module subject is strict."""
+    return ProviderPromises(
+        bool(getattr(subject, "PROVIDER_INNER_TAKES_KWARGS", True)), bool(getattr(subject, "PROVIDER_NESTED", True))
+    )
+
+
+def budget_env_var(subject: ModuleType) -> str | None:
+    """The environment variable the subject reads its budget from (``BUDGET_ENV_VAR``; a declaration's
+    ``budget.env``): it may be read at import, and such a read is listed as a waiver, never reported."""
+    name = getattr(subject, "BUDGET_ENV_VAR", None)
+    return name if isinstance(name, str) and name else None
+
+
 def subject_spec(option: str | None = None) -> str:
     """The subject named by the option, else the environment, else the reference subject."""
     return option or os.environ.get(SUBJECT_ENV_VAR) or REFERENCE_SUBJECT

@@ -53,7 +53,10 @@ def _fingerprint_targets(pythons: dict[str, Path], subject: str, cache_dir: Path
     """Each target's fingerprint of the subject's declared symbols, made by that target's interpreter."""
     if Path(subject).exists():
         subject = str(Path(subject).resolve())
-    environment = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(_ROOT), os.environ.get("PYTHONPATH")]))}
+    environment = {
+        **os.environ,
+        "PYTHONPATH": os.pathsep.join(filter(None, [str(_ROOT), os.environ.get("PYTHONPATH")])),
+    }
     with tempfile.TemporaryDirectory(prefix="api-diff-") as scratch:
         running = {}
         for session, python in pythons.items():

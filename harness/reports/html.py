@@ -71,8 +71,9 @@ def _html_cell(cell: Cell) -> str:
 
 
 def _html_header(run: TargetRun) -> str:
-    """The session, then its subject (the file or module name, the full spec as its title), the selection that
-    narrowed it, and its versions (the matrix's pins when it recorded none)."""
+    """The session, then its subject (a declaration's framework package and file below its source root, else the
+    file or module name; the full spec as its title), the selection that narrowed it, and its versions (the matrix's
+    pins when it recorded none)."""
     lines = [] if run.ran else ["not run"]
     if run.subject:
         title = html.escape(f"{run.subject.spec} ({run.subject.kind})")

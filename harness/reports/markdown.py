@@ -54,8 +54,9 @@ def _md_cell(cell: Cell) -> str:
 
 
 def _md_header(run: TargetRun) -> str:
-    """The session, then its subject (the file or module name; the matrix's heading has the full spec), the
-    selection that narrowed it, and its versions (the matrix's pins when it recorded none)."""
+    """The session, then its subject (a declaration's framework package and file below its source root, else the
+    file or module name; the matrix's heading has the full spec), the selection that narrowed it, and its versions
+    (the matrix's pins when it recorded none)."""
     lines = [] if run.ran else ["not run"]
     if run.subject:
         lines.append(f"subject {code_span(run.subject.short)}")

@@ -24,6 +24,7 @@ from xml.etree.ElementTree import Element, ParseError
 
 from harness.formats import red_section
 from harness.formats.junit import JUnitCase, read_cases
+from harness.plugin.declaration import DeclarationFileError, read_declaration_file
 from harness.plugin.families import family_of_case
 from harness.plugin.subjects import REFERENCE_SUBJECT, SUBJECT_ENV_VAR
 from harness.targets.matrix import Target
@@ -108,15 +109,19 @@ class CaseResult:
 @dataclass(frozen=True)
 class Subject:
     """The subject a session ran, as its summary names it: a dotted module, a ``.py`` path, or a ``.toml``
-    declaration file."""
+    declaration file. ``label`` names a declaration by its framework: every declaration is called
+    ``megatron-conformance.toml``, so its file name tells none apart (it takes no part in which matrix a session is
+    in: that is the spec's)."""
 
     spec: str
     kind: str
+    label: str | None = field(default=None, compare=False)
 
     @property
     def short(self) -> str:
-        """The file or module name alone: what fits in a column header (the full spec heads the matrix)."""
-        return Path(self.spec).name or self.spec
+        """What fits in a column header (the full spec heads the matrix): a declaration's label, e.g.
+        ``modernrl.backends.megatron_utils (megatron-conformance.toml)``, else the file or module name."""
+        return self.label or Path(self.spec).name or self.spec
 
 
 @dataclass
@@ -140,7 +145,11 @@ class TargetRun:
     def subject(self) -> Subject | None:
         """The subject the session recorded; summaries written before declarations existed name only modules."""
         spec = self.summary.get("subject")
-        return Subject(str(spec), str(self.summary.get("subject_kind") or "module")) if spec else None
+        if not spec:
+            return None
+        kind = str(self.summary.get("subject_kind") or "module")
+        label = self.summary.get("subject_label") or (_declaration_label(str(spec)) if kind == "declaration" else None)
+        return Subject(str(spec), kind, label)
 
     @property
     def selection(self) -> list[str]:
@@ -159,6 +168,15 @@ class TargetRun:
         if recorded:
             return str(recorded)
         return _pins(self.target)[name] if self.target else "?"
+
+
+def _declaration_label(spec: str) -> str | None:
+    """The label of the declaration at ``spec`` where a summary written before labels were recorded names one that
+    is still readable here; ``None`` otherwise."""
+    try:
+        return read_declaration_file(spec).label
+    except DeclarationFileError:
+        return None
 
 
 def _pins(target: Target) -> dict[str, str]:
@@ -418,14 +436,17 @@ def load_target(directory: Path, target: Target | None = None) -> TargetRun:
     notes += [
         f"stale expected failure: {prefix!r} matches no test" for prefix in summary.get("stale_expected_failures", [])
     ]
-    notes += [
-        f"waived by the subject's declaration: {w['kind']} {w['name']} (allowed by {w['allowed_by']!r})"
-        for w in summary.get("waivers", [])
-    ]
+    notes += [f"waived by the subject's declaration: {waiver_text(w)}" for w in summary.get("waivers", [])]
     notes += [f"finding ({f['family']}): {f['text']}" for f in summary.get("findings", [])]
     if summary.get("family_seconds"):
         notes.append(time_note(summary))
     return TargetRun(session, summary, results, notes, _advisories(summary.get("advisories", []), session), target)
+
+
+def waiver_text(waiver: Mapping[str, str]) -> str:
+    """``kind name: detail (allowed by 'pattern')``: the detail (an ``env-read``'s file and line) where recorded."""
+    detail = f": {waiver['detail']}" if waiver.get("detail") else ""
+    return f"{waiver['kind']} {waiver['name']}{detail} (allowed by {waiver['allowed_by']!r})"
 
 
 def time_note(summary: dict[str, Any]) -> str:

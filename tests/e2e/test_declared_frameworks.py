@@ -134,6 +134,13 @@ def test_a_rule_name_the_wrapper_never_reads_is_red_naming_file_and_key(tmp_path
         ("grad_chunking:_split_into_chunks", "grad_chunking:_split_in_chunks", "splitter.function", "no attribute"),
         ("[provider]\n", "[provider]\nwrapper = 1\n", "provider.wrapper", "unknown key"),
         ('applied = "call"\n', "", "patch.applied", "missing required key"),
+        (
+            '_get_main_grad_attr" = "calls"',
+            '_get_main_grad_attr" = "call"',
+            "megatron_symbols.megatron.core.distributed.finalize_model_grads:_get_main_grad_attr",
+            "'call' is not a usage: expected one of imports, calls, reads, replaces, relies",
+        ),
+        ('freeze = "', 'nested = "yes"\nfreeze = "', "provider.nested", "must be true or false"),
     ],
 )
 def test_a_bad_declaration_stops_the_session_with_one_line(

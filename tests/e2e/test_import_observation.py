@@ -10,10 +10,11 @@ from pathlib import Path
 import pytest
 
 from harness.plugin.command import case_command, run_cases
-from tests.pytest_helpers import SEEDED, RunVerdicts, target_python
+from tests.pytest_helpers import ROOT, SEEDED, RunVerdicts, target_python
 
 SESSION = "megatron-0.15"
 IMPORT_CASES = ["cases/test_import.py"]
+FIXTURES = ROOT / "tests" / "import_fixtures"
 
 
 def run(tmp_path: Path, selection: list[str], workers: str, subject: Path | None = None) -> RunVerdicts:
@@ -68,8 +69,85 @@ def test_adapter_package_by_module_name_and_waivers_per_name(tmp_path: Path) -> 
     waived = run(tmp_path / "waived", selection, "0", subject)
     assert waived.returncode == 0, waived.output[-3000:]
     summary = json.loads((tmp_path / "waived" / "summary.json").read_text())
-    assert {"kind": "env-read", "name": "ADAPTER_CHUNK_BYTES", "allowed_by": "ADAPTER_*"} in summary["waivers"]
-    assert "env-read ADAPTER_CHUNK_BYTES (allowed by 'ADAPTER_*')" in waived.output
+    read = "read (unset) at reads_env/__init__.py:5"
+    waiver = {"kind": "env-read", "name": "ADAPTER_CHUNK_BYTES", "allowed_by": "ADAPTER_*", "detail": read}
+    assert waiver in summary["waivers"], summary["waivers"]
+    assert f"env-read ADAPTER_CHUNK_BYTES: {read} (allowed by 'ADAPTER_*')" in waived.output
     subject.write_text(subject.read_text().replace("'ADAPTER_*'", "'OTHER_*'"))
     red = run(tmp_path / "red", selection, "0", subject)
-    assert any("env-read ADAPTER_CHUNK_BYTES" in text for text in red.require_red("waiver for another name").values())
+    reds = red.require_red("waiver for another name").values()
+    assert any(f"env-read ADAPTER_CHUNK_BYTES: {read}" in text for text in reds), red.output[-3000:]
+
+
+def test_the_budget_variable_read_at_import_is_listed_not_reported(tmp_path: Path) -> None:
+    """The same adapter, its read variable named as the subject's budget (``BUDGET_ENV_VAR``) and waived by nothing
+    else: green, the read listed as a waiver with its file and line; without the name it is red (the seeded break)."""
+    subject = tmp_path / "budget_subject.py"
+    subject.write_text(
+        "import sys\n"
+        "from harness.reference import *  # noqa: F403\n"
+        f"sys.path.insert(0, {str(SEEDED / 'adapters')!r})\n"
+        "ADAPTER_PACKAGE = 'reads_env'\n"
+        "BUDGET_ENV_VAR = 'ADAPTER_CHUNK_BYTES'\n"
+        "IMPORT_SIDE_EFFECTS_ALLOWED = {'sys-path': ['sys.path']}\n"
+    )
+    selection = [f"{IMPORT_CASES[0]}::test_importing_the_adapter_with_real_megatron_changes_nothing"]
+    listed = run(tmp_path / "listed", selection, "0", subject)
+    assert listed.returncode == 0, listed.output[-3000:]
+    waivers = json.loads((tmp_path / "listed" / "summary.json").read_text())["waivers"]
+    assert {
+        "kind": "env-read",
+        "name": "ADAPTER_CHUNK_BYTES",
+        "allowed_by": "BUDGET_ENV_VAR",
+        "detail": "read (unset) at reads_env/__init__.py:5",
+    } in waivers, waivers
+    subject.write_text(subject.read_text().replace("BUDGET_ENV_VAR = 'ADAPTER_CHUNK_BYTES'", "BUDGET_ENV_VAR = None"))
+    red = run(tmp_path / "red", selection, "0", subject)
+    assert any("env-read ADAPTER_CHUNK_BYTES" in text for text in red.require_red("budget not named").values())
+
+
+def fixture_declaration(tmp_path: Path, package: str) -> Path:
+    """A declaration of the import fixture ``package`` alone: no role but the adapter package, not strict."""
+    path = tmp_path / package / "megatron-conformance.toml"
+    path.parent.mkdir(parents=True)
+    path.write_text(f'subject = {{ source_root = "{FIXTURES}", adapter_package = "{package}" }}\n')
+    return path
+
+
+BESIDE_FAKES = [
+    f"{IMPORT_CASES[0]}::test_importing_the_adapter_with_real_megatron_changes_nothing",
+    f"{IMPORT_CASES[0]}::test_importing_the_adapter_with_only_fakes_changes_nothing",
+    f"{IMPORT_CASES[0]}::test_the_adapter_can_be_observed_beside_fakes",
+]
+
+
+def test_an_adapter_that_inspects_a_signature_at_import_is_green_beside_fakes(tmp_path: Path) -> None:
+    """``inspect.signature(_get_main_grad_attr)`` at import, catching only ImportError: the fake carries the
+    installed target's signature, so the import is observed beside the fakes and is clean."""
+    declaration = fixture_declaration(tmp_path, "inspects_signature")
+    green = run(tmp_path / "report", BESIDE_FAKES, "0", declaration)
+    verdicts = {name: verdict for name, (verdict, _) in green.verdicts.items()}
+    assert green.returncode == 0 and set(verdicts.values()) == {"passed"}, green.output[-3000:]
+    assert len(verdicts) == len(BESIDE_FAKES)
+    assert json.loads((tmp_path / "report" / "summary.json").read_text())["advisories"] == []
+
+
+def test_an_adapter_that_cannot_be_imported_beside_fakes_gets_an_advisory(tmp_path: Path) -> None:
+    """An import that raises for another reason beside the fakes (a version check) is no side-effect red and no
+    crash: the fakes case is skipped, and the advisory names the exception with its repro line."""
+    declaration = fixture_declaration(tmp_path, "raises_beside_fakes")
+    advised = run(tmp_path / "report", BESIDE_FAKES, "0", declaration)
+    verdicts = {name: verdict for name, (verdict, _) in advised.verdicts.items()}
+    assert advised.returncode == 0, advised.output[-3000:]
+    assert verdicts == {
+        "test_importing_the_adapter_with_real_megatron_changes_nothing": "passed",
+        "test_importing_the_adapter_with_only_fakes_changes_nothing": "skipped",
+        "test_the_adapter_can_be_observed_beside_fakes": "passed",
+    }, advised.output[-3000:]
+    (advisory,) = json.loads((tmp_path / "report" / "summary.json").read_text())["advisories"]
+    assert advisory["family"] == "import-side-effects"
+    assert advisory["text"].startswith(
+        f"[{SESSION}] import-side-effects: raises_beside_fakes could not be observed beside fakes: AttributeError"
+    ), advisory
+    assert advisory["repro"].endswith("cases/test_import.py::test_the_adapter_can_be_observed_beside_fakes")
+    assert f"MEGATRON_CONFORMANCE_SUBJECT={declaration}" in advisory["repro"]

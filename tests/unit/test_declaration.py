@@ -5,11 +5,20 @@ from __future__ import annotations
 
 import textwrap
 from pathlib import Path
+from types import ModuleType
 
 import pytest
 
+from harness.plugin import declared_subject
 from harness.plugin.declaration import DeclarationFileError, read_declaration_file
-from harness.plugin.subjects import FreezeRuleNames, freeze_rule_names, load_subject
+from harness.plugin.subjects import (
+    FreezeRuleNames,
+    ProviderPromises,
+    budget_env_var,
+    freeze_rule_names,
+    load_subject,
+    provider_promises,
+)
 
 SPLITTER = """
 def split_grads(chunk_bytes, params, grads):
@@ -101,6 +110,9 @@ def test_the_line_count_is_reported(framework: Path) -> None:
         (("arguments = [", 'arguments = ["budget", '), "splitter.arguments", "must order exactly"),
         (("toyframe.megatron_utils.chunks:split_grads", "toyframe.megatron_utils.chunks"), "splitter.function", ""),
         (("[splitter]", '[budget]\nglobal = "CHUNK"\n\n[splitter]'), "budget", "without [patch]"),
+        (('freeze = "', 'nested = "yes"\nfreeze = "'), "provider.nested", "must be true or false, not 'yes'"),
+        (('freeze = "', 'inner_takes_kwargs = 1\nfreeze = "'), "provider.inner_takes_kwargs", "must be true or false"),
+        (("[splitter]", '[allow]\nlog-messages = ["x*"]\n\n[splitter]'), "allow.log-messages", "unknown key"),
     ],
 )
 def test_a_bad_declaration_is_one_line_naming_file_key_and_reason(
@@ -144,3 +156,80 @@ def test_a_budget_only_in_the_environment_is_refused_with_what_to_name(framework
     text += '\n[budget]\nenv = "TOYFRAME_CHUNK_BYTES"\n'
     message = one_line_error(declare(framework, text))
     assert "key 'budget': names neither global nor argument" in message and "budget.global" in message
+
+
+SYMBOL = "megatron.core.distributed.finalize_model_grads:_get_main_grad_attr"
+REPLACED = "megatron.core.distributed.finalize_model_grads:_allreduce_non_tensor_model_parallel_grads"
+
+
+@pytest.mark.parametrize(
+    ("symbols", "key", "reason"),
+    [
+        ({SYMBOL: "uses"}, SYMBOL, "'uses' is not a usage: expected one of imports, calls, reads, replaces, relies"),
+        ({SYMBOL: "call"}, SYMBOL, "'call' is not a usage"),
+        ({SYMBOL: "calls optional"}, SYMBOL, "'calls optional' is not a usage"),
+        ({SYMBOL: "replaces"}, SYMBOL, "'with <subject name>' goes with 'replaces'"),
+        ({SYMBOL: "calls with split_into_chunks"}, SYMBOL, "'with <subject name>' goes with 'replaces'"),
+        ({"megatron.core.distributed.finalize_model_grads._get_main_grad_attr": "calls"}, None, "module:qualname"),
+        (
+            {REPLACED: "replaces with allreduce_grads"},
+            REPLACED,
+            "a declared subject has no 'allreduce_grads'; its roles expose split_into_chunks, wrap_model_provider",
+        ),
+    ],
+)
+def test_a_wrong_megatron_symbols_entry_is_refused_at_load_in_one_line(
+    framework: Path, symbols: dict[str, str], key: str | None, reason: str
+) -> None:
+    table = "".join(f'"{symbol}" = "{usage}"\n' for symbol, usage in symbols.items())
+    path = declare(framework, GOOD + "\n[megatron_symbols]\n" + table)
+    message = one_line_error(path)
+    (symbol,) = symbols
+    assert message.startswith(f"{path}: key 'megatron_symbols.{key or symbol}': "), message
+    assert reason in message, message
+
+
+def test_good_megatron_symbols_load(framework: Path) -> None:
+    symbols = {SYMBOL: "calls, optional", REPLACED.replace("non_tensor", "tensor"): "replaces with split_into_chunks"}
+    table = "".join(f'"{symbol}" = "{usage}"\n' for symbol, usage in symbols.items())
+    declaration = read_declaration_file(declare(framework, GOOD + "\n[megatron_symbols]\n" + table))
+    assert declaration.megatron_symbols == symbols
+
+
+def test_log_records_may_be_allowed_by_message(framework: Path) -> None:
+    text = GOOD.replace("[splitter]", '[allow]\nlog-message = ["toyframe: chunked all-reduce*"]\n\n[splitter]')
+    subject = load_subject(str(declare(framework, text)))
+    assert subject.IMPORT_SIDE_EFFECTS_ALLOWED == {"log-message": ["toyframe: chunked all-reduce*"]}
+
+
+def test_the_label_names_the_adapter_package_and_the_file_below_the_source_root(framework: Path) -> None:
+    assert read_declaration_file(declare(framework, GOOD)).label == "toyframe.megatron_utils (../conformance.toml)"
+    inside = GOOD.replace('source_root = "src"', 'source_root = "."')
+    (framework / "ci").mkdir()
+    path = declare(framework, inside.replace('source_root = "."', 'source_root = ".."'), "ci/megatron-conformance.toml")
+    assert read_declaration_file(path).label == "toyframe.megatron_utils (ci/megatron-conformance.toml)"
+
+
+def test_provider_promises_are_false_unless_declared_and_true_for_module_subjects(framework: Path) -> None:
+    subject = load_subject(str(declare(framework, GOOD)))
+    assert (subject.PROVIDER_INNER_TAKES_KWARGS, subject.PROVIDER_NESTED) == (False, False)
+    assert provider_promises(subject) == ProviderPromises(inner_takes_kwargs=False, nested=False)
+    promised = GOOD.replace('freeze = "', 'inner_takes_kwargs = true\nnested = true\nfreeze = "')
+    subject = load_subject(str(declare(framework, promised, "promised.toml")))
+    assert (subject.PROVIDER_INNER_TAKES_KWARGS, subject.PROVIDER_NESTED) == (True, True)
+    assert subject.DECLARATION.provider_flag("nested") and subject.DECLARATION.provider["freeze"]
+    assert provider_promises(ModuleType("module_subject")) == ProviderPromises(True, True)
+
+
+def test_the_budget_variable_is_exposed_for_the_import_family(framework: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """``budget.env`` becomes the subject's ``BUDGET_ENV_VAR``, which the import family lists instead of reporting;
+    the reference subject names its own the same way. (The patch is not captured here: that needs Megatron.)"""
+    monkeypatch.setattr(declared_subject, "DeclaredPatch", lambda declaration, subject: None)
+    text = GOOD + '\n[budget]\nglobal = "CHUNK"\nenv = "TOYFRAME_CHUNK_BYTES"\n'
+    text += '\n[patch]\nmodule = "toyframe.megatron_utils.patch"\napplied = "import"\n'
+    subject = load_subject(str(declare(framework, text)))
+    assert subject.BUDGET_ENV_VAR == "TOYFRAME_CHUNK_BYTES" == budget_env_var(subject)
+    assert budget_env_var(load_subject(str(declare(framework, GOOD, "no_budget.toml")))) is None
+    module_subject = ModuleType("module_subject")
+    module_subject.BUDGET_ENV_VAR = "MEGATRON_CONFORMANCE_ALLREDUCE_CHUNK_BYTES"  # as the reference subject does
+    assert budget_env_var(module_subject) == "MEGATRON_CONFORMANCE_ALLREDUCE_CHUNK_BYTES"

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import importlib
+import inspect
 import json
 import sys
 from pathlib import Path
@@ -130,6 +131,67 @@ def test_fakes_are_importable_during_the_load_and_gone_after() -> None:
     assert not module.HAS_LOW_LATENCY
     assert "deep_ep" not in sys.modules
     assert "torch_memory_saver" not in sys.modules
+    _assert_same_modules(before)
+
+
+def _real_finalize_module() -> ModuleType:
+    """A stand-in for the installed ``finalize_model_grads``: what the fakes mirror, as the case snapshots it."""
+    real = ModuleType("megatron.core.distributed.finalize_model_grads")
+
+    def _get_main_grad_attr(param: object, use_custom_fsdp: bool = False) -> str:
+        return "main_grad"
+
+    class DistributedDataParallelConfig:
+        def __init__(self, grad_reduce_in_fp32: bool = False, *, overlap_grad_reduce: bool = False) -> None:
+            pass
+
+    real._get_main_grad_attr = _get_main_grad_attr
+    real.DistributedDataParallelConfig = DistributedDataParallelConfig
+    real.HAVE_TE = False
+    return real
+
+
+def test_fakes_keep_the_real_signatures_of_functions_and_classes() -> None:
+    """An adapter that inspects a Megatron function's signature at import, catching only ImportError, loads beside
+    the fakes as it does beside the real Megatron: the fake is a callable with the real ``__signature__``."""
+    real = _real_finalize_module()
+    fakes = build_fakes(FAKE_ONLY_SPEC, originals={real.__name__: real})
+    before = dict(sys.modules)
+    module = load_isolated(FIXTURES / "inspects_signature", fakes)
+    _assert_same_modules(before)
+    assert module.PARAMETERS == ("param", "use_custom_fsdp") and module.TAKES_FSDP_FLAG
+    assert fakes.mirrored() == {f"{real.__name__}._get_main_grad_attr"}
+    assert f"{real.__name__}._get_main_grad_attr" in fakes.touched()
+    fake_function = module._get_main_grad_attr
+    assert fake_function is not real._get_main_grad_attr and fake_function(object()) is None
+    assert fake_function.__module__ == real.__name__ and fake_function.__name__ == "_get_main_grad_attr"
+    finalize = fakes.make_child(real.__name__)
+    assert finalize is not None and vars(finalize)["_get_main_grad_attr"] is fake_function
+    fake_class = finalize.DistributedDataParallelConfig
+    assert isinstance(fake_class, type) and fake_class is not real.DistributedDataParallelConfig
+    assert inspect.signature(fake_class) == inspect.signature(real.DistributedDataParallelConfig)
+    assert list(inspect.signature(fake_class).parameters) == ["grad_reduce_in_fp32", "overlap_grad_reduce"]
+    fake_class(True, overlap_grad_reduce=True)
+    # Only functions and classes are mirrored: a flag the adapter reads is as undeclared as before.
+    with pytest.raises(AttributeError):
+        finalize.HAVE_TE  # noqa: B018
+    assert f"{real.__name__}.HAVE_TE" in fakes.missing()
+
+
+def test_without_originals_a_signature_at_import_still_fails_beside_the_fakes() -> None:
+    """The seeded break the mirror fixes: the same fixture, beside fakes that know no real Megatron, raises."""
+    fakes = build_fakes(FAKE_ONLY_SPEC)
+    with pytest.raises(TypeError, match="not a callable object"):
+        load_isolated(FIXTURES / "inspects_signature", fakes)
+
+
+def test_an_import_that_needs_more_than_signatures_still_raises_beside_the_fakes() -> None:
+    real_core = ModuleType("megatron.core")
+    real_core.__version__ = "0.15.3"
+    fakes = build_fakes(FAKE_ONLY_SPEC, originals={"megatron.core": real_core})
+    before = dict(sys.modules)
+    with pytest.raises(AttributeError, match="__version__"):
+        load_isolated(FIXTURES / "raises_beside_fakes", fakes)
     _assert_same_modules(before)
 
 

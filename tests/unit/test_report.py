@@ -203,11 +203,23 @@ def test_report_session_writes_both_files(synthetic: Path) -> None:
 
 
 def test_waivers_the_subject_declared_are_shown(synthetic: Path) -> None:
+    """With what happened where the session recorded it: the file and line of an env-read, say."""
     waiver = {"kind": "env-read", "name": "SLIME_CHUNK_BYTES", "allowed_by": "SLIME_*"}
-    (synthetic / "megatron-0.13" / "summary.json").write_text(json.dumps(summary("megatron-0.13", waivers=[waiver])))
+    budget = {
+        "kind": "env-read",
+        "name": "SLIME_BUDGET",
+        "allowed_by": "budget.env",
+        "detail": "read (set) at slime/backends/megatron_utils/chunks.py:12",
+    }
+    record = summary("megatron-0.13", waivers=[waiver, budget])
+    (synthetic / "megatron-0.13" / "summary.json").write_text(json.dumps(record))
     notes = render_markdown(collect(synthetic))
     assert (
         "- megatron-0.13: waived by the subject's declaration: env-read SLIME_CHUNK_BYTES (allowed by 'SLIME_*')"
+    ) in notes
+    assert (
+        "- megatron-0.13: waived by the subject's declaration: env-read SLIME_BUDGET: read (set) at "
+        "slime/backends/megatron_utils/chunks.py:12 (allowed by 'budget.env')"
     ) in notes
 
 
@@ -261,6 +273,28 @@ def test_every_column_names_its_subject_and_selection(tmp_path: Path) -> None:
     assert f"<h2>Subject <code>{DECLARATION}</code> (declaration)</h2>" in page
     assert page.count(f'subject <code title="{DECLARATION} (declaration)">megatron_gate.toml</code>') == 2
     assert page.count("selection <code>cases/test_chunks.py::test_partition -k not slow</code>") == 1
+
+
+def test_a_declaration_column_names_its_framework_package_and_file(tmp_path: Path) -> None:
+    """Every declaration is called megatron-conformance.toml: two frameworks' columns are told apart by their adapter
+    package and the file below their source root, the label the session recorded (or, from an older summary, read
+    from the declaration where it still is); the full path stays in the heading and the HTML title."""
+    reports = tmp_path / "reports"
+    labels = {name: f"{name}.backends.megatron_utils (megatron-conformance.toml)" for name in ("modernrl", "legacyrl")}
+    for session, framework in (("megatron-0.15", "modernrl"), ("megatron-0.16", "legacyrl")):
+        path = ROOT / "tests" / "frameworks" / framework / "megatron-conformance.toml"
+        record = summary(session, subject=str(path), subject_kind="declaration")
+        if framework == "modernrl":  # legacyrl's summary is an older one, without the label
+            record["subject_label"] = labels[framework]
+        write_target(reports, session, record, junit_document([("cases.test_chunks", "test_partition", None, {}, "")]))
+    grid = collect(reports)
+    found = columns(render_markdown(grid))
+    modern = ROOT / "tests" / "frameworks" / "modernrl" / "megatron-conformance.toml"
+    legacy = ROOT / "tests" / "frameworks" / "legacyrl" / "megatron-conformance.toml"
+    assert found[f"Subject `{modern}` (declaration)"]["megatron-0.15"][0] == f"subject `{labels['modernrl']}`"
+    assert found[f"Subject `{legacy}` (declaration)"]["megatron-0.16"][0] == f"subject `{labels['legacyrl']}`"
+    page = render_html(grid)
+    assert f'subject <code title="{modern} (declaration)">{labels["modernrl"]}</code>' in page
 
 
 def test_sessions_of_different_subjects_get_a_matrix_each(synthetic: Path) -> None:

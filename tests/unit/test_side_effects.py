@@ -29,6 +29,7 @@ from harness.contracts.imports.side_effects import (
     CallableState,
     SideEffect,
     SideEffectDetector,
+    allowance_for,
     callable_state_changes,
     capture_callable_state,
     detect,
@@ -273,15 +274,28 @@ def test_every_way_of_reading_the_environment_is_seen(monkeypatch: pytest.Monkey
         os.getenvb(b"CONFORMANCE_PROBE_GETENVB")
 
     effects = detect(read)
+    first = read.__code__.co_firstlineno
+    here = "tests/unit/test_side_effects.py"
     assert {(effect.name, effect.detail) for effect in effects} == {
-        ("CONFORMANCE_PROBE_GETENV", "read (unset)"),
-        ("CONFORMANCE_PROBE_GET", "read (unset)"),
-        ("CONFORMANCE_PROBE_SUBSCRIPT", "read (set)"),
-        ("CONFORMANCE_PROBE_CONTAINS", "read (unset)"),
-        ("CONFORMANCE_PROBE_GETENVB", "read (unset)"),
+        ("CONFORMANCE_PROBE_GETENV", f"read (unset) at {here}:{first + 1}"),
+        ("CONFORMANCE_PROBE_GET", f"read (unset) at {here}:{first + 2}"),
+        ("CONFORMANCE_PROBE_SUBSCRIPT", f"read (set) at {here}:{first + 3}"),
+        ("CONFORMANCE_PROBE_CONTAINS", f"read (unset) at {here}:{first + 4}"),
+        ("CONFORMANCE_PROBE_GETENVB", f"read (unset) at {here}:{first + 5}"),
     }
     assert {effect.kind for effect in effects} == {"env-read"}
-    assert ("env-read", "*") in _pairs(detect(lambda: dict(os.environ)))
+    (enumerated,) = [effect for effect in detect(lambda: dict(os.environ)) if effect.name == "*"]
+    assert enumerated.detail.startswith(f"the whole environment was enumerated at {here}:")
+
+
+def test_a_read_names_the_module_file_and_line_that_made_it(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The seeded read of ``reads_env``, line 5 of its ``__init__``, is still reported, and named by its file below
+    the ``sys.path`` entry that holds it: the module that reads the variable."""
+    monkeypatch.syspath_prepend(str(FIXTURES))
+    _setup_reads_env(monkeypatch, FIXTURES)
+    _, (effect,) = _load_detecting("reads_env")
+    assert effect.detail == "read (unset) at reads_env/__init__.py:5", effect.detail
+    assert str(effect) == "env-read CONFORMANCE_PROBE_READ_FLAG: read (unset) at reads_env/__init__.py:5"
 
 
 def test_environment_writes_changes_and_deletions(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -916,6 +930,34 @@ def test_allowances_are_per_name(probe_module: ModuleType) -> None:
     assert detector.effects == [] and [effect.kind for effect in detector.allowed] == ["class-attribute"]
     # A pattern for another kind does not waive this one.
     assert detect(lambda: setattr(Buffer, "flush", None), allow={"module-attribute": ["*"]}) != []
+
+
+def test_log_records_are_allowed_by_message(monkeypatch: pytest.MonkeyPatch) -> None:
+    """``log-message`` waives a record by its whole message, whatever the logger: the way to allow what a framework
+    logs through a logger it shares; another message on the same logger is still reported."""
+    logger = logging.getLogger("conformance.probe.shared")
+
+    def log() -> None:
+        logger.warning("modernrl: chunked all-reduce ready (%d MiB)", 64)
+        logger.warning("someone else's record")
+
+    effects, allowed = detect_with_allowances(log, allow={"log-message": ["modernrl: chunked all-reduce*"]})
+    assert [(effect.kind, effect.name, effect.message) for effect in allowed] == [
+        ("log-record", "conformance.probe.shared", "modernrl: chunked all-reduce ready (64 MiB)")
+    ]
+    assert [effect.detail for effect in effects] == ["WARNING: someone else's record"]
+    assert allowance_for(allowed[0], {"log-message": ["modernrl: *"]}) == "log-message 'modernrl: *'"
+    # A logger-name pattern still wins, and names the waiver as before; a message pattern waives no other kind.
+    assert allowance_for(allowed[0], {"log-record": ["conformance.*"], "log-message": ["*"]}) == "conformance.*"
+    monkeypatch.delenv("CONFORMANCE_PROBE_MESSAGE", raising=False)
+    read = detect(lambda: os.environ.get("CONFORMANCE_PROBE_MESSAGE"), allow={"log-message": ["*"]})
+    assert _pairs(read) == {("env-read", "CONFORMANCE_PROBE_MESSAGE")}
+
+
+def test_a_seeded_log_is_still_red_when_another_message_is_allowed(monkeypatch: pytest.MonkeyPatch) -> None:
+    _setup_logs(monkeypatch, FIXTURES)
+    _, effects = _load_detecting("logs", allow={"log-message": ["adapter loaded quietly"]})
+    assert _pairs(effects) == {("log-record", "conformance.probe.logs")}, format_effects(effects)
 
 
 def test_allowing_a_kind_alone_is_refused() -> None:

@@ -10,8 +10,9 @@ Declaration format (``MEGATRON_SYMBOLS`` in the subject module)::
     }
 
 ``relies`` names upstream code the subject depends on without calling it (``finalize_model_grads`` looks the replaced
-name up at call time). The declaration is checked against the subject's source
-(:mod:`harness.contracts.fingerprint.source_scan`).
+name up at call time). The entries are parsed by :mod:`harness.formats.megatron_symbols` (re-exported here), which a
+declaration file's ``[megatron_symbols]`` is checked with when it is read; the declaration is checked against the
+subject's source (:mod:`harness.contracts.fingerprint.source_scan`).
 
 A subject whose code is a copy of an upstream function may also declare the body it copied, optionally
 (``UPSTREAM_BODY_HASHES`` in the subject module, ``[upstream_body_hashes]`` in a declaration file)::
@@ -25,66 +26,28 @@ installed body hashes otherwise.
 
 from __future__ import annotations
 
-import dataclasses
 import re
 from collections.abc import Iterable
 from types import ModuleType
 
+from harness.formats.megatron_symbols import SYMBOL, DeclarationError, Declared, parse_declaration, parse_usage
+
 _DECLARATION_NAME = "MEGATRON_SYMBOLS"
 BODY_HASHES_NAME = "UPSTREAM_BODY_HASHES"
-_USAGES = ("imports", "calls", "reads", "replaces", "relies")
-
-_DOTTED = r"[A-Za-z_]\w*(?:\.[A-Za-z_]\w*)*"
-_SYMBOL = re.compile(rf"^({_DOTTED}):({_DOTTED})$")
-_USAGE = re.compile(r"^(?P<usage>[a-z]+)(?: with (?P<replacement>[A-Za-z_]\w*))?(?P<optional>, optional)?$")
 _BODY_HASH = re.compile(r"^[0-9a-f]{16}$")
 
-
-class DeclarationError(ValueError):
-    """A ``MEGATRON_SYMBOLS`` that cannot be used; the message names the entry."""
-
-
-@dataclasses.dataclass(frozen=True)
-class Declared:
-    """One declaration entry: a symbol, or alternatives of which one must exist (the first present is the one used)."""
-
-    key: str
-    members: tuple[str, ...]
-    usage: str
-    optional: bool = False
-    replacement: str | None = None
-
-
-def parse_declaration(raw: object) -> list[Declared]:
-    """Validate a ``MEGATRON_SYMBOLS`` mapping; raise :class:`DeclarationError` on the first bad entry."""
-    if not isinstance(raw, dict) or not raw:
-        raise DeclarationError(f"{_DECLARATION_NAME} must be a non-empty dict of symbol -> usage, got {raw!r:.80}")
-    entries: list[Declared] = []
-    owner: dict[str, str] = {}
-    for key, value in raw.items():
-        if not isinstance(key, str) or not isinstance(value, str):
-            raise DeclarationError(f"{_DECLARATION_NAME}[{key!r}]: keys and values must be strings")
-        members = tuple(member.strip() for member in key.split("|"))
-        for member in members:
-            if not _SYMBOL.match(member):
-                raise DeclarationError(f"{_DECLARATION_NAME}[{key!r}]: {member!r} is not of the form module:qualname")
-            if member in owner:
-                raise DeclarationError(
-                    f"{_DECLARATION_NAME}[{key!r}]: {member} is already declared by {owner[member]!r}"
-                )
-            owner[member] = key
-        match = _USAGE.match(value.strip())
-        if not match or match["usage"] not in _USAGES:
-            raise DeclarationError(
-                f"{_DECLARATION_NAME}[{key!r}] = {value!r}: expected one of {', '.join(_USAGES)}, "
-                "'replaces with <subject name>', optionally followed by ', optional'"
-            )
-        if (match["usage"] == "replaces") != (match["replacement"] is not None):
-            raise DeclarationError(
-                f"{_DECLARATION_NAME}[{key!r}] = {value!r}: 'with <subject name>' goes with 'replaces' and only there"
-            )
-        entries.append(Declared(key, members, match["usage"], bool(match["optional"]), match["replacement"]))
-    return entries
+__all__ = [
+    "BODY_HASHES_NAME",
+    "DeclarationError",
+    "Declared",
+    "declared_symbols",
+    "dotted",
+    "parse_body_hashes",
+    "parse_declaration",
+    "parse_usage",
+    "read_body_hashes",
+    "read_declaration",
+]
 
 
 def read_declaration(subject: ModuleType) -> list[Declared]:
@@ -113,7 +76,7 @@ def parse_body_hashes(raw: object) -> dict[str, str]:
         raise DeclarationError(f"{BODY_HASHES_NAME} must be a dict of symbol -> body hash, got {raw!r:.80}")
     hashes: dict[str, str] = {}
     for key, value in raw.items():
-        if not isinstance(key, str) or not _SYMBOL.match(key):
+        if not isinstance(key, str) or not SYMBOL.match(key):
             raise DeclarationError(f"{BODY_HASHES_NAME}[{key!r}]: the key is not of the form module:qualname")
         if not isinstance(value, str) or not _BODY_HASH.match(value):
             raise DeclarationError(

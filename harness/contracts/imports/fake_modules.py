@@ -19,13 +19,22 @@ that a second load sees the same object; it is in ``sys.modules`` only during a 
 not on demand: a lookup of an undeclared name raises :class:`AttributeError` and is recorded by
 :meth:`FakeModuleTree.missing`. Because ``from pkg import name`` cannot tell a submodule from an attribute, an
 undeclared ``name`` imported that way becomes a child fake *module* too (declare it to get a class or a function).
+
+Fakes keep the installed target's signatures. Built with ``originals`` (a snapshot of ``sys.modules`` taken before
+the fakes stand in), a lookup of an undeclared name that the real module of the same name binds to a function or a
+class yields a stand-in that carries the real ``__signature__`` (:meth:`FakeModuleTree.mirrored`): a fake function
+that accepts anything and does nothing, or a fake class whose constructor does the same. An adapter that calls
+``inspect.signature`` on a Megatron function at import, to pick the call shape of the target, then imports beside the
+fakes as it does beside the real Megatron. Nothing else of the real object is copied (defaults, dataclass fields,
+methods): what the adapter's import does with those it has to do on a real Megatron, where the gate observes it.
 """
 
 from __future__ import annotations
 
 import importlib.machinery
-from collections.abc import Iterator, Mapping
-from types import ModuleType
+import inspect
+from collections.abc import Callable, Iterator, Mapping
+from types import BuiltinFunctionType, FunctionType, MethodType, ModuleType
 
 
 class FakeModule(ModuleType):
@@ -47,8 +56,10 @@ class FakeModule(ModuleType):
         try:
             value = super().__getattribute__(name)
         except AttributeError:
-            tree._missing.add(qualified)
-            raise
+            value = tree._mirror(self, name, qualified)
+            if value is None:
+                tree._missing.add(qualified)
+                raise
         if not isinstance(value, FakeModule):
             tree._touched.add(qualified)
         elif tree._on_demand.get(qualified) is value:
@@ -63,12 +74,14 @@ class FakeModuleTree(Mapping[str, ModuleType]):
     :func:`harness.contracts.imports.isolation.load_isolated` directly.
     """
 
-    def __init__(self) -> None:
+    def __init__(self, originals: Mapping[str, ModuleType] | None = None) -> None:
         self._modules: dict[str, FakeModule] = {}
         self._on_demand: dict[str, FakeModule] = {}
         self._touched: set[str] = set()
         self._missing: set[str] = set()
         self._created: set[str] = set()
+        self._mirrored: set[str] = set()
+        self._originals: Mapping[str, ModuleType] = dict(originals or {})
 
     @property
     def modules(self) -> dict[str, ModuleType]:
@@ -87,11 +100,29 @@ class FakeModuleTree(Mapping[str, ModuleType]):
         """Dotted names of the undeclared submodules imported (made on demand) or reached since building or reset."""
         return set(self._created)
 
+    def mirrored(self) -> set[str]:
+        """Qualified names of the stand-ins made for real functions and classes (see the module docstring), since
+        building: they stay bound on their fake module, as children made on demand stay in the tree."""
+        return set(self._mirrored)
+
     def reset(self) -> None:
         """Forget the lookups and imports recorded so far; children made on demand stay in the tree."""
         self._touched.clear()
         self._missing.clear()
         self._created.clear()
+
+    def _mirror(self, module: FakeModule, name: str, qualified: str) -> object | None:
+        """A stand-in for what the real module of ``module``'s name binds as ``name``, bound on ``module`` and
+        recorded as touched; ``None`` when that is no function or class (or there is no real module)."""
+        real_module = self._originals.get(ModuleType.__getattribute__(module, "__name__"))
+        real = vars(real_module).get(name) if isinstance(real_module, ModuleType) else None
+        stand_in = _stand_in(ModuleType.__getattribute__(module, "__name__"), name, real)
+        if stand_in is None:
+            return None
+        object.__setattr__(module, name, stand_in)
+        self._mirrored.add(qualified)
+        self._touched.add(qualified)
+        return stand_in
 
     def make_child(self, name: str) -> FakeModule | None:
         """The fake package ``name`` below one of this tree's modules, made on demand; ``None`` if it cannot be one.
@@ -128,8 +159,13 @@ class FakeModuleTree(Mapping[str, ModuleType]):
         return len(self._modules)
 
 
-def build_fakes(spec: Mapping[str, Mapping[str, object]]) -> FakeModuleTree:
-    """Build the fake modules declared by ``spec`` (see the module docstring), parents included."""
+def build_fakes(
+    spec: Mapping[str, Mapping[str, object]], originals: Mapping[str, ModuleType] | None = None
+) -> FakeModuleTree:
+    """Build the fake modules declared by ``spec`` (see the module docstring), parents included. ``originals``
+    (module name -> real module, e.g. ``dict(sys.modules)`` before the fakes stand in) are the modules whose
+    functions and classes the fakes mirror with their real signatures; it is copied, so a later change of
+    ``sys.modules`` (the isolation's own) does not reach it."""
     declared = {name: dict(attributes) for name, attributes in spec.items()}
     for name, attributes in list(declared.items()):
         for attribute, value in attributes.items():
@@ -140,7 +176,7 @@ def build_fakes(spec: Mapping[str, Mapping[str, object]]) -> FakeModuleTree:
         parts = name.split(".")
         names.update(".".join(parts[:end]) for end in range(1, len(parts)))
 
-    tree = FakeModuleTree()
+    tree = FakeModuleTree(originals)
     for name in sorted(names, key=lambda name: name.count(".")):
         module = _new_module(tree, name)
         tree._modules[name] = module
@@ -178,6 +214,36 @@ def _attribute(module: str, name: str, value: object) -> object:
     fake.__name__ = fake.__qualname__ = name
     fake.__module__ = module
     return fake
+
+
+def _stand_in(module: str, name: str, real: object) -> Callable[..., object] | None:
+    """A fake function or class named ``module.name`` with ``real``'s signature; ``None`` unless ``real`` is a
+    function or a class. Where ``inspect`` finds no signature for it (some builtins), the stand-in has none either,
+    as the real one has not."""
+    if not isinstance(real, (type, FunctionType, BuiltinFunctionType, MethodType)):
+        return None
+    try:
+        signature: inspect.Signature | None = inspect.signature(real)
+    except (TypeError, ValueError):
+        signature = None
+    qualname = getattr(real, "__qualname__", name)
+    namespace: dict[str, object] = {"__module__": module, "__qualname__": qualname, "__doc__": _MIRROR_DOC}
+    if isinstance(real, type):
+        namespace["__init__"] = _accept_anything
+        if signature is not None:
+            namespace["__signature__"] = signature
+        return type(name, (), namespace)
+
+    def fake(*args: object, **kwargs: object) -> None:
+        """A stand-in for a real function: accepts anything, does nothing."""
+
+    fake.__name__, fake.__qualname__, fake.__module__, fake.__doc__ = name, qualname, module, _MIRROR_DOC
+    if signature is not None:
+        fake.__signature__ = signature  # type: ignore[attr-defined]
+    return fake
+
+
+_MIRROR_DOC = "A fake standing in for the installed target's object of this name, with its signature."
 
 
 def _is_kind(value: object, kind: str) -> bool:

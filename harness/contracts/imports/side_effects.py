@@ -24,7 +24,8 @@ Kinds (:data:`KINDS`):
     ``sys.path``, ``sys.meta_path`` or ``sys.path_hooks`` changed.
 ``log-record``
     A record handled by any logger -- seen through :meth:`logging.Logger.handle`, so loggers that do not propagate
-    count too. Records below a logger's level are never created and are not seen.
+    count too. Records below a logger's level are never created and are not seen. Named by the logger; the record's
+    message is :attr:`SideEffect.message`, which the allowance kind ``log-message`` matches (see below).
 ``logger-config``
     A logger's level, handlers, filters, ``propagate`` or ``disabled`` changed (a new logger counts when its
     configuration is not the default); a handler's level, formatter or filters changed; ``logging.disable``, the
@@ -35,7 +36,8 @@ Kinds (:data:`KINDS`):
 ``env-read`` / ``env-write``
     A variable read through ``os.environ`` / ``os.environb`` (``os.getenv``, ``.get``, ``[...]``, ``in``;
     enumerating the whole environment is reported as ``*``), or set, changed or deleted. Values are never reported:
-    they may be secrets.
+    they may be secrets. A read names the file and line of its first reader outside ``os`` (the path below the
+    ``sys.path`` entry that holds it), so a red or a waiver says which module reads the variable.
 ``thread``
     A thread started through :meth:`threading.Thread.start` or ``_thread.start_new_thread``.
 ``process``
@@ -76,9 +78,12 @@ Kinds (:data:`KINDS`):
     hooks stay as the block left them.
 
 Allowances are per name, never per kind alone: ``allow`` maps a kind to ``fnmatch`` patterns matched against
-:attr:`SideEffect.name` (``{"env-read": ["SLIME_*"], "class-attribute": ["deep_ep.Buffer.__init__"]}``). Every probe
-always runs; an effect that matches an allowance is moved from ``effects`` to ``allowed``, so the caller can record
-which waivers were used.
+:attr:`SideEffect.name` (``{"env-read": ["SLIME_*"], "class-attribute": ["deep_ep.Buffer.__init__"]}``). One key is
+no kind of its own but another way to name an effect (:data:`~harness.formats.effect_kinds.MESSAGE_ALLOWANCES`):
+``log-message`` patterns are matched against a log record's whole message, for a record a framework logs through a
+logger it shares with others (the root logger, ``megatron``'s), which a pattern of logger names could only waive
+wholesale. Every probe always runs; an effect that matches an allowance is moved from ``effects`` to ``allowed``, so
+the caller can record which waivers were used.
 
 What is compared is bounded on purpose; the following could be observed from Python but is not: modules and
 classes that are not watched; the state of instances (the attributes of a process-group object); containers deeper
@@ -133,7 +138,7 @@ from types import BuiltinFunctionType, CodeType, FunctionType, MappingProxyType,
 from typing import Any, NamedTuple
 
 from harness.contracts.imports.isolation import Isolation, observe_isolations
-from harness.formats.effect_kinds import KINDS
+from harness.formats.effect_kinds import ALLOWANCE_KINDS, KINDS, MESSAGE_ALLOWANCES
 
 _WATCHED_BY_DEFAULT = ("megatron", "torch.distributed")
 _SKIPPED_DIRS = frozenset(
@@ -169,11 +174,13 @@ Allowances = Mapping[str, Collection[str]]
 
 @dataclass(frozen=True)
 class SideEffect:
-    """One change a call made: its kind (one of :data:`KINDS`), what changed, and how."""
+    """One change a call made: its kind (one of :data:`KINDS`), what changed, and how. ``message`` is the whole text
+    an allowance by message matches (a log record's message, never shortened); it takes no part in equality."""
 
     kind: str
     name: str
     detail: str
+    message: str = dataclasses.field(default="", compare=False)
 
     def __str__(self) -> str:
         return f"{self.kind} {self.name}: {self.detail}"
@@ -240,9 +247,9 @@ def _allowances(allow: object) -> dict[str, tuple[str, ...]]:
             f"side-effect allowances are per name, never per kind alone: instead of the kinds {given!r} pass a mapping "
             f"of kind to fnmatch patterns of the names to allow, e.g. {example!r} or {_ALLOW_EXAMPLE}"
         )
-    unknown = [kind for kind in allow if kind not in KINDS]
+    unknown = [kind for kind in allow if kind not in ALLOWANCE_KINDS]
     if unknown:
-        raise ValueError(f"unknown side-effect kinds {sorted(map(repr, unknown))}; known: {', '.join(KINDS)}")
+        raise ValueError(f"unknown side-effect kinds {sorted(map(repr, unknown))}; known: {', '.join(ALLOWANCE_KINDS)}")
     normalised = {}
     for kind, patterns in allow.items():
         if isinstance(patterns, (str, bytes)) or not all(isinstance(pattern, str) for pattern in patterns):
@@ -322,8 +329,20 @@ class SideEffectDetector:
 
 
 def allowance_for(effect: SideEffect, allow: Mapping[str, Collection[str]]) -> str | None:
-    """The first pattern of ``allow`` that waives ``effect``, or None: what a caller records as the waiver used."""
-    return next((pattern for pattern in allow.get(effect.kind, ()) if fnmatchcase(effect.name, pattern)), None)
+    """The first pattern of ``allow`` that waives ``effect``, or None: what a caller records as the waiver used.
+
+    A pattern of the effect's own kind matches its name and is returned as it is; a ``log-message`` pattern matches
+    a log record's message and is returned as ``log-message '<pattern>'``, so the record says which way it was
+    waived."""
+    by_name = next((pattern for pattern in allow.get(effect.kind, ()) if fnmatchcase(effect.name, pattern)), None)
+    if by_name is not None:
+        return by_name
+    for key, kind in MESSAGE_ALLOWANCES.items():
+        if kind == effect.kind:
+            for pattern in allow.get(key, ()):
+                if fnmatchcase(effect.message, pattern):
+                    return f"{key} {pattern!r}"
+    return None
 
 
 class _Probe(ABC):
@@ -1073,7 +1092,7 @@ class _LoggingProbe(_Probe):
                 message = record.getMessage()
             except Exception:
                 message = str(record.msg)
-            yield SideEffect("log-record", record.name, _shorten(f"{record.levelname}: {message}"))
+            yield SideEffect("log-record", record.name, _shorten(f"{record.levelname}: {message}"), message)
         yield from self._config_changes()
 
     def _config_changes(self) -> Iterator[SideEffect]:
@@ -1145,10 +1164,40 @@ def _describe_filter(entry: tuple[Any, ...]) -> str:
     return f"{action} {category.__name__} message={pattern!r} module={where!r} lineno={lineno}"
 
 
-class _RecordingEnviron(os._Environ):  # type: ignore[type-arg]
-    """An ``os.environ`` over the same data as the real one that notes which variables are read."""
+_ENVIRON_PLUMBING = frozenset({"os", "_collections_abc", "collections.abc", __name__})
+"""Modules whose frames stand between a read of the environment and the code that asked for it: ``os.getenv``,
+``Mapping.get`` and ``__contains__`` (whose module calls itself ``collections.abc``), this module's recording
+mapping."""
 
-    def __init__(self, real: Any, reads: dict[str, bool]) -> None:
+
+class _EnvRead(NamedTuple):
+    present: bool
+    where: str | None
+
+
+def _reader() -> str | None:
+    """``file:line`` of the first frame outside the environment's plumbing: the code that read the variable."""
+    frame = sys._getframe(1)
+    while frame is not None and frame.f_globals.get("__name__") in _ENVIRON_PLUMBING:
+        frame = frame.f_back
+    return None if frame is None else f"{_source_path(frame.f_code.co_filename)}:{frame.f_lineno}"
+
+
+def _source_path(filename: str) -> str:
+    """``filename`` below the longest ``sys.path`` entry that holds it (``pkg/mod.py``: the module it is), else as
+    it is."""
+    best = ""
+    for entry in sys.path:
+        root = os.path.join(os.path.abspath(entry or os.curdir), "")
+        if filename.startswith(root) and len(root) > len(best):
+            best = root
+    return filename[len(best) :] if best else filename
+
+
+class _RecordingEnviron(os._Environ):  # type: ignore[type-arg]
+    """An ``os.environ`` over the same data as the real one that notes which variables are read, and where first."""
+
+    def __init__(self, real: Any, reads: dict[str, _EnvRead]) -> None:
         super().__init__(real._data, real.encodekey, real.decodekey, real.encodevalue, real.decodevalue)
         self._reads = reads
 
@@ -1166,7 +1215,9 @@ class _RecordingEnviron(os._Environ):  # type: ignore[type-arg]
         return super().__iter__()
 
     def _record(self, key: object, *, present: bool) -> None:
-        self._reads.setdefault(os.fsdecode(key) if isinstance(key, bytes) else str(key), present)
+        name = os.fsdecode(key) if isinstance(key, bytes) else str(key)
+        if name not in self._reads:
+            self._reads[name] = _EnvRead(present, _reader())
 
 
 class _EnvironProbe(_Probe):
@@ -1174,7 +1225,7 @@ class _EnvironProbe(_Probe):
     _MAPPINGS = tuple(name for name in ("environ", "environb") if hasattr(os, name))
 
     def __init__(self) -> None:
-        self._reads: dict[str, bool] = {}
+        self._reads: dict[str, _EnvRead] = {}
         self._replaced: dict[str, object] = {}
         self._stack = ExitStack()
 
@@ -1197,11 +1248,12 @@ class _EnvironProbe(_Probe):
         self._after = dict(self._real)
 
     def effects(self) -> Iterator[SideEffect]:
-        for name, present in self._reads.items():
+        for name, (present, where) in self._reads.items():
+            at = f" at {where}" if where else ""
             if name == "*":
-                yield SideEffect("env-read", name, "the whole environment was enumerated")
+                yield SideEffect("env-read", name, _shorten(f"the whole environment was enumerated{at}"))
             else:
-                yield SideEffect("env-read", name, "read (set)" if present else "read (unset)")
+                yield SideEffect("env-read", name, _shorten(f"{'read (set)' if present else 'read (unset)'}{at}"))
         before, after = self._before, self._after
         for name, value in after.items():
             if name not in before:

@@ -1,0 +1,1 @@
+"""Training backends for kestrel. Import a specific backend explicitly."""

@@ -1,0 +1,1 @@
+"""Training-backend adapters for osprey. Import a backend subpackage explicitly."""

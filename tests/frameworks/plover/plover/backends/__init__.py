@@ -1,0 +1,1 @@
+"""Training-engine backends for plover. Each backend is imported explicitly."""

@@ -1,0 +1,1 @@
+"""Training backends for wren. Import a concrete backend explicitly, e.g. ``wren.backends.megatron``."""
