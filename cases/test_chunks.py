@@ -109,6 +109,7 @@ def test_budget_and_oversize_alone(subject: ModuleType, target: Target, case: tu
         )
 
 
+@pytest.mark.advisory
 @given(population_and_budget())
 def test_no_empty_chunks(subject: ModuleType, target: Target, case: tuple[list[TensorSpec], int]) -> None:
     specs, budget = case
@@ -222,6 +223,7 @@ def _growth(name: str, few: int, many: int, bound: float) -> tuple[bool, str]:
     )
 
 
+@pytest.mark.advisory
 @pytest.mark.parametrize(("small", "budget"), [(400, 64), (100, None)], ids=["many-short-chunks", "one-long-chunk"])
 def test_cost_is_linear_in_tensor_count(subject: ModuleType, target: Target, small: int, budget: int | None) -> None:
     few_inputs, many_inputs = _cost_inputs(small, budget), _cost_inputs(COST_GROWTH * small, budget)

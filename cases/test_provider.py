@@ -50,7 +50,7 @@ from harness.contracts.provider_calls import (
 from harness.plugin.failure import contract_failure
 from harness.plugin.families import family
 from harness.plugin.gate import declaration_of
-from harness.plugin.subjects import FreezeRuleNames, freeze_rule_names, required_call_shapes
+from harness.plugin.subjects import FreezeRuleNames, freeze_rule_names, provider_promises, required_call_shapes
 from harness.targets.matrix import Target, load_matrix
 from harness.targets.provider_shapes import (
     derive_calls,
@@ -92,22 +92,12 @@ def wrap(subject: ModuleType, provider: Callable[..., Any], args_per_level: list
     return provider
 
 
-def promises(subject: ModuleType) -> tuple[bool, bool]:
-    """``(inner_takes_kwargs, nested)``: whether the subject's inner providers take ``**kwargs``, and whether it wraps
-    a wrapped provider again. A declaration says so (``provider.inner_takes_kwargs``, ``provider.nested``); a module
-    subject promises both. Megatron never does either: it calls one provider with this target's keywords."""
-    return (
-        bool(getattr(subject, "PROVIDER_INNER_TAKES_KWARGS", True)),
-        bool(getattr(subject, "PROVIDER_NESTED", True)),
-    )
-
-
 def promised_inner_providers(
     subject: ModuleType, shapes: dict[str, Any], failing: bool = False
 ) -> st.SearchStrategy[ProviderSpec]:
     """Inner providers that name every keyword of ``shapes`` (Megatron's call on this target), or, where the subject
     promises it, take ``**kwargs`` instead."""
-    takes_kwargs, _ = promises(subject)
+    takes_kwargs = provider_promises(subject).inner_takes_kwargs
     keywords = sorted({k for keywords in shapes.values() for k in keywords})
     return provider_specs(
         failing=failing, positional_only=False, var_keyword=None if takes_kwargs else False, names=keywords
@@ -116,12 +106,13 @@ def promised_inner_providers(
 
 def promised_depths(subject: ModuleType) -> st.SearchStrategy[int]:
     """Wrapped once, as Megatron's ``get_model`` receives it, or twice where the subject says it nests wrappers."""
-    return st.integers(1, 2 if promises(subject)[1] else 1)
+    return st.integers(1, 2 if provider_promises(subject).nested else 1)
 
 
 def skip_when_all_promised(subject: ModuleType, target: Target) -> None:
     """Where the subject promises both, the mandatory case already draws every inner provider and depth."""
-    if all(promises(subject)):
+    promises = provider_promises(subject)
+    if promises.inner_takes_kwargs and promises.nested:
         pytest.skip(
             contract_failure(
                 target,
@@ -157,6 +148,11 @@ class LauncherArgs(argparse.Namespace):
 
     def read(self) -> set[str]:
         return set(object.__getattribute__(self, "_read"))
+
+
+def set_rules(args_per_level: list[LauncherArgs], rules: list[Rules]) -> None:
+    for args, (freeze, train_only) in zip(args_per_level, rules, strict=True):
+        args.set_rules(freeze, train_only)
 
 
 def unset_rules(subject: ModuleType) -> LauncherArgs:
@@ -335,17 +331,32 @@ def test_freeze_rules_of_nested_wrappers(
     returns_the_inner_model_with_freeze_rules_applied(subject, target, spec, 2, data)
 
 
-def returns_the_inner_model_with_freeze_rules_applied(
-    subject: ModuleType, target: Target, spec: ProviderSpec, depth: int, data: st.DataObject
+@pytest.mark.advisory
+@given(spec=provider_specs(positional_only=False), data=st.data())
+def test_freeze_rules_set_after_wrapping_still_apply(
+    subject: ModuleType, target: Target, spec: ProviderSpec, data: st.DataObject
 ) -> None:
+    """Rules set on ``args`` after the wrapper was made apply when the model is built. Advisory: a framework parses
+    its args before it wraps its provider, and nothing in Megatron sets them later, so a wrapper that reads them
+    when it is made is as correct."""
+    returns_the_inner_model_with_freeze_rules_applied(subject, target, spec, 1, data, rules_first=False)
+
+
+def returns_the_inner_model_with_freeze_rules_applied(
+    subject: ModuleType, target: Target, spec: ProviderSpec, depth: int, data: st.DataObject, rules_first: bool = True
+) -> None:
+    """With ``rules_first``, each level's rules are on its ``args`` before that level wraps (as a framework parses
+    its args, then wraps); otherwise they are set after every level has wrapped."""
     values = draw_caller_values(data, target)
     names = freeze_rule_names(subject)
     rules: list[Rules] = [draw_rules(data, names) for _ in range(depth)]
     inner = InnerProvider(spec, make_model=lambda: parameter_tree(GPT_PARAMETER_NAMES))
     args_per_level = [unset_rules(subject) for _ in range(depth)]
+    if rules_first:
+        set_rules(args_per_level, rules)
     wrapped = wrap(subject, inner.callable, args_per_level)
-    for args, (freeze, train_only) in zip(args_per_level, rules, strict=True):
-        args.set_rules(freeze, train_only)
+    if not rules_first:
+        set_rules(args_per_level, rules)
     frozen = expected_frozen(GPT_PARAMETER_NAMES, rules, names.match)
     described = f"rules {rules} (innermost first); inner provider {spec.describe()}"
     required = required_call_shapes(subject, target.provider.calls)
@@ -401,19 +412,13 @@ def test_declared_rule_names_are_read(subject: ModuleType, target: Target) -> No
         )
 
 
-@given(data=st.data())
-def test_inner_provider_errors_propagate_unchanged(subject: ModuleType, target: Target, data: st.DataObject) -> None:
-    shapes = required_call_shapes(subject, target.provider.calls)
-    spec = data.draw(promised_inner_providers(subject, shapes, failing=True), label="spec")
-    inner_provider_errors_propagate_unchanged(subject, target, spec, data.draw(promised_depths(subject)), data)
-
-
 @pytest.mark.advisory
 @given(spec=provider_specs(failing=True, positional_only=False), depth=st.integers(1, 2), data=st.data())
-def test_inner_provider_errors_propagate_beyond_the_promise(
+def test_inner_provider_errors_propagate_unchanged(
     subject: ModuleType, target: Target, spec: ProviderSpec, depth: int, data: st.DataObject
 ) -> None:
-    skip_when_all_promised(subject, target)
+    """Advisory: ``get_model`` lets whatever the provider raises out as it is, so which exception object a wrapper
+    lets out changes nothing Megatron does; it only changes what the user reads."""
     inner_provider_errors_propagate_unchanged(subject, target, spec, depth, data)
 
 
@@ -501,8 +506,6 @@ def test_real_gpt_model_through_the_wrapper(
     keywords = target.provider.calls[call_shape]
     provider = GPTProvider(derived[0] if derived else None)
     names = freeze_rule_names(subject)
-    args = unset_rules(subject)
-    wrapped = subject.wrap_model_provider(provider, args)
     caller_config = tiny_gpt_config()
     known: dict[str, Any] = {"vp_stage": VP_STAGE, "config": caller_config, "add_encoder": True, "add_decoder": True}
     pg_keyword = target.provider.process_group_keyword
@@ -517,7 +520,10 @@ def test_real_gpt_model_through_the_wrapper(
         freeze, train_only = (rules[0] if names.freeze else None), (rules[1] if names.train_only else None)
         stages = {"pre_process": pre_process, "post_process": post_process}
         passed = {k: {**known, **stages}[k] for k in keywords}
+        # The framework's args are parsed, then its provider wrapped: the rules are there when the wrapper is made.
+        args = unset_rules(subject)
         args.set_rules(freeze, train_only)
+        wrapped = subject.wrap_model_provider(provider, args)
         provider.built.clear()
         try:
             model = wrapped(**passed)

@@ -372,9 +372,11 @@ def _name_fragment(draw: st.DrawFn) -> str:
 
 
 def freeze_patterns() -> st.SearchStrategy[list[str] | None]:
-    """A freeze or train-only pattern list as a launcher would configure it (absent, empty, or a few regexes)."""
+    """A freeze or train-only pattern list as a launcher would configure it (absent, or a few regexes). Never an
+    empty list: whether an empty train-only list means "no rule" or "train nothing" is the framework's convention,
+    and nothing Megatron does decides it."""
     pattern = st.one_of(st.sampled_from(_REALISTIC_PATTERNS), _name_fragment())
-    return st.one_of(st.none(), st.lists(pattern, max_size=3))
+    return st.one_of(st.none(), st.lists(pattern, min_size=1, max_size=3))
 
 
 def expected_frozen(

@@ -120,19 +120,20 @@ def _splitter(declaration: Declaration) -> Callable[[list, list, int], Any]:
         if returns == "indices":
             return [([params[i] for i in chunk], [grads[i] for i in chunk]) for chunk in chunks]
         if returns == "grads":
-            return [_paired(params, grads, chunk) for chunk in chunks]
+            positions: dict[int, list[int]] = {}
+            for index, grad in enumerate(grads):
+                positions.setdefault(id(grad), []).append(index)
+            return [_paired(params, positions, chunk) for chunk in chunks]
         return chunks
 
     split_into_chunks.__qualname__ = f"split_into_chunks[{declaration.splitter['function']}]"
     return split_into_chunks
 
 
-def _paired(params: list, grads: list, chunk: list) -> tuple[list, list]:
-    """A chunk of grads with the param of each, found by identity in order (a grad listed twice pairs with its
-    params in turn); a tensor that is none of the grads (a copy) pairs with ``None``, which the case then names."""
-    positions: dict[int, list[int]] = {}
-    for index, grad in enumerate(grads):
-        positions.setdefault(id(grad), []).append(index)
+def _paired(params: list, positions: dict[int, list[int]], chunk: list) -> tuple[list, list]:
+    """A chunk of grads with the param of each, found by identity in order across the whole call (a grad listed twice
+    pairs with its params in turn); a tensor that is none of the grads (a copy) pairs with ``None``, which the case
+    then names."""
     chunk_params = []
     for grad in chunk:
         waiting = positions.get(id(grad))
@@ -237,6 +238,11 @@ class DeclaredPatch:
                 setattr(self.finalize, name, value)
         if "global" in self.budget:
             setattr(self.module, self.budget["global"], self.default_global if budget_bytes is None else budget_bytes)
+        # What finalize_model_grads will call is what this install bound (an apply function may bind a new closure
+        # over the budget each time); where it bound nothing, the captured replacement stays, never upstream.
+        bound = getattr(self.finalize, UPSTREAM_NAME, None)
+        if bound is not None and bound is not self.originals.get(UPSTREAM_NAME):
+            self.subject.allreduce_non_tensor_model_parallel_grads = bound
 
     def uninstall(self) -> None:
         """Undo the patch the declared way, else put back what the harness saw before the patch module ran."""
@@ -251,6 +257,7 @@ class DeclaredPatch:
                     setattr(self.finalize, name, value)
         if "global" in self.budget:
             setattr(self.module, self.budget["global"], self.default_global)
+        self.subject.allreduce_non_tensor_model_parallel_grads = self.rebinds[UPSTREAM_NAME]
 
 
 def _describe(value: object) -> str:

@@ -105,7 +105,10 @@ def test_a_wrapper_that_unfreezes_when_applied_twice_is_red_behind_a_signature_r
     root = copy_framework("legacyrl", tmp_path)
     provider = root / "legacyrl" / "backends" / "megatron_utils" / "model_provider.py"
     provider.write_text(provider.read_text() + UNFREEZING_RULES)
-    run = run_declared(session, root / DECLARATION, tmp_path / "report", ["cases/test_provider.py"])
+    # Nested wrappers are the framework's own promise: declared, their freeze rules are mandatory.
+    declaration = root / DECLARATION
+    declaration.write_text(declaration.read_text().replace("[provider]\n", "[provider]\nnested = true\n", 1))
+    run = run_declared(session, declaration, tmp_path / "report", ["cases/test_provider.py"])
     failed = run.require_red(f"unfreezing legacyrl on {session}")
     text = failed.get("test_returns_the_inner_model_with_freeze_rules_applied", "")
     assert "freeze rules" in text and "wrongly left trainable" in text, failed

@@ -54,6 +54,7 @@ def framework(tmp_path: Path) -> Path:
     (package / "__init__.py").write_text("")
     (package / "chunks.py").write_text(SPLITTER)
     (package / "provider.py").write_text(PROVIDER)
+    (package / "tensors.py").write_text(TENSOR_SPLITTERS)
     return tmp_path
 
 
@@ -107,7 +108,7 @@ def test_the_line_count_is_reported(framework: Path) -> None:
         (('freeze = "', 'freez = "'), "provider.freez", "unknown key"),
         (('factory = "toyframe.megatron_utils.provider:wrap_with_freeze"\n', ""), "provider.factory", "missing"),
         (('source_root = "src"', 'source_root = "nowhere"'), "subject.source_root", "is not a directory"),
-        (("arguments = [", 'arguments = ["budget", '), "splitter.arguments", "must order exactly"),
+        (("arguments = [", 'arguments = ["budget", '), "splitter.arguments", "must order"),
         (("toyframe.megatron_utils.chunks:split_grads", "toyframe.megatron_utils.chunks"), "splitter.function", ""),
         (("[splitter]", '[budget]\nglobal = "CHUNK"\n\n[splitter]'), "budget", "without [patch]"),
         (('freeze = "', 'nested = "yes"\nfreeze = "'), "provider.nested", "must be true or false, not 'yes'"),
@@ -233,3 +234,58 @@ def test_the_budget_variable_is_exposed_for_the_import_family(framework: Path, m
     module_subject = ModuleType("module_subject")
     module_subject.BUDGET_ENV_VAR = "MEGATRON_CONFORMANCE_ALLREDUCE_CHUNK_BYTES"  # as the reference subject does
     assert budget_env_var(module_subject) == "MEGATRON_CONFORMANCE_ALLREDUCE_CHUNK_BYTES"
+
+
+TENSOR_SPLITTERS = """
+def by_grads(grads, budget):
+    return [[g] for g in grads]
+
+
+def by_indices(tensors, budget, element_size=None):
+    return [[i] for i in range(len(tensors))]
+
+
+def copies(grads, budget):
+    return [[list(g)] for g in grads]
+"""
+
+
+@pytest.mark.parametrize("function, returns", [("by_grads", "grads"), ("by_indices", "indices")])
+def test_a_splitter_that_takes_no_params_is_paired_back_with_them(framework: Path, function: str, returns: str) -> None:
+    text = GOOD.replace("toyframe.megatron_utils.chunks:split_grads", f"toyframe.megatron_utils.tensors:{function}")
+    text = text.replace(
+        'arguments = ["budget", "params", "grads"]', f'arguments = ["grads", "budget"]\nreturns = "{returns}"'
+    )
+    subject = load_subject(str(declare(framework, text)))
+    shared = object()
+    grads = ["g0", shared, shared]
+    assert subject.split_into_chunks(["p0", "p1", "p2"], grads, 8) == [
+        (["p0"], ["g0"]),
+        (["p1"], [shared]),
+        (["p2"], [shared]),
+    ]
+
+
+def test_a_chunk_of_copies_pairs_with_no_param(framework: Path) -> None:
+    """A splitter that returns copies of the grads has nothing to pair: the case then names the chunk."""
+    text = GOOD.replace("toyframe.megatron_utils.chunks:split_grads", "toyframe.megatron_utils.tensors:copies")
+    text = text.replace('arguments = ["budget", "params", "grads"]', 'arguments = ["grads", "budget"]')
+    subject = load_subject(str(declare(framework, text)))
+    assert subject.split_into_chunks(["p0"], ["ab"], 8) == [([None], [["a", "b"]])]
+
+
+@pytest.mark.parametrize(
+    ("arguments", "returns", "reason"),
+    [
+        ('["grads"]', None, "must order"),
+        ('["grads", "budget"]', '"pairs"', "'pairs' needs a splitter that takes the params"),
+        ('["params", "grads", "budget"]', '"chunks"', "must be one of pairs, grads, indices"),
+    ],
+)
+def test_a_splitter_shape_that_cannot_be_used_is_one_line(
+    framework: Path, arguments: str, returns: str | None, reason: str
+) -> None:
+    text = GOOD.replace('arguments = ["budget", "params", "grads"]', f"arguments = {arguments}")
+    if returns:
+        text = text.replace(f"arguments = {arguments}", f"arguments = {arguments}\nreturns = {returns}")
+    assert reason in one_line_error(declare(framework, text))

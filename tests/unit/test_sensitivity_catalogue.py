@@ -56,17 +56,26 @@ def test_catalogue_covers_every_family() -> None:
     must_catch = [m for m in mutants if m.kind == "megatron" and not m.equivalent]
     assert len(must_catch) >= 15, f"{len(must_catch)} Megatron mutants the gate must catch"
     assert sum(m.equivalent for m in mutants) >= 3
-    subjects = [m for m in mutants if m.kind == "subject"]
+    subjects = [m for m in mutants if m.kind == "subject" and not m.equivalent]
     assert len(subjects) >= 15
     assert {m.family for m in subjects} == families
     assert {m.family for m in must_catch} == families - {"chunk-splitting"}
 
 
 def test_subject_mutants_live_beside_the_catalogue() -> None:
-    seeded = cat.CATALOGUE.parent / "seeded"
+    """Seeded breaks under ``seeded/``, correct variants (must stay green) under ``correct/``."""
+    beside = cat.CATALOGUE.parent
     for mutant in catalogue():
         if mutant.kind == "subject":
-            assert Path(str(mutant.subject)).is_relative_to(seeded), mutant
+            home = beside / ("correct" if mutant.equivalent else "seeded")
+            assert Path(str(mutant.subject)).is_relative_to(home), mutant
+
+
+def test_every_correct_variant_is_a_must_stay_green_subject() -> None:
+    variants = {path.resolve() for path in (cat.CATALOGUE.parent / "correct").glob("*.py") if path.stem != "variant"}
+    variants -= {(cat.CATALOGUE.parent / "correct" / "__init__.py").resolve()}
+    listed = {Path(str(m.subject)) for m in catalogue() if m.kind == "subject" and m.equivalent}
+    assert variants and variants == listed
 
 
 def broken(change: Any) -> dict[str, Any]:
