@@ -18,8 +18,10 @@ from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 from harness.contracts.allocations import AllocationSummary
-from harness.contracts.equivalence import FakeParameter, Population, RankReport, compare_task, gpt_finalize_task
+from harness.contracts.equivalence import Population, RankReport, compare_task, gpt_finalize_task
 from harness.contracts.populations import (
+    LARGEST_BUFFER,
+    LARGEST_BUFFER_BUDGET,
     MODEL_LIKE_BUDGET,
     budgets_for_population,
     fake_module_populations,
@@ -132,33 +134,18 @@ def test_matches_upstream_on_generated_modules(
         )
 
 
-LARGE = Population(
-    chunks=(
-        tuple(
-            FakeParameter(
-                f"decoder.layers.{i}.input_layernorm.weight", 16_384, "fp32", "main_grad", sequence_parallel=True
-            )
-            for i in range(64)
-        ),
-    ),
-    sequence_parallel=True,
-    qk_layernorm=False,
-    seed=7,
-)
-
-
 @ON_RANKS
 def test_largest_buffer_is_bounded_by_the_budget(
     target: Target, subject_name: str, report_dir: Path, record_finding: Callable[[str, str], None]
 ) -> None:
-    """4 MiB of sequence-parallel fp32 grads, 64 KiB each, under a 64 KiB budget: the subject's largest message stays
+    """4 MiB of sequence-parallel fp32 grads, 16 KiB each, under a 64 KiB budget: the subject's largest message stays
     within the budget, and the memory it holds at once within the bound (8 chunks: 512 KiB, an eighth of what a design
     holding every grad at once needs). ``equivalence_memory.json`` records both sides' messages and allocations and,
     under ``finding``, whether upstream itself needs the patch for memory on this target."""
-    budget = 64 * 1024
+    budget = LARGEST_BUFFER_BUDGET
     with model_parallel(get_pool(2, "gloo"), 2) as pool:
-        reports = pool.run(compare_task, LARGE, subject_name, budget, 2, True, measure_upstream=True)
-    total = 64 * 16_384 * 4
+        reports = pool.run(compare_task, LARGEST_BUFFER, subject_name, budget, 2, True, measure_upstream=True)
+    total = sum(spec.numel * 4 for spec in LARGEST_BUFFER.chunks[0])
     first = reports[0]
     ours = max((size for _, size, _ in first.collectives), default=0)
     theirs = max((size for _, size, _ in first.upstream_collectives), default=0)

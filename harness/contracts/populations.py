@@ -250,3 +250,22 @@ def model_like_populations(fsdp: str, groups: tuple[str, ...] = ("implicit",)) -
     if fsdp != "off":
         examples.append(Population(fsdp_chunks=1 if fsdp == "trailing" else 2, **common))
     return examples
+
+
+LARGEST_BUFFER = Population(
+    chunks=(
+        tuple(
+            FakeParameter(
+                f"decoder.layers.{i}.input_layernorm.weight", 4_096, "fp32", "main_grad", sequence_parallel=True
+            )
+            for i in range(256)
+        ),
+    ),
+    sequence_parallel=True,
+    qk_layernorm=False,
+    seed=7,
+)
+"""4 MiB of sequence-parallel fp32 grads, 16 KiB each, separate tensors: the largest-buffer case's population."""
+LARGEST_BUFFER_BUDGET = 64 * 1024
+"""Four grads per chunk, so a design that flattens each chunk allocates; the memory bound (8 chunks, 512 KiB) is an
+eighth of what holding every grad at once takes."""
