@@ -203,14 +203,26 @@ def fake_module_populations(
 
 @st.composite
 def budgets_for_population(draw: st.DrawFn, population: Population) -> int:
-    """1 byte, around one grad's size, or beyond the whole population; never 0 (an empty grad has no bytes, and a
-    budget of 0 is no budget)."""
+    """The smallest budget allowed, around one grad's size, or beyond the whole population; never 0 (an empty grad has
+    no bytes, and a budget of 0 is no budget).
+
+    The smallest is 1 byte, or 1/``SLICES_PER_GRAD`` of the largest grad: a design that reduces a grad over the
+    budget in budget-sized slices (as correct as reducing it whole) then makes at most that many collectives per
+    grad, as it would with real budgets (hundreds of MiB) next to real grads; a 4 MiB grad under a 1-byte budget
+    would take it four million.
+    """
     sizes = [
         max(1, s.numel * torch.empty((), dtype=PARAM_DTYPES[s.dtype]).element_size())
         for chunk in population.chunks
         for s in chunk
     ]
-    return draw(st.one_of(st.just(1), st.sampled_from(sizes), st.integers(1, 2 * sum(sizes) + 1)))
+    smallest = max(1, -(-max(sizes) // SLICES_PER_GRAD))
+    at_least = [size for size in sizes if size >= smallest]
+    return draw(st.one_of(st.just(smallest), st.sampled_from(at_least), st.integers(smallest, 2 * sum(sizes) + 1)))
+
+
+SLICES_PER_GRAD = 64
+"""The most budget-sized slices a generated example asks of its largest grad (see ``budgets_for_population``)."""
 
 
 def _gpt_chunk(layers: range) -> tuple[FakeParameter, ...]:

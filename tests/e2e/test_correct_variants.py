@@ -1,0 +1,36 @@
+"""Correct variants of the reference subject stay green (``harness/sensitivity/correct/``): each does one thing its
+own way that correct adapters do, and the gate must not mistake it for a break."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from tests.pytest_helpers import ROOT, run_target_cases
+
+SESSION = "megatron-0.15"
+CORRECT = ROOT / "harness" / "sensitivity" / "correct"
+OPS_ADVISORY = "test_reduces_with_upstreams_ops"
+# variant -> (case file, advisories it must show: the style it has, named, never a red)
+VARIANTS = {
+    "allreduce_bound_at_import": ("cases/test_equivalence.py", set()),
+    "allreduce_sum_then_divide": ("cases/test_equivalence.py", {OPS_ADVISORY}),
+    "import_reads_budget_variable": ("cases/test_import.py", set()),
+    "import_inspects_megatron": ("cases/test_import.py", set()),
+}
+
+
+@pytest.mark.parametrize("variant", sorted(VARIANTS))
+def test_a_correct_variant_is_green(variant: str, tmp_path: Path) -> None:
+    case_file, advisories = VARIANTS[variant]
+    run = run_target_cases(SESSION, [case_file], tmp_path, subject=CORRECT / f"{variant}.py")
+    assert run.returncode == 0, f"{variant}: {run.failed() or run.output[-3000:]}"
+    summary = json.loads((tmp_path / "summary.json").read_text())
+    advised = {advisory["case"].split("::")[-1].split("[")[0] for advisory in summary["advisories"]}
+    assert advised == advisories, summary["advisories"]
+    if variant == "import_reads_budget_variable":
+        waived = [w for w in summary["waivers"] if w["kind"] == "env-read"]
+        assert [w["name"] for w in waived] == ["MEGATRON_CONFORMANCE_ALLREDUCE_CHUNK_BYTES"] * len(waived) and waived
+        assert all("reads_budget_at_import/__init__.py:" in w.get("detail", "") for w in waived), waived
