@@ -444,10 +444,12 @@ def tiny_gpt_config() -> Any:
 class GPTProvider:
     """A GPT model provider as Megatron-LM's ``pretrain_gpt.py`` writes one, built on the installed ``GPTModel``.
 
-    It takes what some release's ``get_model`` passes to a GPT provider (``vp_stage``; ``config`` and
-    ``pg_collection`` from 0.16) and nothing else, so a wrapper must drop ``add_encoder``/``add_decoder``. It hands
-    ``GPTModel`` the process groups under the keyword the installed ``GPTModel`` names (``process_group_keyword``) and
-    only when the caller gave some; the caller's config replaces the provider's own.
+    It names every keyword some release's ``get_model`` passes a provider (``vp_stage``; ``config`` and
+    ``pg_collection`` from 0.16; ``add_encoder``/``add_decoder``, which 0.13 passes only to the provider of an
+    encoder-decoder model and a GPT has no use for), as a framework's own provider names what Megatron passes it: a
+    wrapper may forward them all or pass only what the provider names. It hands ``GPTModel`` the process groups under
+    the keyword the installed ``GPTModel`` names (``process_group_keyword``) and only when the caller gave some; the
+    caller's config replaces the provider's own.
     """
 
     process_group_keyword: str | None
@@ -460,6 +462,8 @@ class GPTProvider:
         vp_stage: int | None = None,
         config: Any = None,
         pg_collection: Any = None,
+        add_encoder: bool = True,
+        add_decoder: bool = True,
     ) -> Any:
         from megatron.core.models.gpt.gpt_layer_specs import get_gpt_layer_local_spec
         from megatron.core.models.gpt.gpt_model import GPTModel
