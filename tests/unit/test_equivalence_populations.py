@@ -6,10 +6,13 @@ from types import SimpleNamespace
 
 import pytest
 import torch
+from hypothesis import given
+from hypothesis import strategies as st
 
-from harness.contracts import equivalence
+from harness.contracts import equivalence, populations
 from harness.contracts.allocations import AllocationSummary
 from harness.contracts.equivalence import LAYOUTS, FakeParameter, Population
+from harness.contracts.populations import budgets_for_population, fake_module_populations
 
 
 @pytest.fixture(autouse=True)
@@ -118,3 +121,14 @@ def test_the_memory_bound_widens_for_an_empty_grad_upstream_promoted_with(monkey
 
     assert judged(4) == []
     assert any("bytes of tensors it allocated at once" in p for p in judged(2))
+
+
+@given(fake_module_populations().flatmap(lambda p: st.tuples(st.just(p), budgets_for_population(p))))
+def test_a_generated_budget_asks_at_most_64_slices_of_the_largest_grad(case: tuple[Population, int]) -> None:
+    population, budget = case
+    largest = max(
+        (max(1, spec.numel * equivalence.DTYPES[spec.dtype].itemsize) for chunk in population.chunks for spec in chunk),
+        default=1,
+    )
+    assert budget >= 1
+    assert budget * populations.SLICES_PER_GRAD >= largest
