@@ -2,14 +2,12 @@
 
 from __future__ import annotations
 
-import inspect
 
 from hypothesis import find, given, settings
 
 from harness.contracts.provider_calls import ProviderSpec, freeze_patterns, provider_specs
 
 MEGATRON_016 = ("pre_process", "post_process", "vp_stage", "config", "pg_collection")
-BY_NAME = (inspect.Parameter.POSITIONAL_OR_KEYWORD, inspect.Parameter.KEYWORD_ONLY)
 
 
 @settings(max_examples=200)
