@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-
 from hypothesis import find, given, settings
 
 from harness.contracts.provider_calls import ProviderSpec, freeze_patterns, provider_specs
