@@ -276,7 +276,10 @@ def _strict(config: pytest.Config) -> bool:
         return declaration.strict
     if _SUBJECT not in config.stash:
         spec = subject_spec(config.getoption("--subject"))
-        config.stash[_SUBJECT] = load_subject(str(Path(spec).resolve()) if Path(spec).exists() else spec)
+        try:
+            config.stash[_SUBJECT] = load_subject(str(Path(spec).resolve()) if Path(spec).exists() else spec)
+        except Exception:
+            return True  # a subject that cannot be loaded here is judged as strictly as any module subject
     return bool(getattr(config.stash[_SUBJECT], "STRICT", True))
 
 
