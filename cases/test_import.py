@@ -330,7 +330,23 @@ def test_first_calls_of_the_subject_change_nothing(
 ) -> None:
     """A subject that patches lazily, on the first call of one of its functions, is red here or, when another case
     called it first, in the session watch after that case."""
+    effects = _megatron_state(_observed_first_calls(subject, observe))
+    assert not effects, contract_failure(
+        target, FAMILY.name, "the first calls of the subject's functions changed Megatron", _effects(effects)
+    )
 
+
+@pytest.mark.advisory
+def test_first_calls_of_the_subject_have_no_other_effects(
+    target: Target, subject: ModuleType, observe: Callable[..., list[SideEffect]]
+) -> None:
+    effects = _other_effects(_observed_first_calls(subject, observe))
+    assert not effects, contract_failure(
+        target, FAMILY.name, "the first calls of the subject's functions had side effects", _effects(effects)
+    )
+
+
+def _observed_first_calls(subject: ModuleType, observe: Callable[..., list[SideEffect]]) -> list[SideEffect]:
     def first_calls() -> None:
         # Whether each call succeeds is other families' business; what it changed on the way is this one's.
         wrap = subject.wrap_model_provider
@@ -343,12 +359,7 @@ def test_first_calls_of_the_subject_change_nothing(
             with contextlib.suppress(Exception):
                 call()
 
-    effects = _megatron_state(
-        _observed_once("first-calls", lambda block: observe(block, watch_modules=("megatron",)), first_calls)
-    )
-    assert not effects, contract_failure(
-        target, FAMILY.name, "the first calls of the subject's functions changed Megatron", _effects(effects)
-    )
+    return _observed_once("first-calls", lambda block: observe(block, watch_modules=("megatron",)), first_calls)
 
 
 @pytest.mark.role("patch")
