@@ -18,7 +18,7 @@ from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 from harness.contracts.allocations import AllocationSummary
-from harness.contracts.equivalence import Population, RankReport, compare_task, gpt_finalize_task
+from harness.contracts.equivalence import Population, RankReport, compare_task, fsdp_grads, gpt_finalize_task
 from harness.contracts.populations import (
     LARGEST_BUFFER,
     LARGEST_BUFFER_BUDGET,
@@ -60,7 +60,7 @@ def fsdp_order() -> str:
     """Which chunks may have FSDP on for this target's upstream (see ``FSDP_ORDERS``): any trailing ones where each
     chunk's flag decides how its own grads are read (``use_megatron_fsdp``), all or none where the write-back reads
     an attribute only FSDP chunks' params have (``use_custom_fsdp``)."""
-    return "trailing" if upstream_fsdp_flag() == "use_megatron_fsdp" else "all"
+    return "trailing" if fsdp_grads(upstream_fsdp_flag()) == "sharded" else "all"
 
 
 def group_kinds(world_size: int, tensor_parallel: int) -> tuple[str, ...]:

@@ -54,11 +54,22 @@ GRAD_BUFFERS = ("none", "forward", "reverse")
 reverse (Megatron's grad buffer): the layout that lets a subject reduce neighbouring grads without a copy, and that a
 subject reducing a region with a gap in it gets wrong."""
 
+MANAGED_FSDP_FLAG = "use_custom_fsdp"
+"""0.13's flag, whose FSDP grads live in a separate attribute; under any other flag upstream reads (0.14's
+``use_megatron_fsdp``, or whatever a later release renames it to) they are sharded ``DTensor``s."""
+
 FSDP_GRADS = {
-    "use_megatron_fsdp": "a DTensor sharded over the data-parallel group, whose local shard upstream reduces in place",
-    "use_custom_fsdp": "a tensor in the separate `fsdp_managed_main_grad` attribute",
+    "sharded": "a DTensor sharded over the data-parallel group, whose local shard upstream reduces in place",
+    "managed": "a tensor in the separate `fsdp_managed_main_grad` attribute",
 }
-"""Where a grad of a chunk with FSDP on lives, per the flag the target's upstream reads (0.14 on, 0.13)."""
+"""Where a grad of a chunk with FSDP on lives (see ``fsdp_grads``)."""
+
+
+def fsdp_grads(fsdp_flag: str) -> str:
+    """``managed`` under 0.13's flag, else ``sharded``: keyed on the one flag that differs, so a release that renames
+    the newer flag is still laid out as its upstream reads it."""
+    return "managed" if fsdp_flag == MANAGED_FSDP_FLAG else "sharded"
+
 
 FSDP_GRAD_ATTR = "fsdp_managed_main_grad"
 
@@ -205,7 +216,7 @@ def _build_chunks(population: Population, rank: int, fsdp_flag: str) -> list[tor
         chunk.ddp_config = ddp_config(fsdp_flag, fsdp)
         chunk.config = _config_of(population)
         for spec, grad in zip(chunk_specs, _chunk_grads(chunk_specs, population, rank, index, device), strict=True):
-            if grad is not None and fsdp and fsdp_flag == "use_megatron_fsdp":
+            if grad is not None and fsdp and fsdp_grads(fsdp_flag) == "sharded":
                 grad = _sharded(grad)
             # A sharded grad's shape is the whole tensor's, which the param must have to take it as ``.grad``.
             shape = _shape(spec) if grad is None else grad.shape
@@ -215,7 +226,7 @@ def _build_chunks(population: Population, rank: int, fsdp_flag: str) -> list[tor
                 param.sequence_parallel = True
             if spec.average_across_tp:
                 param.average_gradients_across_tp_domain = True
-            if fsdp and fsdp_flag == "use_custom_fsdp":
+            if fsdp and fsdp_grads(fsdp_flag) == "managed":
                 setattr(param, FSDP_GRAD_ATTR, grad)
             else:
                 if spec.grad_kind.startswith("main_grad"):
@@ -486,7 +497,7 @@ def _fsdp_labels(population: Population, fsdp_flag: str) -> dict[str, str]:
     subject that misreads the chunk's config gets wrong."""
     first_fsdp = len(population.chunks) - population.fsdp_chunks
     return {
-        f"{c}:{spec.name}": f"{c}:{spec.name} (chunk {c} has {fsdp_flag} on: {FSDP_GRADS[fsdp_flag]})"
+        f"{c}:{spec.name}": f"{c}:{spec.name} (chunk {c} has {fsdp_flag} on: {FSDP_GRADS[fsdp_grads(fsdp_flag)]})"
         for c, chunk_specs in enumerate(population.chunks)
         if c >= first_fsdp
         for spec in chunk_specs
