@@ -4,9 +4,10 @@ Each property names itself in its failure message, so a red says which promise b
 budget, no-empty, greedy tightness, element-size accounting, budget validation or linear cost (measured in bytecode
 instructions and bytes allocated, not in time or calls).
 
-Greedy tightness and budget validation are advisory (``@pytest.mark.advisory``): an adapter that makes more
-collectives than needed, or treats a budget of 0 as "one tensor per chunk", is still correct. They are reported in
-their own colour, and are reds only for a strict subject (a module subject, or a declaration with ``strict = true``).
+Greedy tightness, budget validation, no empty chunk and linear cost are advisory (``@pytest.mark.advisory``): an
+adapter that makes more collectives than needed, treats a budget of 0 as "one tensor per chunk", leaves an empty
+chunk or splits in quadratic time still gives Megatron every value it computes. They are reported in their own
+colour, and are reds only for a strict subject (a module subject, or a declaration with ``strict = true``).
 """
 
 from __future__ import annotations

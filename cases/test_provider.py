@@ -1,23 +1,23 @@
 """Contract: model-provider wrapping. The subject's ``wrap_model_provider`` under each of the target's call shapes.
 
 Megatron's training loop calls the model provider with keywords that change between releases (the target's
-``provider.calls`` in matrix.yaml). Under every call shape a wrapped provider must hand the inner provider
-``pre_process``/``post_process`` and each other keyword the caller passed that the inner accepts (by name or through
-``**kwargs``); never a keyword the inner cannot take and never a value the caller did not pass; return the inner's
-model after applying the freeze rules, read from ``args`` when the model is built; and let an error of the inner
-provider out as the same exception object. Generated inner providers cover every parameter kind; a real ``GPTModel``
-shows the values reach the model Megatron builds.
+``provider.calls`` in matrix.yaml). Mandatory, because ``get_model`` does it: under every call shape, an inner
+provider that names the keywords this target passes (or takes ``**kwargs``, where the subject says its inner providers
+do) receives them through the wrapper, wrapped once (twice where the subject says it nests wrappers), and the model
+returned has the freeze rules applied (``get_model`` wraps it in DDP at once, which builds grad buffers for the params
+that require grad then). A real ``GPTModel`` shows the values reach the model Megatron builds.
 
 Freeze rules: ``args.freeze_patterns`` are regexes of parameter names to freeze, ``args.train_only_patterns`` regexes
 of the only parameters to train; a pattern applies to a name when ``re.search`` finds it in the name. A declared
-subject names its own ``args`` attributes and match mode (``[provider]``), and the wrapper must read each one.
+subject names its own ``args`` attributes and match mode (``[provider]``), and the wrapper must read each one. The
+rules are on ``args`` when the wrapper is made, as a framework parses its args and then wraps.
 
 One red never hides another: the freeze rules are checked under every call shape the wrapper survives (and under
-the bare ``pre_process``/``post_process`` call when it survives none), so a wrapper that breaks on a keyword still
-has its freeze rules judged. Advisory (reported apart unless the subject is strict): reaching parameters of the
-inner provider that are positional-only, and values the caller did not pass reaching the inner provider. Call
-shapes only other targets make (and shapes a declaration says its models never meet) are a forecast: reported,
-never a red on this target, even for a strict subject.
+the bare ``pre_process``/``post_process`` call when it survives none). Advisory (reported apart unless the subject is
+strict), since Megatron does none of it: inner providers beyond the promise, nested wrappers unless promised, rules
+set after wrapping, positional-only inner parameters, values the caller did not pass reaching the inner provider, and
+the inner provider's error let out as the same object. Call shapes only other targets make (and shapes a declaration
+says its models never meet) are a forecast: reported, never a red on this target, even for a strict subject.
 """
 
 from __future__ import annotations
