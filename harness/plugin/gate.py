@@ -113,7 +113,11 @@ def target(pytestconfig: pytest.Config) -> Target:
 def subject_name(pytestconfig: pytest.Config) -> str:
     """How the subject is named (module, or path made absolute), for code that loads it again in rank processes or
     from another working directory."""
-    spec = subject_spec(pytestconfig.getoption("--subject"))
+    return _subject_name(pytestconfig)
+
+
+def _subject_name(config: pytest.Config) -> str:
+    spec = subject_spec(config.getoption("--subject"))
     return str(Path(spec).resolve()) if Path(spec).exists() else spec
 
 
@@ -275,9 +279,8 @@ def _strict(config: pytest.Config) -> bool:
     if declaration is not None:
         return declaration.strict
     if _SUBJECT not in config.stash:
-        spec = subject_spec(config.getoption("--subject"))
         try:
-            config.stash[_SUBJECT] = load_subject(str(Path(spec).resolve()) if Path(spec).exists() else spec)
+            config.stash[_SUBJECT] = load_subject(_subject_name(config))
         except Exception:
             return True  # a subject that cannot be loaded here is judged as strictly as any module subject
     return bool(getattr(config.stash[_SUBJECT], "STRICT", True))
