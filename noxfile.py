@@ -150,9 +150,12 @@ def _ensure_browser(session: nox.Session) -> str:
         return found
     if hasattr(os, "geteuid") and os.geteuid() == 0 and shutil.which("apt-get"):
         env = {"DEBIAN_FRONTEND": "noninteractive"}
-        session.run("apt-get", "update", "-qq", external=True, env=env, silent=True)
         session.log("installing chromium for the report's HTML test (apt-get install chromium)")
-        session.run("apt-get", "install", "-y", "-qq", "chromium", external=True, env=env, silent=True)
+        # An install cut off earlier (a killed CI job) leaves dpkg "interrupted", and apt refuses every install until
+        # the pending packages are configured; finishing them is what apt's own message asks for.
+        session.run("dpkg", "--configure", "-a", external=True, env=env, silent=True)
+        session.run("apt-get", "update", "-qq", external=True, env=env, silent=True)
+        session.run("apt-get", "install", "-y", "-qq", "--fix-broken", "chromium", external=True, env=env, silent=True)
         found = next((shutil.which(name) for name in BROWSERS if shutil.which(name)), None)
         if found:
             return found
