@@ -26,6 +26,8 @@ import nox
 ROOT = Path(__file__).resolve().parent
 sys.path.insert(0, str(ROOT))
 
+from harness.formats.environment import MATRIX_ENV_VAR  # noqa: E402
+from harness.formats.summary import SummaryError, read_summary  # noqa: E402
 from harness.plugin.command import case_command  # noqa: E402
 from harness.plugin.subjects import subject_spec  # noqa: E402
 from harness.reports.api_diff import ApiDiffError, compare, render_markdown, write_report  # noqa: E402
@@ -42,7 +44,7 @@ from harness.targets.matrix import MatrixError, Target, load_matrix, venv_python
 from harness.targets.venv_install import HARNESS_REQUIREMENTS, describe, install_command  # noqa: E402
 
 try:
-    MATRIX = load_matrix(os.environ.get("MEGATRON_CONFORMANCE_MATRIX", ROOT / "matrix.yaml"))
+    MATRIX = load_matrix(os.environ.get(MATRIX_ENV_VAR, ROOT / "matrix.yaml"))
 except MatrixError as err:
     raise SystemExit(f"megatron-conformance: {err}") from None
 REPORTS = Path(os.environ.get("MEGATRON_CONFORMANCE_REPORTS", ROOT / "reports"))
@@ -258,9 +260,9 @@ def sensitivity(session: nox.Session) -> None:
 
 def _nested_nox(session: nox.Session, arguments: list[str], matrix: Path | None = None, check: bool = True) -> int:
     """This noxfile run again in a child nox, on ``matrix`` when given; returns its exit status."""
-    env = {**os.environ, **({"MEGATRON_CONFORMANCE_MATRIX": str(matrix)} if matrix else {})}
+    env = {**os.environ, **({MATRIX_ENV_VAR: str(matrix)} if matrix else {})}
     command = [sys.executable, "-m", "nox", "-f", str(ROOT / "noxfile.py"), *arguments]
-    session.log(" ".join(["MEGATRON_CONFORMANCE_MATRIX=" + str(matrix)] if matrix else []) + " " + " ".join(command))
+    session.log(" ".join([f"{MATRIX_ENV_VAR}={matrix}"] if matrix else []) + " " + " ".join(command))
     returncode = subprocess.run(command, cwd=ROOT, env=env).returncode
     if check and returncode != 0:
         session.error(f"{' '.join(arguments)} failed (exit {returncode})")
@@ -305,18 +307,18 @@ def candidate(session: nox.Session) -> None:
         _nested_nox(session, ["-s", baseline.session, "--install-only"])
     session.log(f"drift of the candidate from {baseline.session}, the newest target of another version:")
     _print_drift(session, {s: venv_python(ROOT, s) for s in (baseline.session, candidates.SESSION)})
-    for finding in _findings(REPORTS / candidates.SESSION / "summary.json"):
+    for finding in _findings(REPORTS / candidates.SESSION):
         session.log(f"candidate finding ({finding['family']}): {finding['text']}")
     if gate != 0:
         session.error(f"candidate {spec}: the gate is red (exit {gate}); reports/{candidates.SESSION}/ has the details")
     session.log(f"candidate {spec}: every family green")
 
 
-def _findings(summary: Path) -> list[dict[str, str]]:
+def _findings(report_dir: Path) -> list[dict[str, str]]:
     """The findings a target session recorded (not verdicts: e.g. whether upstream still coalesces everything)."""
     try:
-        return json.loads(summary.read_text()).get("findings", [])
-    except (OSError, ValueError):
+        return read_summary(report_dir).findings
+    except (OSError, SummaryError):
         return []
 
 

@@ -18,13 +18,16 @@ from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 from harness.contracts.allocations import AllocationSummary
-from harness.contracts.equivalence import Population, RankReport, compare_task, fsdp_grads, gpt_finalize_task
+from harness.contracts.equivalence import RankReport, compare_task
+from harness.contracts.gpt_step import gpt_finalize_task
 from harness.contracts.populations import (
     LARGEST_BUFFER,
     LARGEST_BUFFER_BUDGET,
     MODEL_LIKE_BUDGET,
+    Population,
     budgets_for_population,
     fake_module_populations,
+    fsdp_grads,
     model_like_populations,
 )
 from harness.plugin.failure import contract_failure

@@ -20,20 +20,30 @@ internal buffers, workspace of a fused kernel), tensors made outside the block (
 go: a few bytes for scalars). On CUDA, ``torch.cuda.max_memory_allocated`` above the block's starting level is
 taken as well, and the peak is the larger of the two: the caching allocator sees kernel workspace the ops do not,
 and rounds every block up to a multiple of 512 bytes.
+
+The equivalence family's memory bound lives here too, beside the summary it judges: how many bytes a subject may hold
+at once during its call (:data:`MEMORY_BOUND_CHUNKS` chunks of the budget), and the problems a rank reports when its
+peak exceeds that or it made tensors on another device than the grads'.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterator
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 from torch.multiprocessing.reductions import StorageWeakRef
 from torch.utils._python_dispatch import TorchDispatchMode
 
+if TYPE_CHECKING:
+    from harness.contracts.equivalence import RankReport
+
 CUDA_BLOCK_BYTES = 512
 """The CUDA caching allocator rounds every allocation up to a multiple of this."""
+
+MEMORY_BOUND_CHUNKS = 8
+"""How many chunk-sized buffers a subject may hold at once during its call (see ``_memory_bound``)."""
 
 
 @dataclass(frozen=True)
@@ -156,3 +166,43 @@ def _storage_ptr(tensor: torch.Tensor) -> int:
         return tensor.untyped_storage().data_ptr()
     except (RuntimeError, NotImplementedError):
         return 0
+
+
+def _memory_bound(budget: int, largest: int, widest_element: int, smallest_element: int) -> tuple[int, int]:
+    """``(chunk, bound)``: the bytes one chunk's buffer may take, and the most bytes of tensors a subject may hold at
+    once during its call.
+
+    ``chunk = max(budget, largest grad) x widest / smallest``: a chunk holds at most the budget, or one grad over it,
+    flattened in the dtype the reduced grads promote to (bf16 with fp16 gives fp32), as upstream's single buffer is.
+    ``bound = MEMORY_BOUND_CHUNKS x chunk``, a constant multiple, so the verdict never depends on timing: a design
+    whose memory is O(budget) holds a few chunks at once (the one being reduced, the previous one still bound to a
+    loop variable, the one gloo's worker thread drops a moment after ``all_reduce`` returns, one per op and two in
+    flight for an overlapping design) and stays far below it; a design that holds every grad at once exceeds it many
+    times over on the populations sized for it (the largest-buffer case: 64 grads of one chunk each).
+    """
+    chunk = max(budget, largest) * widest_element // smallest_element
+    return chunk, chunk * MEMORY_BOUND_CHUNKS
+
+
+def _check_memory(
+    report: RankReport, budget: int, largest: int, widest: int, smallest: int, device: torch.device
+) -> None:
+    summary = report.allocations
+    assert summary is not None
+    chunk, report.memory_bound_bytes = _memory_bound(budget, largest, widest, smallest)
+    if summary.peak_bytes > report.memory_bound_bytes:
+        cuda = "" if summary.cuda_peak_bytes is None else f", CUDA allocator peak {summary.cuda_peak_bytes}"
+        report.problems.append(
+            f"rank {report.rank}: the subject held {summary.peak_bytes} bytes of tensors it allocated at once "
+            f"(largest {summary.largest_bytes}, {summary.count} allocations of {summary.total_bytes} bytes in all"
+            f"{cuda}) > {report.memory_bound_bytes} bytes = {MEMORY_BOUND_CHUNKS} x max(budget {budget}, largest "
+            f"grad {largest}) x dtype promotion {widest}/{smallest} ({chunk}): its memory grows with the grads, not "
+            "with the budget"
+        )
+    for allocation in summary.on_other_devices(device)[:3]:
+        made, grads = torch.device(allocation.device), torch.device(device)
+        where = (made.type, grads.type) if made.type != grads.type else (str(made), str(grads))
+        report.problems.append(
+            f"rank {report.rank}: the subject created a {where[0]} buffer for {where[1]} grads "
+            f"({allocation.op}, {allocation.nbytes} bytes)"
+        )

@@ -1,17 +1,17 @@
 """Upstream vs subject all-reduce on identical fake modules, inside real rank processes.
 
-The main process describes a population (picklable specs); every rank materialises two identical copies with
-rank-dependent values, runs upstream on one and the subject on the other in the same process groups, and reports
-each difference it sees: grads that differ, grads that should not have been touched, grad objects re-bound
-differently, collectives with another op or group, buffers larger than the budget allows, more memory held at once
-than the budget allows (:mod:`harness.contracts.allocations`), and tensors made on another device than the grads'.
+The main process describes a population (picklable specs, :mod:`harness.contracts.populations`); every rank
+materialises two identical copies with rank-dependent values, runs upstream on one and the subject on the other in the
+same process groups, and reports each difference it sees: grads that differ, grads that should not have been touched,
+grad objects re-bound differently, collectives with another op or group, buffers larger than the budget allows, more
+memory held at once than the budget allows (the bound in :mod:`harness.contracts.allocations`), and tensors made on
+another device than the grads'. The same comparison on a real GPTModel step is :mod:`harness.contracts.gpt_step`.
 """
 
 from __future__ import annotations
 
 import contextlib
 import dataclasses
-import functools
 import resource
 import traceback
 from dataclasses import dataclass, field
@@ -19,87 +19,21 @@ from typing import Any
 
 import torch
 
-from harness.contracts.allocations import AllocationSummary, AllocationTracker
+from harness.contracts.allocations import AllocationSummary, AllocationTracker, _check_memory
 from harness.contracts.collectives import CollectiveRecorder
+from harness.contracts.populations import (
+    DTYPES,
+    FSDP_GRAD_ATTR,
+    FSDP_GRADS,
+    GROUPS,
+    FakeParameter,
+    Population,
+    ddp_config,
+    fsdp_grads,
+    population_config,
+)
 from harness.plugin.subjects import load_subject
 from harness.ranks import megatron_state as megatron_ranks
-
-DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
-GRAD_KINDS = ("main_grad", "grad", "main_grad_none", "grad_none")
-
-MEMORY_BOUND_CHUNKS = 8
-"""How many chunk-sized buffers a subject may hold at once during its call (see ``_memory_bound``)."""
-
-
-@dataclass(frozen=True)
-class FakeParameter:
-    """One parameter of a fake module: where its grad lives and which upstream rule may select it."""
-
-    name: str
-    numel: int
-    dtype: str
-    grad_kind: str
-    sequence_parallel: bool = False
-    average_across_tp: bool = False
-    requires_grad: bool = True
-    layout: str = "contiguous"
-
-
-LAYOUTS = ("contiguous", "strided", "transposed")
-"""How a grad is laid out in memory: contiguous, every other element of a buffer twice its size, or a 2-D transpose
-(as a TP-sharded weight's grad can be); the logical values are the same in each."""
-
-GRAD_BUFFERS = ("none", "forward", "reverse")
-"""Where a chunk's grads live: each in its own storage, or side by side in one buffer in the params' order or the
-reverse (Megatron's grad buffer): the layout that lets a subject reduce neighbouring grads without a copy, and that a
-subject reducing a region with a gap in it gets wrong."""
-
-MANAGED_FSDP_FLAG = "use_custom_fsdp"
-"""0.13's flag, whose FSDP grads live in a separate attribute; under any other flag upstream reads (0.14's
-``use_megatron_fsdp``, or whatever a later release renames it to) they are sharded ``DTensor``s."""
-
-FSDP_GRADS = {
-    "sharded": "a DTensor sharded over the data-parallel group, whose local shard upstream reduces in place",
-    "managed": "a tensor in the separate `fsdp_managed_main_grad` attribute",
-}
-"""Where a grad of a chunk with FSDP on lives (see ``fsdp_grads``)."""
-
-
-def fsdp_grads(fsdp_flag: str) -> str:
-    """``managed`` under 0.13's flag, else ``sharded``: keyed on the one flag that differs, so a release that renames
-    the newer flag is still laid out as its upstream reads it."""
-    return "managed" if fsdp_flag == MANAGED_FSDP_FLAG else "sharded"
-
-
-FSDP_GRAD_ATTR = "fsdp_managed_main_grad"
-
-GROUPS = {
-    "implicit": "no tp_group argument: parallel_state's TP group, as 0.13 and a direct call use",
-    "given": "parallel_state's TP group passed as tp_group, as finalize_model_grads does from 0.14 on",
-    "other": "a TP-sized group that is not parallel_state's passed as tp_group: the caller's group must be used",
-}
-"""How the tensor-parallel group reaches the all-reduce in an example."""
-
-
-@dataclass(frozen=True)
-class Population:
-    """A fake model chunk list plus the config flags upstream's selection reads."""
-
-    chunks: tuple[tuple[FakeParameter, ...], ...]
-    sequence_parallel: bool
-    qk_layernorm: bool
-    seed: int
-    group: str = "implicit"
-    grad_buffer: str = "none"
-    """Whether each chunk's contiguous grads are views of one buffer per dtype, and in which order (one of
-    ``GRAD_BUFFERS``)."""
-    fsdp_chunks: int = 0
-    """How many chunks, counted from the last, have the FSDP flag on in their ``ddp_config`` (see ``FSDP_GRADS``).
-
-    Always the last ones: upstream writes every grad back under the flag of the last chunk its selection loop saw (the
-    loop variable outlives the loop), so a chunk with FSDP on before one with it off has its grads re-sharded as if
-    they were whole tensors by upstream itself. Real models give every chunk the same ``ddp_config``; the trailing
-    order still tells a subject that reads one chunk's flag for all from one that reads each chunk's own."""
 
 
 @dataclass
@@ -125,29 +59,6 @@ class _FakeChunk(torch.nn.Module):
     """A model chunk as Megatron's DDP wrapper presents it to ``finalize_model_grads``: named parameters, a real
     ``DistributedDataParallelConfig`` as ``ddp_config`` and the model's real ``TransformerConfig`` as ``config``
     (``get_model_config(model[0])`` finds it), so a subject reading any field of either gets Megatron's own value."""
-
-
-@functools.cache
-def population_config(sequence_parallel: bool, qk_layernorm: bool, tensor_parallel: int) -> Any:
-    """The ``TransformerConfig`` of a small model with the population's flags, built by Megatron itself (its
-    ``__post_init__`` fills every derived field); 4 heads, so any TP size the cases use divides them."""
-    from megatron.core.transformer.transformer_config import TransformerConfig
-
-    return TransformerConfig(
-        num_layers=2,
-        hidden_size=16,
-        num_attention_heads=4,
-        sequence_parallel=sequence_parallel,
-        qk_layernorm=qk_layernorm,
-        tensor_model_parallel_size=tensor_parallel,
-    )
-
-
-def ddp_config(fsdp_flag: str, fsdp: bool) -> Any:
-    """A real ``DistributedDataParallelConfig`` with the target's FSDP flag set as the chunk has it."""
-    from megatron.core.distributed import DistributedDataParallelConfig
-
-    return DistributedDataParallelConfig(**{fsdp_flag: fsdp})
 
 
 def _config_of(population: Population) -> Any:
@@ -301,36 +212,6 @@ def _bits(tensor: torch.Tensor) -> torch.Tensor:
     torch, yet cannot be viewed as bytes: copy into a fresh flat buffer)."""
     flat = torch.empty(tensor.numel(), dtype=tensor.dtype)
     return flat.copy_(tensor.detach().reshape(-1)).view(torch.uint8)
-
-
-class _CallCounter:
-    """Counts the calls ``finalize_model_grads`` makes to whatever ``install()`` bound in upstream's place.
-
-    Counting calls, rather than comparing the number of collectives with upstream's, keeps the check true when
-    upstream itself reduces in several buffers. ``upstream`` is the pinned object: a name still bound to it was not
-    replaced, whatever the subject did at import.
-    """
-
-    def __init__(self, module: Any, upstream: Any) -> None:
-        self.module = module
-        self.upstream = upstream
-        self.calls = 0
-        self.replaced_upstream = False
-
-    def __enter__(self) -> _CallCounter:
-        installed = getattr(self.module, megatron_ranks.UPSTREAM_NAME)
-        self._installed = installed
-        self.replaced_upstream = installed is not self.upstream
-
-        def counting(*args: Any, **kwargs: Any) -> Any:
-            self.calls += 1
-            return installed(*args, **kwargs)
-
-        setattr(self.module, megatron_ranks.UPSTREAM_NAME, counting)
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        setattr(self.module, megatron_ranks.UPSTREAM_NAME, self._installed)
 
 
 def _without_none_grads(population: Population) -> Population:
@@ -603,92 +484,3 @@ def _compare(
         )
         smallest_element = min(smallest_element, widest_element)
         _check_memory(report, budget, largest, widest_element, smallest_element, _grads_device(chunks))
-
-
-def _memory_bound(budget: int, largest: int, widest_element: int, smallest_element: int) -> tuple[int, int]:
-    """``(chunk, bound)``: the bytes one chunk's buffer may take, and the most bytes of tensors a subject may hold at
-    once during its call.
-
-    ``chunk = max(budget, largest grad) x widest / smallest``: a chunk holds at most the budget, or one grad over it,
-    flattened in the dtype the reduced grads promote to (bf16 with fp16 gives fp32), as upstream's single buffer is.
-    ``bound = MEMORY_BOUND_CHUNKS x chunk``, a constant multiple, so the verdict never depends on timing: a design
-    whose memory is O(budget) holds a few chunks at once (the one being reduced, the previous one still bound to a
-    loop variable, the one gloo's worker thread drops a moment after ``all_reduce`` returns, one per op and two in
-    flight for an overlapping design) and stays far below it; a design that holds every grad at once exceeds it many
-    times over on the populations sized for it (the largest-buffer case: 64 grads of one chunk each).
-    """
-    chunk = max(budget, largest) * widest_element // smallest_element
-    return chunk, chunk * MEMORY_BOUND_CHUNKS
-
-
-def _check_memory(
-    report: RankReport, budget: int, largest: int, widest: int, smallest: int, device: torch.device
-) -> None:
-    summary = report.allocations
-    assert summary is not None
-    chunk, report.memory_bound_bytes = _memory_bound(budget, largest, widest, smallest)
-    if summary.peak_bytes > report.memory_bound_bytes:
-        cuda = "" if summary.cuda_peak_bytes is None else f", CUDA allocator peak {summary.cuda_peak_bytes}"
-        report.problems.append(
-            f"rank {report.rank}: the subject held {summary.peak_bytes} bytes of tensors it allocated at once "
-            f"(largest {summary.largest_bytes}, {summary.count} allocations of {summary.total_bytes} bytes in all"
-            f"{cuda}) > {report.memory_bound_bytes} bytes = {MEMORY_BOUND_CHUNKS} x max(budget {budget}, largest "
-            f"grad {largest}) x dtype promotion {widest}/{smallest} ({chunk}): its memory grows with the grads, not "
-            "with the budget"
-        )
-    for allocation in summary.on_other_devices(device)[:3]:
-        made, grads = torch.device(allocation.device), torch.device(device)
-        where = (made.type, grads.type) if made.type != grads.type else (str(made), str(grads))
-        report.problems.append(
-            f"rank {report.rank}: the subject created a {where[0]} buffer for {where[1]} grads "
-            f"({allocation.op}, {allocation.nbytes} bytes)"
-        )
-
-
-def gpt_finalize_task(rank: int, world_size: int, subject_spec: str, budget: int, qk_layernorm: bool) -> RankReport:
-    """``finalize_model_grads`` on a real GPTModel step, upstream vs subject installed; bitwise comparison per param.
-
-    Both runs build the same model from the same seed and take the same step, so any difference comes from the
-    all-reduce. The subject must also really have run: ``install()`` must have bound its replacement in upstream's
-    place, and ``finalize_model_grads`` must have called it.
-    """
-    from harness.ranks import cpu_gpt
-
-    report = RankReport(rank=rank)
-    pin = megatron_ranks.pinned_upstream()
-    subject = subject_once(subject_spec)
-    report.problems += [f"rank {rank}: {p}" for p in megatron_ranks.upstream_changes(pin)]
-    megatron_ranks.require_tensor_parallel(world_size)
-    module = megatron_ranks.finalize_module()
-    with cpu_gpt.cpu_workarounds():
-        group = tp_group()
-        model, _ = cpu_gpt.build_gpt(qk_layernorm=qk_layernorm, seed=11)
-        cpu_gpt.forward_backward(model, seed=5)
-        # finalize_model_grads looks upstream's name up at call time: bind the pinned object for upstream's run.
-        with megatron_ranks.upstream_bound(pin), CollectiveRecorder(group) as upstream_recorder:
-            cpu_gpt.finalize(model)
-        expected = cpu_gpt.main_grads(model)
-        model, _ = cpu_gpt.build_gpt(qk_layernorm=qk_layernorm, seed=11)
-        cpu_gpt.forward_backward(model, seed=5)
-        bound_before_install = megatron_ranks.bindings(pin)
-        subject.install(budget_bytes=budget)
-        try:
-            with CollectiveRecorder(group) as recorder, _CallCounter(module, pin.upstream) as counter:
-                cpu_gpt.finalize(model)
-        finally:
-            subject.uninstall()
-            report.problems += _not_restored(rank, pin, bound_before_install)
-        got = cpu_gpt.main_grads(model)
-    report.collectives, report.upstream_collectives = recorder.calls, upstream_recorder.calls
-    if not counter.replaced_upstream or counter.calls == 0:
-        what = "was never called" if counter.replaced_upstream else "left upstream in place"
-        report.problems.append(
-            f"rank {rank}: with the subject installed finalize_model_grads ran, but the replacement of "
-            f"{megatron_ranks.UPSTREAM_NAME} {what}: the chunked all-reduce did not run"
-        )
-    for name, value in expected.items():
-        if not torch.equal(_bits(got[name]), _bits(value)):
-            diff = (got[name].double() - value.double()).abs().max().item()
-            report.problems.append(f"rank {rank}: param {name}: main_grad differs from upstream, max |diff| {diff:.3g}")
-    report.peak_rss_kib = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
-    return report

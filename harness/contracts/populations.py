@@ -1,4 +1,10 @@
-"""Hypothesis strategies for grad populations: what a chunker or an all-reduce gets handed in real training.
+"""Grad populations: what a chunker or an all-reduce gets handed in real training, and the strategies that draw them.
+
+The population model is here: the picklable specs of the equivalence family's fake model chunks
+(:class:`FakeParameter`, :class:`Population`), the layouts, grad kinds, grad buffers and FSDP placements they may
+take, and the Megatron configs a chunk of a population carries. The main process draws them and the ranks
+(:mod:`harness.contracts.equivalence`) build them, so both read one definition. Megatron is imported only inside the
+functions that build its configs: the case files import this module at collection for its strategies.
 
 Random shapes and dtypes alone rarely land a budget exactly on a chunk boundary, and never look like a model; the
 strategies here also build GPT-like layer lists and place budgets on and around tensor-size boundaries, where
@@ -7,13 +13,113 @@ off-by-one mistakes live.
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
+from typing import Any
 
 import torch
 from hypothesis import strategies as st
 
-from harness.contracts.equivalence import DTYPES as PARAM_DTYPES
-from harness.contracts.equivalence import GRAD_BUFFERS, GRAD_KINDS, LAYOUTS, FakeParameter, Population
+from harness.targets.megatron_names import TINY_GPT
+
+DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
+GRAD_KINDS = ("main_grad", "grad", "main_grad_none", "grad_none")
+
+
+@dataclass(frozen=True)
+class FakeParameter:
+    """One parameter of a fake module: where its grad lives and which upstream rule may select it."""
+
+    name: str
+    numel: int
+    dtype: str
+    grad_kind: str
+    sequence_parallel: bool = False
+    average_across_tp: bool = False
+    requires_grad: bool = True
+    layout: str = "contiguous"
+
+
+LAYOUTS = ("contiguous", "strided", "transposed")
+"""How a grad is laid out in memory: contiguous, every other element of a buffer twice its size, or a 2-D transpose
+(as a TP-sharded weight's grad can be); the logical values are the same in each."""
+
+GRAD_BUFFERS = ("none", "forward", "reverse")
+"""Where a chunk's grads live: each in its own storage, or side by side in one buffer in the params' order or the
+reverse (Megatron's grad buffer): the layout that lets a subject reduce neighbouring grads without a copy, and that a
+subject reducing a region with a gap in it gets wrong."""
+
+MANAGED_FSDP_FLAG = "use_custom_fsdp"
+"""0.13's flag, whose FSDP grads live in a separate attribute; under any other flag upstream reads (0.14's
+``use_megatron_fsdp``, or whatever a later release renames it to) they are sharded ``DTensor``s."""
+
+FSDP_GRADS = {
+    "sharded": "a DTensor sharded over the data-parallel group, whose local shard upstream reduces in place",
+    "managed": "a tensor in the separate `fsdp_managed_main_grad` attribute",
+}
+"""Where a grad of a chunk with FSDP on lives (see ``fsdp_grads``)."""
+
+
+def fsdp_grads(fsdp_flag: str) -> str:
+    """``managed`` under 0.13's flag, else ``sharded``: keyed on the one flag that differs, so a release that renames
+    the newer flag is still laid out as its upstream reads it."""
+    return "managed" if fsdp_flag == MANAGED_FSDP_FLAG else "sharded"
+
+
+FSDP_GRAD_ATTR = "fsdp_managed_main_grad"
+
+GROUPS = {
+    "implicit": "no tp_group argument: parallel_state's TP group, as 0.13 and a direct call use",
+    "given": "parallel_state's TP group passed as tp_group, as finalize_model_grads does from 0.14 on",
+    "other": "a TP-sized group that is not parallel_state's passed as tp_group: the caller's group must be used",
+}
+"""How the tensor-parallel group reaches the all-reduce in an example."""
+
+
+@dataclass(frozen=True)
+class Population:
+    """A fake model chunk list plus the config flags upstream's selection reads."""
+
+    chunks: tuple[tuple[FakeParameter, ...], ...]
+    sequence_parallel: bool
+    qk_layernorm: bool
+    seed: int
+    group: str = "implicit"
+    grad_buffer: str = "none"
+    """Whether each chunk's contiguous grads are views of one buffer per dtype, and in which order (one of
+    ``GRAD_BUFFERS``)."""
+    fsdp_chunks: int = 0
+    """How many chunks, counted from the last, have the FSDP flag on in their ``ddp_config`` (see ``FSDP_GRADS``).
+
+    Always the last ones: upstream writes every grad back under the flag of the last chunk its selection loop saw (the
+    loop variable outlives the loop), so a chunk with FSDP on before one with it off has its grads re-sharded as if
+    they were whole tensors by upstream itself. Real models give every chunk the same ``ddp_config``; the trailing
+    order still tells a subject that reads one chunk's flag for all from one that reads each chunk's own."""
+
+
+@functools.cache
+def population_config(sequence_parallel: bool, qk_layernorm: bool, tensor_parallel: int) -> Any:
+    """The ``TransformerConfig`` of a small model with the population's flags, built by Megatron itself (its
+    ``__post_init__`` fills every derived field); ``TINY_GPT``'s sizes: 4 heads, so any TP size the cases use divides
+    them."""
+    from megatron.core.transformer.transformer_config import TransformerConfig
+
+    return TransformerConfig(
+        num_layers=TINY_GPT.num_layers,
+        hidden_size=TINY_GPT.hidden_size,
+        num_attention_heads=TINY_GPT.num_attention_heads,
+        sequence_parallel=sequence_parallel,
+        qk_layernorm=qk_layernorm,
+        tensor_model_parallel_size=tensor_parallel,
+    )
+
+
+def ddp_config(fsdp_flag: str, fsdp: bool) -> Any:
+    """A real ``DistributedDataParallelConfig`` with the target's FSDP flag set as the chunk has it."""
+    from megatron.core.distributed import DistributedDataParallelConfig
+
+    return DistributedDataParallelConfig(**{fsdp_flag: fsdp})
+
 
 _DTYPES = (torch.float32, torch.bfloat16, torch.float16)
 
@@ -166,10 +272,10 @@ def fake_module_populations(
     grads, ``main_grad`` beside ``grad``, three dtypes (mixed, or one per chunk), grads in storages of their own or
     side by side in one grad buffer; one or two model chunks, with FSDP on in the chunks ``fsdp`` allows (one of
     :data:`FSDP_ORDERS`); and how the TP group reaches the call, one of ``groups`` (see
-    :data:`~harness.contracts.equivalence.GROUPS`).
+    :data:`GROUPS`).
     """
     chunks = []
-    dtypes = st.sampled_from(sorted(PARAM_DTYPES))
+    dtypes = st.sampled_from(sorted(DTYPES))
     for _ in range(draw(st.integers(1, 2))):
         count = draw(st.integers(1, max_params))
         # Half the chunks hold one dtype, as most models' grads do (and as neighbours in one grad buffer must).
@@ -212,7 +318,7 @@ def budgets_for_population(draw: st.DrawFn, population: Population) -> int:
     would take it four million.
     """
     sizes = [
-        max(1, s.numel * torch.empty((), dtype=PARAM_DTYPES[s.dtype]).element_size())
+        max(1, s.numel * torch.empty((), dtype=DTYPES[s.dtype]).element_size())
         for chunk in population.chunks
         for s in chunk
     ]

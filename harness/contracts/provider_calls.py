@@ -24,6 +24,7 @@ import torch
 from hypothesis import strategies as st
 
 from harness.targets.matrix import ALWAYS_PASSED
+from harness.targets.megatron_names import TINY_GPT
 
 _POSITIONAL_ONLY = inspect.Parameter.POSITIONAL_ONLY
 _POSITIONAL_OR_KEYWORD = inspect.Parameter.POSITIONAL_OR_KEYWORD
@@ -420,21 +421,14 @@ def _some(names: list[str], shown: int = 4) -> str:
     return "[" + ", ".join(names[:shown]) + more + "]"
 
 
-_NUM_LAYERS = 2
-_HIDDEN_SIZE = 16
-_NUM_ATTENTION_HEADS = 4
-_VOCAB_SIZE = 64
-_SEQ_LENGTH = 8
-
-
 def tiny_gpt_config() -> Any:
     """The ``TransformerConfig`` of a GPT small enough to build in milliseconds on CPU, TP=1, no sequence parallel."""
     from megatron.core.transformer.transformer_config import TransformerConfig
 
     return TransformerConfig(
-        num_layers=_NUM_LAYERS,
-        hidden_size=_HIDDEN_SIZE,
-        num_attention_heads=_NUM_ATTENTION_HEADS,
+        num_layers=TINY_GPT.num_layers,
+        hidden_size=TINY_GPT.hidden_size,
+        num_attention_heads=TINY_GPT.num_attention_heads,
         use_cpu_initialization=True,
         params_dtype=torch.float32,
     )
@@ -476,8 +470,8 @@ class GPTProvider:
         model = GPTModel(
             config=config if config is not None else tiny_gpt_config(),
             transformer_layer_spec=get_gpt_layer_local_spec(),
-            vocab_size=_VOCAB_SIZE,
-            max_sequence_length=_SEQ_LENGTH,
+            vocab_size=TINY_GPT.vocab_size,
+            max_sequence_length=TINY_GPT.seq_length,
             pre_process=pre_process,
             post_process=post_process,
             vp_stage=vp_stage,

@@ -22,13 +22,9 @@ from harness.formats.keys import key_problem
 from harness.formats.megatron_symbols import DeclarationError, parse_declaration, parse_usage
 
 PYPROJECT_TABLE = "megatron-conformance"
-ROLE_FAMILIES = {
-    "splitter": ("chunk-splitting",),
-    "patch": ("equivalence",),
-    "provider": ("model-provider",),
-    "megatron_symbols": ("api-fingerprint",),
-}
-"""The families that can only run when the role is declared; the others run on every declaration."""
+ROLES = ("splitter", "patch", "provider", "megatron_symbols")
+"""The tables a family needs before it can run (each family names its own: ``Family.role`` in
+``harness/plugin/families.py``); the families without a role run on every declaration."""
 
 PROVIDER_FLAGS = ("inner_takes_kwargs", "nested")
 """``[provider]`` booleans (default false) that make the wrapper's promises mandatory: forwarding keywords into an
@@ -87,8 +83,8 @@ class Declaration:
 
     @property
     def roles(self) -> tuple[str, ...]:
-        """The roles this declaration declares, among those of :data:`ROLE_FAMILIES`."""
-        return tuple(role for role in ROLE_FAMILIES if getattr(self, role))
+        """The roles this declaration declares, among :data:`ROLES`."""
+        return tuple(role for role in ROLES if getattr(self, role))
 
     @property
     def packages(self) -> set[str]:
@@ -111,13 +107,6 @@ class Declaration:
     def provider_flag(self, name: str) -> bool:
         """The ``[provider]`` boolean ``name`` (one of :data:`PROVIDER_FLAGS`); false where not declared."""
         return bool(self.provider.get(name, False))
-
-    def undeclared_role_of(self, family: str) -> str | None:
-        """The role ``family`` needs that this declaration lacks, or ``None`` when the family can run."""
-        for role, families in ROLE_FAMILIES.items():
-            if family in families and not getattr(self, role):
-                return role
-        return None
 
     def fail(self, key: str, reason: str) -> DeclarationFileError:
         return DeclarationFileError(self.path, key, reason)

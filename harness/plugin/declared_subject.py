@@ -21,9 +21,8 @@ from types import ModuleType
 from typing import Any
 
 from harness.plugin.declaration import Declaration
+from harness.targets.megatron_names import FINALIZE_MODULE, UPSTREAM_NAME
 
-FINALIZE_MODULE = "megatron.core.distributed.finalize_model_grads"
-UPSTREAM_NAME = "_allreduce_non_tensor_model_parallel_grads"
 _MISSING = object()
 _counter = itertools.count()
 

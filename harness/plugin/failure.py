@@ -1,11 +1,15 @@
 """The one way a case words its assertion message, so every red reads the same: the target, the contract, what was
-violated, and the details on their own lines. The plugin adds the symbol and the repro line below it."""
+violated, and the details on their own lines. The plugin adds the symbol and the repro line below it. The head is
+read back here too (the sensitivity runner tells a contract verdict from a crash by it)."""
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterable
 
 from harness.targets.matrix import Target
+
+_HEAD = re.compile(r"^\[(?P<target>[^\]\s]+)\] (?P<contract>[\w-]+):")
 
 
 def contract_failure(target: Target, contract: str, what: str, details: str | Iterable[str] = ()) -> str:
@@ -15,3 +19,9 @@ def contract_failure(target: Target, contract: str, what: str, details: str | It
         return f"{head}: {details}" if details else head
     lines = [f"  {line}" for line in details]
     return "\n".join([head + (":" if lines else ""), *lines])
+
+
+def parse_head(message: str) -> tuple[str, str] | None:
+    """``(target session, contract)`` of a message :func:`contract_failure` worded; ``None`` for any other."""
+    match = _HEAD.match(message)
+    return (match["target"], match["contract"]) if match else None

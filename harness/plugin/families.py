@@ -12,12 +12,18 @@ if TYPE_CHECKING:
 
 @dataclass(frozen=True)
 class Family:
-    """One contract family: its name (marker, catalogue, report row, README), its case file and the subject symbol it
-    checks."""
+    """One contract family: its name (marker, catalogue, report row, README), its case file, the subject symbol it
+    checks, and the role: the table a declaration must have for the family to run (``None``: it runs on every
+    subject)."""
 
     name: str
     case_file: str
     symbol: str
+    role: str | None = None
+
+    def missing_role(self, declaration: object) -> str | None:
+        """The role this family needs that ``declaration`` leaves empty, or ``None`` when the family can run."""
+        return self.role if self.role and not getattr(declaration, self.role) else None
 
     def mark(self) -> pytest.MarkDecorator:
         """The ``contract`` marker a case module sets as its ``pytestmark`` (pytest is imported here, not at module
@@ -29,10 +35,10 @@ class Family:
 
 FAMILIES = (
     Family("smoke", "cases/test_smoke.py", "megatron-core"),
-    Family("chunk-splitting", "cases/test_chunks.py", "split_into_chunks"),
-    Family("equivalence", "cases/test_equivalence.py", "allreduce_non_tensor_model_parallel_grads"),
-    Family("model-provider", "cases/test_provider.py", "wrap_model_provider"),
-    Family("api-fingerprint", "cases/test_fingerprint.py", "MEGATRON_SYMBOLS"),
+    Family("chunk-splitting", "cases/test_chunks.py", "split_into_chunks", role="splitter"),
+    Family("equivalence", "cases/test_equivalence.py", "allreduce_non_tensor_model_parallel_grads", role="patch"),
+    Family("model-provider", "cases/test_provider.py", "wrap_model_provider", role="provider"),
+    Family("api-fingerprint", "cases/test_fingerprint.py", "MEGATRON_SYMBOLS", role="megatron_symbols"),
     Family("import-side-effects", "cases/test_import.py", "ADAPTER_PACKAGE"),
 )
 """Every family, in the order the README lists them."""

@@ -21,15 +21,7 @@ from typing import Any
 
 import torch
 
-_FINALIZE_MODULE = "megatron.core.distributed.finalize_model_grads"
-_RNG_MODULE = "megatron.core.tensor_parallel.random"
-
-_NUM_LAYERS = 2
-_HIDDEN_SIZE = 16
-_NUM_ATTENTION_HEADS = 4
-_VOCAB_SIZE = 64
-_SEQ_LENGTH = 8
-_MICRO_BATCH_SIZE = 2
+from harness.targets.megatron_names import FINALIZE_MODULE, RNG_MODULE, TINY_GPT
 
 
 class _SequenceParallelLayerNorm(torch.nn.LayerNorm):
@@ -87,7 +79,7 @@ def _inference_rng_tracker() -> Iterator[None]:
     embedding's sequence-parallel dropout region forks it even at dropout 0. With dropout 0 no random number is
     drawn inside those regions, so skipping the fork changes no value.
     """
-    rng = importlib.import_module(_RNG_MODULE)
+    rng = importlib.import_module(RNG_MODULE)
     saved = (rng._CUDA_RNG_STATE_TRACKER, rng._CUDA_RNG_STATE_TRACKER_INITIALIZED)
     rng.initialize_rng_tracker(inference_rng_tracker=True, force_reset=True)
     try:
@@ -134,7 +126,9 @@ def _block_spec(qk_layernorm: bool) -> Any:
     layer = _with_sequence_parallel_norms(get_gpt_layer_local_spec(qk_layernorm=qk_layernorm))
     return ModuleSpec(
         module=TransformerBlock,
-        submodules=TransformerBlockSubmodules(layer_specs=[layer] * _NUM_LAYERS, layer_norm=_SequenceParallelLayerNorm),
+        submodules=TransformerBlockSubmodules(
+            layer_specs=[layer] * TINY_GPT.num_layers, layer_norm=_SequenceParallelLayerNorm
+        ),
     )
 
 
@@ -151,9 +145,9 @@ def build_gpt(qk_layernorm: bool = False, seed: int = 1234) -> tuple[torch.nn.Mo
     from megatron.core.transformer.transformer_config import TransformerConfig
 
     config = TransformerConfig(
-        num_layers=_NUM_LAYERS,
-        hidden_size=_HIDDEN_SIZE,
-        num_attention_heads=_NUM_ATTENTION_HEADS,
+        num_layers=TINY_GPT.num_layers,
+        hidden_size=TINY_GPT.hidden_size,
+        num_attention_heads=TINY_GPT.num_attention_heads,
         tensor_model_parallel_size=parallel_state.get_tensor_model_parallel_world_size(),
         sequence_parallel=True,
         qk_layernorm=qk_layernorm,
@@ -168,8 +162,8 @@ def build_gpt(qk_layernorm: bool = False, seed: int = 1234) -> tuple[torch.nn.Mo
         gpt = GPTModel(
             config=config,
             transformer_layer_spec=_block_spec(qk_layernorm),
-            vocab_size=_VOCAB_SIZE,
-            max_sequence_length=_SEQ_LENGTH,
+            vocab_size=TINY_GPT.vocab_size,
+            max_sequence_length=TINY_GPT.seq_length,
             position_embedding_type="rope",
         )
     model = DistributedDataParallel(config=config, ddp_config=ddp_config, module=gpt)
@@ -182,13 +176,13 @@ def _batch(seed: int, vocab_size: int, seq_length: int) -> dict[str, torch.Tenso
     The mask is explicit because the default causal mask upstream builds is allocated on ``"cuda"``.
     """
     generator = torch.Generator().manual_seed(seed)
-    shape = (_MICRO_BATCH_SIZE, seq_length)
+    shape = (TINY_GPT.micro_batch_size, seq_length)
     causal = torch.ones(seq_length, seq_length).triu(diagonal=1).bool()
     return {
         "input_ids": torch.randint(0, vocab_size, shape, generator=generator),
         "labels": torch.randint(0, vocab_size, shape, generator=generator),
         "position_ids": torch.arange(seq_length).expand(shape),
-        "attention_mask": causal.expand(_MICRO_BATCH_SIZE, 1, seq_length, seq_length),
+        "attention_mask": causal.expand(TINY_GPT.micro_batch_size, 1, seq_length, seq_length),
     }
 
 
@@ -218,4 +212,4 @@ def finalize(model: torch.nn.Module) -> None:
     Every argument the pinned versions added after ``model`` (``num_tokens``, the process-group bundles,
     ``force_all_reduce``) defaults to plain finalization on parallel_state's groups, so one call fits them all.
     """
-    importlib.import_module(_FINALIZE_MODULE).finalize_model_grads([model])
+    importlib.import_module(FINALIZE_MODULE).finalize_model_grads([model])

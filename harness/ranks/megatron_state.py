@@ -23,14 +23,12 @@ from pathlib import Path
 from types import CodeType, ModuleType
 from typing import Any
 
-_FINALIZE_MODULE = "megatron.core.distributed.finalize_model_grads"
-UPSTREAM_NAME = "_allreduce_non_tensor_model_parallel_grads"
-ALIAS_NAME = "_allreduce_layernorm_grads"
+from harness.targets.megatron_names import ALIAS_NAME, FINALIZE_MODULE, UPSTREAM_NAME
 
 
 def finalize_module() -> ModuleType:
     """The module (not the re-exported function of the same name)."""
-    return importlib.import_module(_FINALIZE_MODULE)
+    return importlib.import_module(FINALIZE_MODULE)
 
 
 _other_groups: dict[str, Any] = {}
@@ -188,7 +186,7 @@ def pin_upstream(when: str = "at rank start") -> UpstreamPin | None:
         code = getattr(function, "__code__", None)
         if not isinstance(code, CodeType):
             if name == UPSTREAM_NAME:
-                problems.append(f"{_FINALIZE_MODULE} has no function {UPSTREAM_NAME} to pin (found {function!r})")
+                problems.append(f"{FINALIZE_MODULE} has no function {UPSTREAM_NAME} to pin (found {function!r})")
             continue
         kwdefaults = None if function.__kwdefaults__ is None else dict(function.__kwdefaults__)
         functions.append(PinnedFunction(name, function, code, function.__defaults__, kwdefaults))
@@ -232,7 +230,7 @@ def upstream_changes(
         found = getattr(module, pinned.name, _MISSING)
         if found is _MISSING:
             if want is not None:
-                problems.append(f"upstream `{pinned.name}` was removed from {_FINALIZE_MODULE} {when}")
+                problems.append(f"upstream `{pinned.name}` was removed from {FINALIZE_MODULE} {when}")
         elif want is None or found is not want.function:
             problems.append(f"upstream `{pinned.name}` was replaced {when} (by {_describe(found, pin.megatron_dirs)})")
         else:
@@ -323,5 +321,5 @@ def upstream_fsdp_flag() -> str:
     source = inspect.getsource(pinned_upstream().upstream_code)
     flags = sorted(set(re.findall(r"ddp_config\.(\w+)", source)))
     if len(flags) != 1:
-        raise RuntimeError(f"{_FINALIZE_MODULE}.{UPSTREAM_NAME} reads {flags or 'no'} ddp_config flags; expected one")
+        raise RuntimeError(f"{FINALIZE_MODULE}.{UPSTREAM_NAME} reads {flags or 'no'} ddp_config flags; expected one")
     return flags[0]

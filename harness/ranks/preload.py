@@ -21,10 +21,12 @@ import os
 import sys
 import time
 
+from harness.targets.megatron_names import FINALIZE_MODULE
+
 RANK_MODULES = (
     "torch",
     "torch.distributed",
-    "megatron.core.distributed.finalize_model_grads",
+    FINALIZE_MODULE,
     "harness.ranks.megatron_state",
     "harness.ranks.pool",
 )

@@ -13,28 +13,27 @@ different subjects are never merged: each subject gets a matrix of its own. JUni
 from __future__ import annotations
 
 import itertools
-import json
 import re
 from collections import Counter
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
 from xml.etree.ElementTree import Element, ParseError
 
 from harness.formats import red_section
+from harness.formats.environment import repro_environment
 from harness.formats.junit import JUnitCase, read_cases
+from harness.formats.not_declared import is_not_declared
+from harness.formats.summary import FILE_NAME as SUMMARY_FILE
+from harness.formats.summary import SessionSummary, SummaryError, read_summary
 from harness.plugin.declaration import DeclarationFileError, read_declaration_file
 from harness.plugin.families import family_of_case
-from harness.plugin.subjects import REFERENCE_SUBJECT, SUBJECT_ENV_VAR
 from harness.targets.matrix import Target
 
 _STATUSES = ("failed", "xfailed", "passed", "undeclared", "skipped")
 """Cell statuses, worst first: a cell shows the colour of the first one present."""
 WORDS = {"failed": "failed", "xfailed": "xfail", "passed": "passed", "undeclared": "not declared", "skipped": "skipped"}
 """What each status is called in a cell, in both renderings."""
-NOT_DECLARED = "not declared:"
-"""How the plugin's skip message starts for a case whose role the subject's declaration leaves out."""
 KINDS = {
     "failure": "failed",
     "error": "error (setup, teardown or collection)",
@@ -130,7 +129,7 @@ class TargetRun:
     run; ``target`` is its matrix entry, when the matrix defines it."""
 
     session: str
-    summary: dict[str, Any]
+    summary: SessionSummary | None
     results: list[CaseResult]
     notes: list[str]
     advisories: list[Advisory] = field(default_factory=list)
@@ -139,32 +138,31 @@ class TargetRun:
     @property
     def ran(self) -> bool:
         """Whether the session left anything readable: a target whose install failed left nothing."""
-        return bool(self.summary or self.results)
+        return self.summary is not None or bool(self.results)
 
     @property
     def subject(self) -> Subject | None:
         """The subject the session recorded; summaries written before declarations existed name only modules."""
-        spec = self.summary.get("subject")
-        if not spec:
+        if self.summary is None or not self.summary.subject:
             return None
-        kind = str(self.summary.get("subject_kind") or "module")
-        label = self.summary.get("subject_label") or (_declaration_label(str(spec)) if kind == "declaration" else None)
-        return Subject(str(spec), kind, label)
+        spec, kind = self.summary.subject, self.summary.subject_kind
+        label = self.summary.subject_label or (_declaration_label(spec) if kind == "declaration" else None)
+        return Subject(spec, kind, label)
 
     @property
     def selection(self) -> list[str]:
         """The pytest arguments that narrowed the run; empty when the whole case set ran."""
-        return [str(argument) for argument in self.summary.get("selection") or ()]
+        return [str(argument) for argument in (self.summary.selection if self.summary else None) or ()]
 
     @property
     def pinned(self) -> bool:
         """Whether the column shows the matrix's pins: the session recorded no installed versions."""
-        return self.target is not None and not self.summary.get("installed")
+        return self.target is not None and not (self.summary and self.summary.installed)
 
     def version(self, name: str) -> str:
         """The installed version of ``name`` as the session recorded it, else the matrix's pin (a specifier, so it
         cannot pass for an installed version); ``?`` only for a target the matrix does not define."""
-        recorded = (self.summary.get("installed") or {}).get(name)
+        recorded = self.summary.installed.get(name) if self.summary else None
         if recorded:
             return str(recorded)
         return _pins(self.target)[name] if self.target else "?"
@@ -336,7 +334,9 @@ def _without_fixtures(block: list[str]) -> tuple[str, ...]:
     return tuple(kept)
 
 
-def _parse_failure(element: Element, session: str, nodeid: str, subject: str | None, anchor: str) -> Failure:
+def _parse_failure(
+    element: Element, session: str, nodeid: str, environment: Mapping[str, str], anchor: str
+) -> Failure:
     """A ``<failure>`` or ``<error>`` element read into a :class:`Failure`; a red the gate plugin could not annotate
     (strict XPASS, collection) gets the repro line the plugin would have printed."""
     text = element.text or ""
@@ -344,7 +344,6 @@ def _parse_failure(element: Element, session: str, nodeid: str, subject: str | N
     kind = "xpass" if message.startswith("[XPASS(strict)]") else element.tag
     section, repro = red_section.parse(text)
     if repro is None:
-        environment = {} if subject in (None, REFERENCE_SUBJECT) else {SUBJECT_ENV_VAR: subject}
         repro = red_section.repro_line(session, nodeid, environment)
     blob = _BLOB.search(text)
     return Failure(
@@ -377,10 +376,10 @@ def _undeclared_reason(case: JUnitCase) -> str | None:
     if case.verdict != "skipped" or case.detail is None:
         return None
     message = case.detail.get("message") or ""
-    return message if message.startswith(NOT_DECLARED) else None
+    return message if is_not_declared(message) else None
 
 
-def _case_results(cases: Iterable[JUnitCase], session: str, subject: str | None) -> list[CaseResult]:
+def _case_results(cases: Iterable[JUnitCase], session: str, environment: Mapping[str, str]) -> list[CaseResult]:
     """The JUnit cases of one session, sorted in row order, failures numbered for their anchors."""
     pending = sorted(
         ((case.module, case.function if case.name else _COLLECTION, case.nodeid, case) for case in cases),
@@ -390,7 +389,8 @@ def _case_results(cases: Iterable[JUnitCase], session: str, subject: str | None)
     for module, function, nodeid, case in pending:
         failure = None
         if case.verdict == "failed" and case.detail is not None:
-            failure = _parse_failure(case.detail, session, nodeid, subject, f"fail-{_slug(session)}-{next(numbers)}")
+            anchor = f"fail-{_slug(session)}-{next(numbers)}"
+            failure = _parse_failure(case.detail, session, nodeid, environment, anchor)
         reason = _undeclared_reason(case)
         status = "undeclared" if reason is not None else case.verdict
         results.append(CaseResult(module, function, nodeid, status, failure, reason))
@@ -410,37 +410,35 @@ def load_target(directory: Path, target: Target | None = None) -> TargetRun:
     """One target session folder, with its matrix entry when the matrix defines it; a missing or unreadable file
     becomes a note, not an exception."""
     session, notes = directory.name, []
-    summary: dict[str, Any] = {}
+    summary: SessionSummary | None = None
     if not directory.is_dir():
         notes.append("not run: no reports of it here, or its session stopped before pytest (see its log)")
         return TargetRun(session, summary, [], notes, target=target)
-    summary_path, junit_path = directory / "summary.json", directory / "junit.xml"
-    if summary_path.is_file():
-        try:
-            summary = json.loads(summary_path.read_text())
-        except ValueError as err:
-            notes.append(f"summary.json is unreadable ({err}); installed versions unknown")
-    else:
-        notes.append("no summary.json: the session stopped before pytest finished; installed versions unknown")
+    junit_path = directory / "junit.xml"
+    try:
+        summary = read_summary(directory)
+    except SummaryError as err:
+        notes.append(f"{SUMMARY_FILE} is unreadable ({err}); installed versions unknown")
+    except OSError:
+        notes.append(f"no {SUMMARY_FILE}: the session stopped before pytest finished; installed versions unknown")
+    recorded = summary or SessionSummary()
     results: list[CaseResult] = []
     if junit_path.is_file():
         try:
-            results = _case_results(read_cases(junit_path), session, summary.get("subject"))
+            environment = repro_environment(recorded.subject, recorded.matrix)
+            results = _case_results(read_cases(junit_path), session, environment)
         except ParseError as err:
             notes.append(f"junit.xml is unreadable ({err}); no verdicts")
     else:
         notes.append("no junit.xml: no verdicts (did the install fail? see the session's log)")
-    exit_status = summary.get("exit_status", 0)
-    if exit_status not in (0, None) and not any(r.failure for r in results):
-        notes.append(f"pytest exited with status {exit_status} without a failing test: see the session's log")
-    notes += [
-        f"stale expected failure: {prefix!r} matches no test" for prefix in summary.get("stale_expected_failures", [])
-    ]
-    notes += [f"waived by the subject's declaration: {waiver_text(w)}" for w in summary.get("waivers", [])]
-    notes += [f"finding ({f['family']}): {f['text']}" for f in summary.get("findings", [])]
-    if summary.get("family_seconds"):
-        notes.append(time_note(summary))
-    return TargetRun(session, summary, results, notes, _advisories(summary.get("advisories", []), session), target)
+    if recorded.exit_status not in (0, None) and not any(r.failure for r in results):
+        notes.append(f"pytest exited with status {recorded.exit_status} without a failing test: see the session's log")
+    notes += [f"stale expected failure: {prefix!r} matches no test" for prefix in recorded.stale_expected_failures]
+    notes += [f"waived by the subject's declaration: {waiver_text(w)}" for w in recorded.waivers]
+    notes += [f"finding ({f['family']}): {f['text']}" for f in recorded.findings]
+    if recorded.family_seconds:
+        notes.append(time_note(recorded))
+    return TargetRun(session, summary, results, notes, _advisories(recorded.advisories, session), target)
 
 
 def waiver_text(waiver: Mapping[str, str]) -> str:
@@ -449,11 +447,11 @@ def waiver_text(waiver: Mapping[str, str]) -> str:
     return f"{waiver['kind']} {waiver['name']}{detail} (allowed by {waiver['allowed_by']!r})"
 
 
-def time_note(summary: dict[str, Any]) -> str:
+def time_note(summary: SessionSummary) -> str:
     """Where the session's pytest time went: seconds per family (setup, call and teardown of its cases, summed over
     workers), then the session's wall time, which also holds start-up and collection."""
-    families = ", ".join(f"{name} {seconds:.1f} s" for name, seconds in summary["family_seconds"].items())
-    return f"time per family: {families}; pytest wall time {summary.get('wall_time_s', 0):.1f} s"
+    families = ", ".join(f"{name} {seconds:.1f} s" for name, seconds in summary.family_seconds.items())
+    return f"time per family: {families}; pytest wall time {summary.wall_time_s:.1f} s"
 
 
 def _contract_name(module: str, results: Iterable[CaseResult]) -> str | None:
@@ -512,11 +510,11 @@ def collect(reports: Path, expected: Mapping[str, Target] | None = None) -> Resu
     found = {
         p.name
         for p in (reports.iterdir() if reports.is_dir() else ())
-        if p.is_dir() and any((p / name).is_file() for name in ("junit.xml", "summary.json"))
+        if p.is_dir() and any((p / name).is_file() for name in ("junit.xml", SUMMARY_FILE))
     }
     if not found:
         raise ReportError(
-            f"no target session in {reports}: expected <session>/junit.xml or <session>/summary.json there; "
+            f"no target session in {reports}: expected <session>/junit.xml or <session>/{SUMMARY_FILE} there; "
             "run a target first (nox -s megatron-0.15) or download the gate's artifacts into it"
         )
     sessions = found | set(expected)

@@ -20,6 +20,7 @@ from typing import Any
 
 from harness.formats.junit import JUnitCase
 from harness.plugin.command import CaseRun, case_command, run_cases
+from harness.plugin.failure import parse_head
 from harness.plugin.families import FAMILIES, MUTABLE, family_of_case
 from harness.ranks.pool import RankTimeout
 from harness.sensitivity.catalogue import Mutant
@@ -101,7 +102,8 @@ def raised_by(case: JUnitCase) -> list[tuple[str, str]]:
 
 def _contract_head(message: str, target: str) -> bool:
     """Whether ``message`` opens as ``contract_failure`` words a verdict: ``[<target>] <family>: ...``."""
-    return any(message.startswith(f"[{target}] {family.name}:") for family in FAMILIES)
+    head = parse_head(message)
+    return head is not None and head[0] == target and any(head[1] == family.name for family in FAMILIES)
 
 
 def is_contract_verdict(case: JUnitCase, target: str) -> bool:

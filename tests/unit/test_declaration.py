@@ -10,7 +10,8 @@ from types import ModuleType
 import pytest
 
 from harness.plugin import declared_subject
-from harness.plugin.declaration import DeclarationFileError, read_declaration_file
+from harness.plugin.declaration import ROLES, DeclarationFileError, read_declaration_file
+from harness.plugin.families import FAMILIES, family
 from harness.plugin.subjects import (
     FreezeRuleNames,
     ProviderPromises,
@@ -82,8 +83,8 @@ def test_a_declared_subject_calls_the_frameworks_own_functions(framework: Path) 
         "freeze_params_name_list", "only_train_params_name_list", "search"
     )
     assert subject.DECLARATION.roles == ("splitter", "provider")
-    assert subject.DECLARATION.undeclared_role_of("equivalence") == "patch"
-    assert subject.DECLARATION.undeclared_role_of("import-side-effects") is None
+    assert family("equivalence").missing_role(subject.DECLARATION) == "patch"
+    assert family("import-side-effects").missing_role(subject.DECLARATION) is None
     assert not hasattr(subject, "install")
 
 
@@ -289,3 +290,9 @@ def test_a_splitter_shape_that_cannot_be_used_is_one_line(
     if returns:
         text = text.replace(f"arguments = {arguments}", f"arguments = {arguments}\nreturns = {returns}")
     assert reason in one_line_error(declare(framework, text))
+
+
+def test_every_family_role_is_a_declaration_table() -> None:
+    """A family gated on a role the declaration format does not have could never run on a declared subject."""
+    roles = [f.role for f in FAMILIES if f.role]
+    assert sorted(roles) == sorted(ROLES)

@@ -11,8 +11,13 @@ from hypothesis import strategies as st
 
 from harness.contracts import equivalence, populations
 from harness.contracts.allocations import AllocationSummary
-from harness.contracts.equivalence import LAYOUTS, FakeParameter, Population
-from harness.contracts.populations import budgets_for_population, fake_module_populations
+from harness.contracts.populations import (
+    LAYOUTS,
+    FakeParameter,
+    Population,
+    budgets_for_population,
+    fake_module_populations,
+)
 
 
 @pytest.fixture(autouse=True)
@@ -89,9 +94,9 @@ def test_a_custom_fsdp_chunk_keeps_its_grads_in_the_managed_attribute(monkeypatc
     first, last = equivalence._build_chunks(population, rank=0, fsdp_flag="use_custom_fsdp")
     assert not first.ddp_config.use_custom_fsdp and last.ddp_config.use_custom_fsdp
     (first_param,), (last_param,) = first.parameters(), last.parameters()
-    assert hasattr(first_param, "main_grad") and not hasattr(first_param, equivalence.FSDP_GRAD_ATTR)
+    assert hasattr(first_param, "main_grad") and not hasattr(first_param, populations.FSDP_GRAD_ATTR)
     assert not hasattr(last_param, "main_grad")
-    assert equivalence._grad_of(last_param) is getattr(last_param, equivalence.FSDP_GRAD_ATTR)
+    assert equivalence._grad_of(last_param) is getattr(last_param, populations.FSDP_GRAD_ATTR)
     labels = equivalence._fsdp_labels(population, "use_custom_fsdp")
     assert set(labels) == {"1:" + sharded.name}
     assert "fsdp_managed_main_grad" in labels["1:" + sharded.name]
@@ -127,7 +132,7 @@ def test_the_memory_bound_widens_for_an_empty_grad_upstream_promoted_with(monkey
 def test_a_generated_budget_asks_at_most_64_slices_of_the_largest_grad(case: tuple[Population, int]) -> None:
     population, budget = case
     largest = max(
-        (max(1, spec.numel * equivalence.DTYPES[spec.dtype].itemsize) for chunk in population.chunks for spec in chunk),
+        (max(1, spec.numel * populations.DTYPES[spec.dtype].itemsize) for chunk in population.chunks for spec in chunk),
         default=1,
     )
     assert budget >= 1

@@ -22,16 +22,14 @@ from typing import Any
 
 import pytest
 
+from harness.contracts.imports.callable_state import CallableState, callable_state_changes, capture_callable_state
 from harness.contracts.imports.fake_modules import build_fakes
 from harness.contracts.imports.isolation import load_isolated
 from harness.contracts.imports.side_effects import (
     KINDS,
-    CallableState,
     SideEffect,
     SideEffectDetector,
     allowance_for,
-    callable_state_changes,
-    capture_callable_state,
     detect,
     detect_with_allowances,
     format_effects,

@@ -13,7 +13,7 @@ from types import ModuleType
 import pytest
 
 from harness.ranks import megatron_state
-from harness.ranks.megatron_state import ALIAS_NAME, UPSTREAM_NAME
+from harness.targets.megatron_names import ALIAS_NAME, UPSTREAM_NAME
 
 FINALIZE = textwrap.dedent(
     """

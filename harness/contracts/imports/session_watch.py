@@ -18,10 +18,10 @@ from typing import Any
 
 import pytest
 
-from harness.contracts.imports.side_effects import CallableState, callable_state_changes, capture_callable_state
+from harness.contracts.imports.callable_state import CallableState, callable_state_changes, capture_callable_state
 from harness.plugin.failure import contract_failure
 from harness.plugin.families import family
-from harness.plugin.gate import configured_target
+from harness.plugin.session_state import configured_target
 
 WATCHED = ("megatron", "torch.distributed")
 PRELOADED = ("megatron.core", "megatron.core.distributed.finalize_model_grads", "torch.distributed")

@@ -1,0 +1,96 @@
+"""Upstream vs subject ``finalize_model_grads`` on a real GPTModel step, inside real rank processes.
+
+The fake-module comparison (:mod:`harness.contracts.equivalence`) calls the all-reduce directly; this task runs it the
+way training does, through ``finalize_model_grads`` on a model Megatron built, so it also catches a subject whose
+``install()`` leaves upstream in place or binds a replacement ``finalize_model_grads`` never calls.
+"""
+
+from __future__ import annotations
+
+import resource
+from typing import Any
+
+import torch
+
+from harness.contracts.collectives import CollectiveRecorder
+from harness.contracts.equivalence import RankReport, _bits, _not_restored, subject_once, tp_group
+from harness.ranks import megatron_state as megatron_ranks
+
+
+class _CallCounter:
+    """Counts the calls ``finalize_model_grads`` makes to whatever ``install()`` bound in upstream's place.
+
+    Counting calls, rather than comparing the number of collectives with upstream's, keeps the check true when
+    upstream itself reduces in several buffers. ``upstream`` is the pinned object: a name still bound to it was not
+    replaced, whatever the subject did at import.
+    """
+
+    def __init__(self, module: Any, upstream: Any) -> None:
+        self.module = module
+        self.upstream = upstream
+        self.calls = 0
+        self.replaced_upstream = False
+
+    def __enter__(self) -> _CallCounter:
+        installed = getattr(self.module, megatron_ranks.UPSTREAM_NAME)
+        self._installed = installed
+        self.replaced_upstream = installed is not self.upstream
+
+        def counting(*args: Any, **kwargs: Any) -> Any:
+            self.calls += 1
+            return installed(*args, **kwargs)
+
+        setattr(self.module, megatron_ranks.UPSTREAM_NAME, counting)
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        setattr(self.module, megatron_ranks.UPSTREAM_NAME, self._installed)
+
+
+def gpt_finalize_task(rank: int, world_size: int, subject_spec: str, budget: int, qk_layernorm: bool) -> RankReport:
+    """``finalize_model_grads`` on a real GPTModel step, upstream vs subject installed; bitwise comparison per param.
+
+    Both runs build the same model from the same seed and take the same step, so any difference comes from the
+    all-reduce. The subject must also really have run: ``install()`` must have bound its replacement in upstream's
+    place, and ``finalize_model_grads`` must have called it.
+    """
+    from harness.ranks import cpu_gpt
+
+    report = RankReport(rank=rank)
+    pin = megatron_ranks.pinned_upstream()
+    subject = subject_once(subject_spec)
+    report.problems += [f"rank {rank}: {p}" for p in megatron_ranks.upstream_changes(pin)]
+    megatron_ranks.require_tensor_parallel(world_size)
+    module = megatron_ranks.finalize_module()
+    with cpu_gpt.cpu_workarounds():
+        group = tp_group()
+        model, _ = cpu_gpt.build_gpt(qk_layernorm=qk_layernorm, seed=11)
+        cpu_gpt.forward_backward(model, seed=5)
+        # finalize_model_grads looks upstream's name up at call time: bind the pinned object for upstream's run.
+        with megatron_ranks.upstream_bound(pin), CollectiveRecorder(group) as upstream_recorder:
+            cpu_gpt.finalize(model)
+        expected = cpu_gpt.main_grads(model)
+        model, _ = cpu_gpt.build_gpt(qk_layernorm=qk_layernorm, seed=11)
+        cpu_gpt.forward_backward(model, seed=5)
+        bound_before_install = megatron_ranks.bindings(pin)
+        subject.install(budget_bytes=budget)
+        try:
+            with CollectiveRecorder(group) as recorder, _CallCounter(module, pin.upstream) as counter:
+                cpu_gpt.finalize(model)
+        finally:
+            subject.uninstall()
+            report.problems += _not_restored(rank, pin, bound_before_install)
+        got = cpu_gpt.main_grads(model)
+    report.collectives, report.upstream_collectives = recorder.calls, upstream_recorder.calls
+    if not counter.replaced_upstream or counter.calls == 0:
+        what = "was never called" if counter.replaced_upstream else "left upstream in place"
+        report.problems.append(
+            f"rank {rank}: with the subject installed finalize_model_grads ran, but the replacement of "
+            f"{megatron_ranks.UPSTREAM_NAME} {what}: the chunked all-reduce did not run"
+        )
+    for name, value in expected.items():
+        if not torch.equal(_bits(got[name]), _bits(value)):
+            diff = (got[name].double() - value.double()).abs().max().item()
+            report.problems.append(f"rank {rank}: param {name}: main_grad differs from upstream, max |diff| {diff:.3g}")
+    report.peak_rss_kib = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    return report
