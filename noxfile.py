@@ -29,7 +29,6 @@ sys.path.insert(0, str(ROOT))
 from harness.formats.environment import MATRIX_ENV_VAR  # noqa: E402
 from harness.formats.summary import SummaryError, read_summary  # noqa: E402
 from harness.plugin.command import case_command  # noqa: E402
-from harness.plugin.subjects import subject_spec  # noqa: E402
 from harness.reports.api_diff import ApiDiffError, compare, render_markdown, write_report  # noqa: E402
 from harness.reports.compatibility import ReportError, headline, write_reports  # noqa: E402
 from harness.sensitivity.catalogue import CATALOGUE, CatalogueError, load_catalogue, select  # noqa: E402
@@ -38,6 +37,7 @@ from harness.sensitivity.mutate import MutationError  # noqa: E402
 from harness.sensitivity.report import summary_line  # noqa: E402
 from harness.sensitivity.report import write_report as write_sensitivity_report  # noqa: E402
 from harness.sensitivity.runner import run_sensitivity  # noqa: E402
+from harness.subjects.loading import subject_spec  # noqa: E402
 from harness.targets import candidate as candidates  # noqa: E402
 from harness.targets.interpreters import expose_on_path, missing_message, running_version  # noqa: E402
 from harness.targets.matrix import MatrixError, Target, load_matrix, venv_python  # noqa: E402

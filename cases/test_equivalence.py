@@ -33,10 +33,12 @@ from harness.contracts.populations import (
 from harness.plugin.failure import contract_failure
 from harness.plugin.families import family
 from harness.ranks.early_start import ON_RANKS
-from harness.ranks.megatron_state import UPSTREAM_NAME, finalize_module, model_parallel, upstream_fsdp_flag
+from harness.ranks.megatron_state import finalize_module, model_parallel, upstream_fsdp_flag
 from harness.ranks.pool import backend_skip_reason, get_pool
+from harness.subjects.loading import SubjectRef
 from harness.targets.installed_versions import installed_versions
 from harness.targets.matrix import MEGATRON_DISTRIBUTION, Target
+from harness.targets.megatron_names import UPSTREAM_NAME
 
 FAMILY = family("equivalence")
 pytestmark = FAMILY.mark()
@@ -89,7 +91,7 @@ def rank_problems(reports: list[RankReport]) -> list[str]:
 @pytest.mark.parametrize(("world_size", "tensor_parallel", "bitwise", "share"), SHAPES)
 def test_matches_upstream_on_generated_modules(
     target: Target,
-    subject_name: str,
+    subject_ref: SubjectRef,
     backend: str,
     world_size: int,
     tensor_parallel: int,
@@ -108,7 +110,7 @@ def test_matches_upstream_on_generated_modules(
 
         def check(case: tuple[Population, int]) -> None:
             population, budget = case
-            reports = pool.run(compare_task, population, subject_name, budget, tensor_parallel, bitwise)
+            reports = pool.run(compare_task, population, subject_ref, budget, tensor_parallel, bitwise)
             upstream_raised = sorted({r.upstream_raised for r in reports if r.upstream_raised})
             for error in upstream_raised:
                 raised[error] = raised.get(error, 0) + 1
@@ -139,7 +141,7 @@ def test_matches_upstream_on_generated_modules(
 
 @ON_RANKS
 def test_largest_buffer_is_bounded_by_the_budget(
-    target: Target, subject_name: str, report_dir: Path, record_finding: Callable[[str, str], None]
+    target: Target, subject_ref: SubjectRef, report_dir: Path, record_finding: Callable[[str, str], None]
 ) -> None:
     """4 MiB of sequence-parallel fp32 grads, 16 KiB each, under a 64 KiB budget: the subject's largest message stays
     within the budget, and the memory it holds at once within the bound (8 chunks: 512 KiB, an eighth of what a design
@@ -147,7 +149,7 @@ def test_largest_buffer_is_bounded_by_the_budget(
     under ``finding``, whether upstream itself needs the patch for memory on this target."""
     budget = LARGEST_BUFFER_BUDGET
     with model_parallel(get_pool(2, "gloo"), 2) as pool:
-        reports = pool.run(compare_task, LARGEST_BUFFER, subject_name, budget, 2, True, measure_upstream=True)
+        reports = pool.run(compare_task, LARGEST_BUFFER, subject_ref, budget, 2, True, measure_upstream=True)
     total = sum(spec.numel * 4 for spec in LARGEST_BUFFER.chunks[0])
     first = reports[0]
     ours = max((size for _, size, _ in first.collectives), default=0)
@@ -226,7 +228,7 @@ def _memory_finding(report: RankReport, grad_bytes: int) -> str:
 
 @ON_RANKS
 @pytest.mark.advisory
-def test_reduces_with_upstreams_ops(target: Target, subject_name: str) -> None:
+def test_reduces_with_upstreams_ops(target: Target, subject_ref: SubjectRef) -> None:
     """Values decide equivalence: a subject that averages by a SUM and a division of its own, with values equal to
     upstream's (the generated-modules case holds it to that), is a style, not a break. Checked on the model-like
     examples, where upstream uses every op it has."""
@@ -234,7 +236,7 @@ def test_reduces_with_upstreams_ops(target: Target, subject_name: str) -> None:
     fsdp, groups = fsdp_order(), group_kinds(2, 2)
     with model_parallel(get_pool(2, "gloo"), 2) as pool:
         for population in model_like_populations(fsdp, groups):
-            reports = pool.run(compare_task, population, subject_name, MODEL_LIKE_BUDGET, 2, True)
+            reports = pool.run(compare_task, population, subject_ref, MODEL_LIKE_BUDGET, 2, True)
             choices += [c for r in reports for c in r.op_choices]
     assert not choices, contract_failure(
         target,
@@ -246,10 +248,10 @@ def test_reduces_with_upstreams_ops(target: Target, subject_name: str) -> None:
 
 @ON_RANKS
 @pytest.mark.parametrize("qk_layernorm", [False, True], ids=["plain", "qk-layernorm"])
-def test_finalize_model_grads_on_a_real_gpt_model(target: Target, subject_name: str, qk_layernorm: bool) -> None:
+def test_finalize_model_grads_on_a_real_gpt_model(target: Target, subject_ref: SubjectRef, qk_layernorm: bool) -> None:
     budget = 64
     with model_parallel(get_pool(2, "gloo"), 2) as pool:
-        reports = pool.run(gpt_finalize_task, subject_name, budget, qk_layernorm)
+        reports = pool.run(gpt_finalize_task, subject_ref, budget, qk_layernorm)
     assert not any(r.problems for r in reports), contract_failure(
         target,
         FAMILY.name,

@@ -30,7 +30,9 @@ from harness.contracts.fingerprint.checks import (
     resolved_member,
     unbound_calls,
 )
-from harness.contracts.fingerprint.declaration import (
+from harness.contracts.fingerprint.inspection import fingerprint_symbols, parameters, signature_text
+from harness.contracts.fingerprint.source_scan import SourceScan, scan_sources, subject_files, undeclared_uses
+from harness.contracts.fingerprint.symbol_table import (
     BODY_HASHES_NAME,
     DeclarationError,
     Declared,
@@ -39,8 +41,6 @@ from harness.contracts.fingerprint.declaration import (
     read_body_hashes,
     read_declaration,
 )
-from harness.contracts.fingerprint.inspection import fingerprint_symbols, parameters, signature_text
-from harness.contracts.fingerprint.source_scan import SourceScan, scan_sources, subject_files, undeclared_uses
 from harness.plugin.failure import contract_failure
 from harness.plugin.families import family
 from harness.targets.matrix import Target

@@ -32,7 +32,7 @@ from typing import Any
 
 import pytest
 
-from harness.contracts.fingerprint.declaration import DeclarationError, read_declaration
+from harness.contracts.fingerprint.symbol_table import DeclarationError, read_declaration
 from harness.contracts.imports.fake_modules import build_fakes
 from harness.contracts.imports.import_time import ImportTimeError, measure_import_times
 from harness.contracts.imports.isolation import adapter_import_root, isolated_modules, load_isolated
@@ -42,15 +42,16 @@ from harness.contracts.imports.side_effects import (
     detect_with_allowances,
     format_effects,
 )
-from harness.plugin.declaration import is_declaration, read_declaration_file
-from harness.plugin.declared_subject import megatron_restored
 from harness.plugin.failure import contract_failure
 from harness.plugin.families import family
-from harness.plugin.subjects import budget_env_var, load_subject
 from harness.ranks.early_start import ON_RANKS
-from harness.ranks.megatron_state import ALIAS_NAME, UPSTREAM_NAME, finalize_module
+from harness.ranks.megatron_state import finalize_module
 from harness.ranks.pool import RankPoolError
+from harness.subjects.declared import megatron_restored
+from harness.subjects.loading import SubjectRef
+from harness.subjects.promises import budget_env_var
 from harness.targets.matrix import Target
+from harness.targets.megatron_names import ALIAS_NAME, UPSTREAM_NAME
 
 FAMILY = family("import-side-effects")
 pytestmark = FAMILY.mark()
@@ -126,13 +127,13 @@ def _effects(effects: list[SideEffect]) -> list[str]:
     return format_effects(effects).splitlines()
 
 
-def _load_subject_afresh(spec: str) -> None:
+def _load_subject_afresh(subject: SubjectRef) -> None:
     """Load the subject as a new process would: a module subject under a fresh name; a declared subject with its
     framework's modules imported again, so their import-time effects are seen whatever ran before."""
-    if not is_declaration(spec):
-        load_isolated(spec)
+    declaration = subject.declaration
+    if declaration is None:
+        load_isolated(subject.name)
         return
-    declaration = read_declaration_file(spec)
     tops = {name.split(".")[0] for name in (declaration.adapter_package, declaration.patch.get("module", ""))}
     tops |= {
         declaration.splitter.get("function", "").split(".")[0],
@@ -141,7 +142,7 @@ def _load_subject_afresh(spec: str) -> None:
     with isolated_modules():
         for name in [name for name in sys.modules if name.split(".")[0] in tops - {""}]:
             del sys.modules[name]
-        load_subject(spec)
+        subject.load()
 
 
 MEGATRON_STATE_KINDS = frozenset(
@@ -173,21 +174,21 @@ def _observed_once(key: str, observe: Callable[..., list[SideEffect]], block: Ca
 
 
 def test_loading_the_subject_changes_nothing(
-    target: Target, subject_name: str, observe: Callable[..., list[SideEffect]]
+    target: Target, subject_ref: SubjectRef, observe: Callable[..., list[SideEffect]]
 ) -> None:
-    effects = _megatron_state(_observed_once("load", observe, lambda: _load_subject_afresh(subject_name)))
+    effects = _megatron_state(_observed_once("load", observe, lambda: _load_subject_afresh(subject_ref)))
     assert not effects, contract_failure(
-        target, FAMILY.name, f"loading the subject {subject_name} changed Megatron", _effects(effects)
+        target, FAMILY.name, f"loading the subject {subject_ref.name} changed Megatron", _effects(effects)
     )
 
 
 @pytest.mark.advisory
 def test_loading_the_subject_has_no_other_effects(
-    target: Target, subject_name: str, observe: Callable[..., list[SideEffect]]
+    target: Target, subject_ref: SubjectRef, observe: Callable[..., list[SideEffect]]
 ) -> None:
-    effects = _other_effects(_observed_once("load", observe, lambda: _load_subject_afresh(subject_name)))
+    effects = _other_effects(_observed_once("load", observe, lambda: _load_subject_afresh(subject_ref)))
     assert not effects, contract_failure(
-        target, FAMILY.name, f"loading the subject {subject_name} had side effects", _effects(effects)
+        target, FAMILY.name, f"loading the subject {subject_ref.name} had side effects", _effects(effects)
     )
 
 

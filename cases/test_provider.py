@@ -50,7 +50,7 @@ from harness.contracts.provider_calls import (
 from harness.plugin.failure import contract_failure
 from harness.plugin.families import family
 from harness.plugin.session_state import declaration_of
-from harness.plugin.subjects import FreezeRuleNames, freeze_rule_names, provider_promises, required_call_shapes
+from harness.subjects.promises import FreezeRuleNames, freeze_rule_names, provider_promises, required_call_shapes
 from harness.targets.matrix import Target, load_matrix
 from harness.targets.provider_shapes import (
     derive_calls,

@@ -4,12 +4,16 @@
   candidates, the provider contract read from an installed Megatron. Imports nothing else from ``harness``.
 - ``formats``: the formats several packages share, each with one owner: key validation, Markdown escaping, JUnit
   reading, the red section and repro line. Imports nothing else from ``harness``.
+- ``subjects``: the subject named once per session and loaded where needed (module, ``.py`` path or declaration),
+  reading and checking declarations, the subject built from one, what a subject says about itself. May import
+  ``formats`` and ``targets``.
 - ``plugin``: the pytest plugin every target session loads (``-p harness.plugin.gate``), the command that runs it,
-  the table of contract families, the failure-message helper of the cases, subject loading. May import ``targets``
-  and ``formats``.
+  the table of contract families, the failure-message helper of the cases. May import ``formats``, ``targets`` and
+  ``subjects``.
 - ``ranks``: rank processes and the Megatron state inside them. May import ``targets``.
 - ``contracts``: what each family needs besides its case file (populations, rank-side comparison, provider calls,
-  import isolation and side effects, fingerprints). May import ``targets``, ``plugin`` and ``ranks``.
+  import isolation and side effects, fingerprints). May import ``formats``, ``targets``, ``subjects``, ``plugin`` and
+  ``ranks``.
 - ``reference``: the built-in reference subject. Imports only Megatron and torch.
 - ``reports``, ``sensitivity``, ``bench``: tools that read what target sessions left behind, or drive them. May
   import every package above.
@@ -23,12 +27,13 @@ REPO_ROOT = Path(__file__).resolve().parent.parent
 MAY_IMPORT = {
     "formats": (),
     "targets": ("formats",),
-    "plugin": ("formats", "targets"),
+    "subjects": ("formats", "targets"),
+    "plugin": ("formats", "targets", "subjects"),
     "ranks": ("targets",),
     "reference": (),
-    "contracts": ("formats", "targets", "plugin", "ranks"),
-    "reports": ("formats", "targets", "plugin", "ranks", "contracts"),
-    "sensitivity": ("formats", "targets", "plugin", "ranks", "contracts", "reference", "reports"),
-    "bench": ("formats", "targets", "plugin", "ranks", "contracts", "reference", "reports"),
+    "contracts": ("formats", "targets", "subjects", "plugin", "ranks"),
+    "reports": ("formats", "targets", "subjects", "plugin", "ranks", "contracts"),
+    "sensitivity": ("formats", "targets", "subjects", "plugin", "ranks", "contracts", "reference", "reports"),
+    "bench": ("formats", "targets", "subjects", "plugin", "ranks", "contracts", "reference", "reports"),
 }
 """The packages each package may import besides itself and this one (tests/unit/test_layout.py enforces it)."""

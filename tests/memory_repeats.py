@@ -16,6 +16,7 @@ from harness.contracts.equivalence import compare_task
 from harness.contracts.populations import LARGEST_BUFFER, LARGEST_BUFFER_BUDGET
 from harness.ranks import megatron_state
 from harness.ranks.pool import RankPool
+from harness.subjects.loading import resolve_subject
 
 
 def repeat(subject: str, repeats: int) -> dict[str, object]:
@@ -24,7 +25,9 @@ def repeat(subject: str, repeats: int) -> dict[str, object]:
     try:
         with megatron_state.model_parallel(pool, 2):
             for _ in range(repeats):
-                reports = pool.run(compare_task, LARGEST_BUFFER, subject, LARGEST_BUFFER_BUDGET, 2, True)
+                reports = pool.run(
+                    compare_task, LARGEST_BUFFER, resolve_subject(subject), LARGEST_BUFFER_BUDGET, 2, True
+                )
                 seen = {problem.split(": ", 1)[-1][:160] for report in reports for problem in report.problems}
                 red += bool(seen)
                 problems |= seen

@@ -27,9 +27,11 @@ from types import SimpleNamespace
 from typing import Any
 
 from harness.bench import variants
-from harness.plugin.subjects import REFERENCE_SUBJECT
+from harness.formats.environment import REFERENCE_SUBJECT
 from harness.ranks import megatron_state as megatron_ranks
 from harness.ranks.pool import RankPool
+from harness.subjects.loading import SubjectRef, resolve_subject
+from harness.targets.megatron_names import UPSTREAM_NAME
 
 _MIB = 1 << 20
 _DEFAULT_WORLD_SIZES = (2, 4)
@@ -114,13 +116,13 @@ def _free_task(rank: int, world_size: int) -> None:
     _flat.clear()
 
 
-def _variant_call(method: str, budget_bytes: int | None, subject_spec: str) -> tuple[Callable[..., None], Any]:
+def _variant_call(method: str, budget_bytes: int | None, subject_ref: SubjectRef) -> tuple[Callable[..., None], Any]:
     """What one method calls on ``(model, config)``, and the subject to uninstall after it (or ``None``)."""
     from harness.contracts.equivalence import subject_once, tp_group
 
     grads = [param.main_grad for param in _model[0].parameters()]
     if method == _UPSTREAM:
-        return getattr(megatron_ranks.finalize_module(), megatron_ranks.UPSTREAM_NAME), None
+        return getattr(megatron_ranks.finalize_module(), UPSTREAM_NAME), None
     if method == variants.FLOOR_IN_PLACE:
         return lambda model, config: variants.floor_in_place(grads, tp_group()), None
     if method == variants.FLOOR_FLAT:
@@ -128,13 +130,13 @@ def _variant_call(method: str, budget_bytes: int | None, subject_spec: str) -> t
     if method.startswith(variants.FIELD_PREFIX):
         assert budget_bytes is not None
         return lambda model, config: variants.field_style(grads, tp_group(), budget_bytes), None
-    subject = subject_once(subject_spec)
+    subject = subject_once(subject_ref)
     subject.install(budget_bytes=budget_bytes)
     return subject.allreduce_non_tensor_model_parallel_grads, subject
 
 
 def _time_task(
-    rank: int, world_size: int, method: str, budget_bytes: int | None, subject_spec: str, track: bool = False
+    rank: int, world_size: int, method: str, budget_bytes: int | None, subject_ref: SubjectRef, track: bool = False
 ) -> dict:
     """One timed call of a method on the allocated chunk; with ``track``, also the peak of tensor bytes it held."""
     import torch
@@ -145,7 +147,7 @@ def _time_task(
 
     config = SimpleNamespace(sequence_parallel=True, qk_layernorm=False)
     _flat[0].fill_(float(rank + 1))
-    call, subject = _variant_call(method, budget_bytes, subject_spec)
+    call, subject = _variant_call(method, budget_bytes, subject_ref)
     tracker = AllocationTracker("cpu") if track else contextlib.nullcontext()
     try:
         Path("/proc/self/clear_refs").write_text("5")
@@ -198,6 +200,7 @@ class _BenchPlan:
 def _measure_allreduce(plan: _BenchPlan, progress: Callable[..., object] = print) -> list[_Sample]:
     """Every method on every population and world size; one warm-up round per population is not recorded."""
     samples: list[_Sample] = []
+    subject = resolve_subject(plan.subject)
     for world_size in plan.world_sizes:
         pool = RankPool(world_size, "gloo", timeout_s=_TASK_TIMEOUT_S)
         try:
@@ -211,7 +214,7 @@ def _measure_allreduce(plan: _BenchPlan, progress: Callable[..., object] = print
                         # Each repeat starts one method later, so no method always runs right after the same one.
                         shift = repeat % len(methods)
                         for method, budget in methods[shift:] + methods[:shift]:
-                            results = pool.run(_time_task, method, budget, plan.subject, repeat == 0)
+                            results = pool.run(_time_task, method, budget, subject, repeat == 0)
                             row = rows[method]
                             if repeat == 0:
                                 row.peak_allocated_bytes = max(r["peak_allocated_bytes"] for r in results)

@@ -43,7 +43,7 @@ CUDA_BLOCK_BYTES = 512
 """The CUDA caching allocator rounds every allocation up to a multiple of this."""
 
 MEMORY_BOUND_CHUNKS = 8
-"""How many chunk-sized buffers a subject may hold at once during its call (see ``_memory_bound``)."""
+"""How many chunk-sized buffers a subject may hold at once during its call (see ``memory_bound``)."""
 
 
 @dataclass(frozen=True)
@@ -168,7 +168,7 @@ def _storage_ptr(tensor: torch.Tensor) -> int:
         return 0
 
 
-def _memory_bound(budget: int, largest: int, widest_element: int, smallest_element: int) -> tuple[int, int]:
+def memory_bound(budget: int, largest: int, widest_element: int, smallest_element: int) -> tuple[int, int]:
     """``(chunk, bound)``: the bytes one chunk's buffer may take, and the most bytes of tensors a subject may hold at
     once during its call.
 
@@ -184,12 +184,12 @@ def _memory_bound(budget: int, largest: int, widest_element: int, smallest_eleme
     return chunk, chunk * MEMORY_BOUND_CHUNKS
 
 
-def _check_memory(
+def check_memory(
     report: RankReport, budget: int, largest: int, widest: int, smallest: int, device: torch.device
 ) -> None:
     summary = report.allocations
     assert summary is not None
-    chunk, report.memory_bound_bytes = _memory_bound(budget, largest, widest, smallest)
+    chunk, report.memory_bound_bytes = memory_bound(budget, largest, widest, smallest)
     if summary.peak_bytes > report.memory_bound_bytes:
         cuda = "" if summary.cuda_peak_bytes is None else f", CUDA allocator peak {summary.cuda_peak_bytes}"
         report.problems.append(

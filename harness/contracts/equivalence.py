@@ -19,7 +19,7 @@ from typing import Any
 
 import torch
 
-from harness.contracts.allocations import AllocationSummary, AllocationTracker, _check_memory
+from harness.contracts.allocations import AllocationSummary, AllocationTracker, check_memory
 from harness.contracts.collectives import CollectiveRecorder
 from harness.contracts.populations import (
     DTYPES,
@@ -32,8 +32,8 @@ from harness.contracts.populations import (
     fsdp_grads,
     population_config,
 )
-from harness.plugin.subjects import load_subject
 from harness.ranks import megatron_state as megatron_ranks
+from harness.subjects.loading import SubjectRef
 
 
 @dataclass
@@ -207,7 +207,7 @@ def _snapshot(chunks: list[torch.nn.Module]) -> dict[str, tuple[torch.Tensor | N
     return snap
 
 
-def _bits(tensor: torch.Tensor) -> torch.Tensor:
+def bits(tensor: torch.Tensor) -> torch.Tensor:
     """The bytes of ``tensor``'s values in logical order (a one-element view with stride 2 counts as contiguous to
     torch, yet cannot be viewed as bytes: copy into a fresh flat buffer)."""
     flat = torch.empty(tensor.numel(), dtype=tensor.dtype)
@@ -284,14 +284,15 @@ def call_group(population: Population) -> tuple[Any, dict[str, Any]]:
 _subjects: dict[str, Any] = {}
 
 
-def subject_once(spec: str) -> Any:
-    """The subject loaded once per rank process (a file subject would otherwise be re-executed per example)."""
-    if spec not in _subjects:
-        _subjects[spec] = load_subject(spec)
-    return _subjects[spec]
+def subject_once(subject: SubjectRef) -> Any:
+    """The subject loaded once per rank process from the session's reference (a file subject would otherwise be
+    re-executed per example, a declaration read again)."""
+    if subject.name not in _subjects:
+        _subjects[subject.name] = subject.load()
+    return _subjects[subject.name]
 
 
-def _not_restored(rank: int, pin: Any, bound_before_install: Any) -> list[str]:
+def not_restored(rank: int, pin: Any, bound_before_install: Any) -> list[str]:
     """Problem lines when ``uninstall()`` left upstream's names bound otherwise than before ``install()``."""
     changes = megatron_ranks.upstream_changes(pin, "and uninstall() did not restore it", expected=bound_before_install)
     return [f"rank {rank}: {change}" for change in changes]
@@ -301,7 +302,7 @@ def compare_task(
     rank: int,
     world_size: int,
     population: Population,
-    subject_spec: str,
+    subject_ref: SubjectRef,
     budget: int,
     tensor_parallel: int,
     bitwise: bool,
@@ -322,7 +323,7 @@ def compare_task(
     """
     report = RankReport(rank=rank)
     pin = megatron_ranks.pinned_upstream()
-    subject = subject_once(subject_spec)
+    subject = subject_once(subject_ref)
     report.problems += [f"rank {rank}: {p}" for p in megatron_ranks.upstream_changes(pin)]
     fsdp_flag = megatron_ranks.upstream_fsdp_flag()
     megatron_ranks.require_tensor_parallel(tensor_parallel)
@@ -352,7 +353,7 @@ def compare_task(
         return report
     finally:
         subject.uninstall()
-        report.problems += _not_restored(rank, pin, bound_before_install)
+        report.problems += not_restored(rank, pin, bound_before_install)
     report.collectives = recorder.calls
     report.allocations = tracker.summary()
     if recorder.foreign_groups:
@@ -364,7 +365,7 @@ def compare_task(
     reduced_by_upstream = {
         key: value
         for key, (_, value, _) in expected.items()
-        if value is not None and before[key][1] is not None and not torch.equal(_bits(value), _bits(before[key][1]))
+        if value is not None and before[key][1] is not None and not torch.equal(bits(value), bits(before[key][1]))
     }
     truth = _float64_truth(population, torch.distributed.get_process_group_ranks(group), reduced_by_upstream)
     _compare(report, reference, chunks, before, budget, bitwise, truth, _fsdp_labels(population, fsdp_flag))
@@ -443,7 +444,7 @@ def _compare(
             promoted = value.dtype if promoted is None else torch.promote_types(promoted, value.dtype)
         if grad is not start_grad or address != start_address:
             report.problems.append(f"{where}: the grad object or its storage was replaced (upstream keeps both)")
-        if torch.equal(_bits(value), _bits(ref_value)):
+        if torch.equal(bits(value), bits(ref_value)):
             continue
         diff = (value.double() - ref_value.double()).abs().max().item()
         if bitwise:
@@ -461,7 +462,7 @@ def _compare(
                     f"their bound; element {at} by {errors[at].item():.3g} > {bound[at].item():.3g} "
                     f"(upstream differs by {diff:.3g})"
                 )
-        if torch.equal(_bits(value), _bits(start_value)) and not torch.equal(_bits(ref_value), _bits(start_value)):
+        if torch.equal(bits(value), bits(start_value)) and not torch.equal(bits(ref_value), bits(start_value)):
             report.problems.append(f"{where}: left untouched where upstream reduced it")
     for _, size, element in report.collectives:
         bound = max(budget, largest) * element // smallest_element
@@ -483,4 +484,4 @@ def _compare(
             + [element for _, _, element in report.upstream_collectives]
         )
         smallest_element = min(smallest_element, widest_element)
-        _check_memory(report, budget, largest, widest_element, smallest_element, _grads_device(chunks))
+        check_memory(report, budget, largest, widest_element, smallest_element, _grads_device(chunks))

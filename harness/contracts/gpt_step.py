@@ -13,8 +13,9 @@ from typing import Any
 import torch
 
 from harness.contracts.collectives import CollectiveRecorder
-from harness.contracts.equivalence import RankReport, _bits, _not_restored, subject_once, tp_group
+from harness.contracts.equivalence import RankReport, bits, not_restored, subject_once, tp_group
 from harness.ranks import megatron_state as megatron_ranks
+from harness.subjects.loading import SubjectRef
 
 
 class _CallCounter:
@@ -47,7 +48,9 @@ class _CallCounter:
         setattr(self.module, megatron_ranks.UPSTREAM_NAME, self._installed)
 
 
-def gpt_finalize_task(rank: int, world_size: int, subject_spec: str, budget: int, qk_layernorm: bool) -> RankReport:
+def gpt_finalize_task(
+    rank: int, world_size: int, subject_ref: SubjectRef, budget: int, qk_layernorm: bool
+) -> RankReport:
     """``finalize_model_grads`` on a real GPTModel step, upstream vs subject installed; bitwise comparison per param.
 
     Both runs build the same model from the same seed and take the same step, so any difference comes from the
@@ -58,7 +61,7 @@ def gpt_finalize_task(rank: int, world_size: int, subject_spec: str, budget: int
 
     report = RankReport(rank=rank)
     pin = megatron_ranks.pinned_upstream()
-    subject = subject_once(subject_spec)
+    subject = subject_once(subject_ref)
     report.problems += [f"rank {rank}: {p}" for p in megatron_ranks.upstream_changes(pin)]
     megatron_ranks.require_tensor_parallel(world_size)
     module = megatron_ranks.finalize_module()
@@ -79,7 +82,7 @@ def gpt_finalize_task(rank: int, world_size: int, subject_spec: str, budget: int
                 cpu_gpt.finalize(model)
         finally:
             subject.uninstall()
-            report.problems += _not_restored(rank, pin, bound_before_install)
+            report.problems += not_restored(rank, pin, bound_before_install)
         got = cpu_gpt.main_grads(model)
     report.collectives, report.upstream_collectives = recorder.calls, upstream_recorder.calls
     if not counter.replaced_upstream or counter.calls == 0:
@@ -89,7 +92,7 @@ def gpt_finalize_task(rank: int, world_size: int, subject_spec: str, budget: int
             f"{megatron_ranks.UPSTREAM_NAME} {what}: the chunked all-reduce did not run"
         )
     for name, value in expected.items():
-        if not torch.equal(_bits(got[name]), _bits(value)):
+        if not torch.equal(bits(got[name]), bits(value)):
             diff = (got[name].double() - value.double()).abs().max().item()
             report.problems.append(f"rank {rank}: param {name}: main_grad differs from upstream, max |diff| {diff:.3g}")
     report.peak_rss_kib = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss

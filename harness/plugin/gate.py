@@ -20,11 +20,11 @@ import pytest
 from harness.formats.environment import DEFAULT_MATRIX, MATRIX_ENV_VAR, SUBJECT_ENV_VAR, TARGET_ENV_VAR
 from harness.formats.not_declared import not_declared_reason
 from harness.plugin import expected_failures, hypothesis_profiles, session_state, verdicts
-from harness.plugin.declaration import Declaration, DeclarationFileError, is_declaration
 from harness.plugin.families import family_of_case
 from harness.plugin.records import append_record, clear_records
 from harness.plugin.session_summary import session_summary, write_terminal_sections
-from harness.plugin.subjects import SubjectError, load_subject
+from harness.subjects.declaration import Declaration, DeclarationFileError
+from harness.subjects.loading import SubjectError, SubjectRef
 from harness.targets.matrix import Target, load_matrix
 
 
@@ -68,12 +68,11 @@ def pytest_configure(config: pytest.Config) -> None:
     _family_seconds.clear()
     if not hasattr(config, "workerinput"):
         clear_records(session_state.report_dir_of(config))
-    spec = session_state.subject_spec_of(config)
-    if is_declaration(spec):
-        try:
-            config.stash[session_state.SUBJECT] = load_subject(spec)
-        except (DeclarationFileError, SubjectError) as err:
-            raise pytest.UsageError(str(err)) from None
+    try:
+        if session_state.subject_ref_of(config).declaration is not None:
+            session_state.configured_subject(config)
+    except (DeclarationFileError, SubjectError) as err:
+        raise pytest.UsageError(str(err)) from None
 
 
 def pytest_runtest_logreport(report: pytest.TestReport) -> None:
@@ -89,10 +88,9 @@ def target(pytestconfig: pytest.Config) -> Target:
 
 
 @pytest.fixture(scope="session")
-def subject_name(pytestconfig: pytest.Config) -> str:
-    """How the subject is named (module, or path made absolute), for code that loads it again in rank processes or
-    from another working directory."""
-    return session_state.subject_name_of(pytestconfig)
+def subject_ref(pytestconfig: pytest.Config) -> SubjectRef:
+    """The subject as the session named it, resolved once: what rank processes receive to load it themselves."""
+    return session_state.subject_ref_of(pytestconfig)
 
 
 @pytest.fixture(scope="session")

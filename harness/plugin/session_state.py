@@ -12,12 +12,13 @@ from types import ModuleType
 import pytest
 
 from harness import REPO_ROOT
-from harness.plugin.declaration import Declaration
-from harness.plugin.subjects import load_subject, subject_spec
+from harness.subjects.declaration import Declaration
+from harness.subjects.loading import SubjectRef, resolve_subject
 from harness.targets.matrix import Matrix, Target
 
 MATRIX = pytest.StashKey[Matrix]()
 TARGET = pytest.StashKey[Target]()
+SUBJECT_REF = pytest.StashKey[SubjectRef]()
 SUBJECT = pytest.StashKey[ModuleType]()
 
 
@@ -31,29 +32,24 @@ def configured_matrix(config: pytest.Config) -> Matrix:
     return config.stash[MATRIX]
 
 
-def subject_spec_of(config: pytest.Config) -> str:
-    """The subject as named (``--subject``, else the environment, else the reference subject)."""
-    return subject_spec(config.getoption("--subject"))
-
-
-def subject_name_of(config: pytest.Config) -> str:
-    """The subject as code elsewhere loads it again (rank processes, another working directory): a path made
-    absolute, a module name as it is."""
-    spec = subject_spec_of(config)
-    return str(Path(spec).resolve()) if Path(spec).exists() else spec
+def subject_ref_of(config: pytest.Config) -> SubjectRef:
+    """The subject as this session names it (``--subject``, else the environment, else the reference subject),
+    resolved once per process; rank processes receive it and load the subject from it."""
+    if SUBJECT_REF not in config.stash:
+        config.stash[SUBJECT_REF] = resolve_subject(config.getoption("--subject"))
+    return config.stash[SUBJECT_REF]
 
 
 def configured_subject(config: pytest.Config) -> ModuleType:
     """The subject, imported once per process (a declared subject is built at configure time)."""
     if SUBJECT not in config.stash:
-        config.stash[SUBJECT] = load_subject(subject_name_of(config))
+        config.stash[SUBJECT] = subject_ref_of(config).load()
     return config.stash[SUBJECT]
 
 
 def declaration_of(config: pytest.Config) -> Declaration | None:
-    """The declaration the subject was built from; ``None`` for a module subject."""
-    subject = config.stash.get(SUBJECT, None)
-    return getattr(subject, "DECLARATION", None)
+    """The declaration the subject is built from; ``None`` for a module subject."""
+    return subject_ref_of(config).declaration
 
 
 def strict(config: pytest.Config) -> bool:

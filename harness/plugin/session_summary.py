@@ -32,7 +32,7 @@ def session_summary(
     declaration = session_state.declaration_of(config)
     return SessionSummary(
         target=target.session,
-        subject=session_state.subject_spec_of(config),
+        subject=session_state.subject_ref_of(config).spec,
         subject_kind="declaration" if declaration is not None else "module",
         subject_label=declaration.label if declaration is not None else None,
         declaration_lines=declaration.lines if declaration is not None else None,

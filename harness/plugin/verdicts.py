@@ -17,7 +17,9 @@ from harness.plugin.records import append_record
 def repro_command(config: pytest.Config, nodeid: str) -> str:
     """The shell line that re-runs one case on this target with this subject, from this matrix file (a candidate's
     matrix is generated, so its path is part of the command)."""
-    environment = repro_environment(session_state.subject_spec_of(config), session_state.configured_matrix(config).path)
+    environment = repro_environment(
+        session_state.subject_ref_of(config).spec, session_state.configured_matrix(config).path
+    )
     return repro_line(session_state.configured_target(config).session, nodeid, environment)
 
 

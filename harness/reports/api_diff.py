@@ -25,7 +25,7 @@ from typing import Any
 
 from harness import REPO_ROOT
 from harness.contracts.fingerprint.checks import resolved_member
-from harness.contracts.fingerprint.declaration import Declared
+from harness.contracts.fingerprint.symbol_table import Declared
 from harness.formats.markdown import table_row
 
 _ROOT = REPO_ROOT

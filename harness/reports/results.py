@@ -26,7 +26,7 @@ from harness.formats.junit import JUnitCase, read_cases
 from harness.formats.not_declared import is_not_declared
 from harness.formats.summary import FILE_NAME as SUMMARY_FILE
 from harness.formats.summary import SessionSummary, SummaryError, read_summary
-from harness.plugin.declaration import DeclarationFileError, read_declaration_file
+from harness.subjects.declaration import DeclarationFileError, read_declaration_file
 from harness.plugin.families import family_of_case
 from harness.targets.matrix import Target
 

@@ -122,15 +122,15 @@ def _report(peak: int, allocations: list[Allocation], ops: tuple[str, ...] = ("S
 
 def test_the_memory_bound_is_a_constant_number_of_chunks() -> None:
     chunks = allocations.MEMORY_BOUND_CHUNKS
-    assert allocations._memory_bound(100, 48, 4, 4) == (100, 100 * chunks)
-    assert allocations._memory_bound(48, 100, 4, 4) == (100, 100 * chunks)
+    assert allocations.memory_bound(100, 48, 4, 4) == (100, 100 * chunks)
+    assert allocations.memory_bound(48, 100, 4, 4) == (100, 100 * chunks)
     # bf16 with fp16 promotes to fp32: twice the smallest element.
-    assert allocations._memory_bound(10, 74, 4, 2) == (148, 148 * chunks)
+    assert allocations.memory_bound(10, 74, 4, 2) == (148, 148 * chunks)
 
 
 def test_a_subject_over_the_bound_is_named_with_the_bytes_it_held() -> None:
     report = _report(4096, [Allocation("aten.cat.default", 4096, "cpu")])
-    allocations._check_memory(report, 256, 64, 4, 4, torch.device("cpu"))
+    allocations.check_memory(report, 256, 64, 4, 4, torch.device("cpu"))
     assert report.problems == [
         "rank 1: the subject held 4096 bytes of tensors it allocated at once (largest 4096, 1 allocations of 4096 "
         "bytes in all) > 2048 bytes = 8 x max(budget 256, largest grad 64) x dtype promotion 4/4 (256): its memory "
@@ -143,17 +143,17 @@ def test_a_fresh_buffer_per_chunk_design_meets_the_bound_with_room() -> None:
     of two ops: six chunks at worst, under the bound however the timing falls."""
     held = 6 * 256
     report = _report(held, [Allocation("aten.empty.memory_format", 256, "cpu")] * 6, ops=("SUM", "AVG"))
-    allocations._check_memory(report, 256, 64, 4, 4, torch.device("cpu"))
+    allocations.check_memory(report, 256, 64, 4, 4, torch.device("cpu"))
     assert report.problems == []
     assert report.memory_bound_bytes == 8 * 256
     over = _report(8 * 256 + 1, [Allocation("aten.empty.memory_format", 8 * 256 + 1, "cpu")], ops=("SUM", "AVG"))
-    allocations._check_memory(over, 256, 64, 4, 4, torch.device("cpu"))
+    allocations.check_memory(over, 256, 64, 4, 4, torch.device("cpu"))
     assert len(over.problems) == 1
 
 
 def test_a_buffer_on_another_device_than_the_grads_is_named() -> None:
     report = _report(64, [Allocation("aten.empty.memory_format", 64, "cpu")])
-    allocations._check_memory(report, 256, 64, 4, 4, torch.device("cuda", 0))
+    allocations.check_memory(report, 256, 64, 4, 4, torch.device("cuda", 0))
     assert report.problems == [
         "rank 1: the subject created a cpu buffer for cuda grads (aten.empty.memory_format, 64 bytes)"
     ]

@@ -9,15 +9,15 @@ from types import ModuleType
 
 import pytest
 
-from harness.plugin import declared_subject
-from harness.plugin.declaration import ROLES, DeclarationFileError, read_declaration_file
 from harness.plugin.families import FAMILIES, family
-from harness.plugin.subjects import (
+from harness.subjects import declared
+from harness.subjects.declaration import ROLES, DeclarationFileError, read_declaration_file
+from harness.subjects.loading import load_subject
+from harness.subjects.promises import (
     FreezeRuleNames,
     ProviderPromises,
     budget_env_var,
     freeze_rule_names,
-    load_subject,
     provider_promises,
 )
 
@@ -226,7 +226,7 @@ def test_provider_promises_are_false_unless_declared_and_true_for_module_subject
 def test_the_budget_variable_is_exposed_for_the_import_family(framework: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """``budget.env`` becomes the subject's ``BUDGET_ENV_VAR``, which the import family lists instead of reporting;
     the reference subject names its own the same way. (The patch is not captured here: that needs Megatron.)"""
-    monkeypatch.setattr(declared_subject, "DeclaredPatch", lambda declaration, subject: None)
+    monkeypatch.setattr(declared, "DeclaredPatch", lambda declaration, subject: None)
     text = GOOD + '\n[budget]\nglobal = "CHUNK"\nenv = "TOYFRAME_CHUNK_BYTES"\n'
     text += '\n[patch]\nmodule = "toyframe.megatron_utils.patch"\napplied = "import"\n'
     subject = load_subject(str(declare(framework, text)))

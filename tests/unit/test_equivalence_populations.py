@@ -38,7 +38,7 @@ def test_a_layout_keeps_the_values_and_shape_the_param_has(layout: str, numel: i
     assert torch.equal(grad.reshape(-1), values)
     if layout != "contiguous" and numel >= 4 and (layout == "strided" or numel % 2 == 0):
         assert not grad.is_contiguous()
-    assert torch.equal(equivalence._bits(grad), equivalence._bits(values))
+    assert torch.equal(equivalence.bits(grad), equivalence.bits(values))
 
 
 def _population(*specs: FakeParameter) -> Population:

@@ -19,16 +19,14 @@ from typing import Any
 import pytest
 
 from harness.contracts.fingerprint.checks import changed_copies, replacement_problems, unbound_calls
-from harness.contracts.fingerprint.declaration import (
+from harness.contracts.fingerprint.inspection import body_hash, fingerprint_symbols, parameters, signature_text
+from harness.contracts.fingerprint.source_scan import CallSite, scan_sources, undeclared_uses
+from harness.contracts.fingerprint.symbol_table import (
     DeclarationError,
     parse_body_hashes,
     parse_declaration,
     read_body_hashes,
 )
-from harness.contracts.fingerprint.inspection import body_hash, fingerprint_symbols, parameters, signature_text
-from harness.contracts.fingerprint.source_scan import CallSite, scan_sources, undeclared_uses
-from harness.plugin.declaration import DeclarationFileError, read_declaration_file
-from harness.plugin.subjects import load_subject
 from harness.reports.api_diff import (
     CALLS_ADDED,
     CALLS_REMOVED,
@@ -40,6 +38,8 @@ from harness.reports.api_diff import (
     parameter_changes,
     render_markdown,
 )
+from harness.subjects.declaration import DeclarationFileError, read_declaration_file
+from harness.subjects.loading import load_subject
 
 FINALIZE = "megatron.core.distributed.finalize_model_grads"
 

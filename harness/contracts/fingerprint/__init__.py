@@ -6,7 +6,7 @@ Public-API checkers skip exactly those: they stop at underscore names and never 
 So the subject names every Megatron symbol it touches in ``MEGATRON_SYMBOLS``, and the gate fingerprints each one
 with ``inspect`` and ``ast`` inside the target's venv.
 
-- :mod:`.declaration`: the ``MEGATRON_SYMBOLS`` format and its parsing.
+- :mod:`.symbol_table`: the subject's ``MEGATRON_SYMBOLS`` table: its format and parsing.
 - :mod:`.source_scan`: what the subject's source reaches in Megatron, checked against the declaration.
 - :mod:`.inspection`: the fingerprint of a symbol in the running interpreter.
 - :mod:`.checks`: the api-fingerprint contract's checks of a declaration against a target's fingerprints.

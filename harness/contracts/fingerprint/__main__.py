@@ -9,9 +9,9 @@ import sys
 from pathlib import Path
 
 from harness.contracts.fingerprint.cache import cached_fingerprint, write_json
-from harness.contracts.fingerprint.declaration import DeclarationError, declared_symbols, read_declaration
-from harness.plugin.declaration import DeclarationFileError
-from harness.plugin.subjects import SubjectError, load_subject
+from harness.contracts.fingerprint.symbol_table import DeclarationError, declared_symbols, read_declaration
+from harness.subjects.declaration import DeclarationFileError
+from harness.subjects.loading import SubjectError, load_subject
 
 
 def main(argv: list[str] | None = None) -> int:

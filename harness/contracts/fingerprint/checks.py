@@ -6,8 +6,8 @@ import inspect
 from collections.abc import Iterable
 from typing import Any
 
-from harness.contracts.fingerprint.declaration import Declared
 from harness.contracts.fingerprint.source_scan import CallSite
+from harness.contracts.fingerprint.symbol_table import Declared
 
 _POSITIONAL = ("POSITIONAL_ONLY", "POSITIONAL_OR_KEYWORD")
 

@@ -15,7 +15,7 @@ from collections.abc import Iterable
 from pathlib import Path
 from types import ModuleType
 
-from harness.contracts.fingerprint.declaration import Declared, declared_symbols, dotted
+from harness.contracts.fingerprint.symbol_table import Declared, declared_symbols, dotted
 
 _MEGATRON_ROOT = "megatron"
 _ATTRIBUTE_BUILTINS = ("hasattr", "setattr", "delattr")

@@ -1,4 +1,4 @@
-"""The subject protocol built from a :class:`~harness.plugin.declaration.Declaration`, by driving the framework's own
+"""The subject protocol built from a :class:`~harness.subjects.declaration.Declaration`, by driving the framework's own
 code the way its declaration says, never by re-implementing it.
 
 A patch that applies itself at import is imported once (in every process that loads the subject: the parent and each
@@ -20,7 +20,7 @@ from pathlib import Path
 from types import ModuleType
 from typing import Any
 
-from harness.plugin.declaration import Declaration
+from harness.subjects.declaration import Declaration
 from harness.targets.megatron_names import FINALIZE_MODULE, UPSTREAM_NAME
 
 _MISSING = object()

@@ -3,7 +3,7 @@
 A real adapter was not written for this gate: its patch applies itself at import, its budget is a module global, its
 provider wrapper reads freeze rules under the framework's names. Rather than glue code that re-implements part of the
 behaviour under test, the framework states those facts here and the harness drives its code as it is
-(:mod:`harness.plugin.declared_subject`). Every problem is one line naming the file, the key and the reason.
+(:mod:`harness.subjects.declared`). Every problem is one line naming the file, the key and the reason.
 
 The file is TOML: a ``.toml`` file of its own, or the ``[tool.megatron-conformance]`` table of a ``pyproject.toml``.
 """

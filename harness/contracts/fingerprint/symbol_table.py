@@ -1,4 +1,4 @@
-"""The ``MEGATRON_SYMBOLS`` declaration: every Megatron symbol the subject touches, and how it uses each.
+"""The subject's symbol table, ``MEGATRON_SYMBOLS``: every Megatron symbol the subject touches, and how it uses each.
 
 Declaration format (``MEGATRON_SYMBOLS`` in the subject module)::
 
@@ -55,7 +55,7 @@ def read_declaration(subject: ModuleType) -> list[Declared]:
     if not hasattr(subject, _DECLARATION_NAME):
         raise DeclarationError(
             f"subject {subject.__name__!r} declares no {_DECLARATION_NAME}: name every Megatron symbol it imports, "
-            "calls, replaces or reads (format: harness/contracts/fingerprint/declaration.py)"
+            "calls, replaces or reads (format: harness/contracts/fingerprint/symbol_table.py)"
         )
     return parse_declaration(getattr(subject, _DECLARATION_NAME))
 
