@@ -13,13 +13,14 @@ INSTALLED = {
     "megatron-0.15": {"python": "3.11.7", "megatron-core": "0.15.3", "torch": "2.13.0+cpu", "numpy": "1.26.4"},
     "megatron-0.16": {"python": "3.11.7", "megatron-core": "0.16.1", "torch": "2.13.0+cpu", "numpy": "2.4.6"},
 }
-SEEDED_SUBJECT = "harness/sensitivity/seeded/chunks_reversed.py"
+SEEDED_SUBJECT = "harness/sensitivity/seeded/chunk_splitting_reversed.py"
 PARTITION_MESSAGE = (
     "AssertionError: [megatron-0.15] chunk-splitting property 'partition' violated by split_into_chunks: the chunks "
     "concatenated are not the input sequence (input 2 tensors, chunks hold 2 grads / 2 params; budget 1)"
 )
 PARTITION_REPRO = (
-    f"MEGATRON_CONFORMANCE_SUBJECT={SEEDED_SUBJECT} nox -R -s megatron-0.15 -- cases/test_chunks.py::test_partition"
+    f"MEGATRON_CONFORMANCE_SUBJECT={SEEDED_SUBJECT} nox -R -s megatron-0.15 -- "
+    "cases/test_chunk_splitting.py::test_partition"
 )
 BLOB = "@reproduce_failure('6.170.17', b'AEEBQQFBAUEAQQBBAUEB')"
 PARTITION_TEXT = f"""subject = <module 'seeded'>
@@ -38,7 +39,7 @@ E       )
 E
 E       You can reproduce this test case by temporarily adding {BLOB} as a decorator on your test function
 
-cases/test_chunks.py:59: AssertionError
+cases/test_chunk_splitting.py:59: AssertionError
 ----------------------------- megatron-conformance -----------------------------
 target megatron-0.15 | contract chunk-splitting | symbol split_into_chunks
 repro: {PARTITION_REPRO}"""
@@ -83,7 +84,7 @@ def synthetic_reports(reports: Path) -> Path:
     """One subject (the seeded one) on three sessions: megatron-0.13 green with skips; megatron-0.15 red (repro,
     hypothesis), xfail, strict XPASS, setup error; megatron-0.16 a collection error and a red in a case module this
     checkout lacks; and megatron-0.9, a JUnit file but no summary (so no subject)."""
-    chunks, smoke, equivalence = "cases.test_chunks", "cases.test_smoke", "cases.test_equivalence"
+    chunks, smoke, equivalence = "cases.test_chunk_splitting", "cases.test_smoke", "cases.test_equivalence"
     write_target(
         reports,
         "megatron-0.13",
@@ -149,7 +150,7 @@ def synthetic_reports(reports: Path) -> Path:
                 (chunks, "test_partition", None, {}, ""),
                 (
                     "",
-                    "cases.test_provider",
+                    "cases.test_model_provider",
                     "error",
                     {"message": "collection failure"},
                     "ImportError: no pg_collection",

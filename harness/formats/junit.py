@@ -15,7 +15,7 @@ class JUnitCase:
     """One ``<testcase>``: where it lives, its verdict and the element that explains a red or a skip."""
 
     module: str
-    """The case file, ``cases/test_chunks.py``; for a collection error, the module that failed to import."""
+    """The case file, ``cases/test_chunk_splitting.py``; for a collection error, the module that failed to import."""
     classes: tuple[str, ...]
     name: str
     """The test name with its parameters, ``test_partition[2-3]``; empty for a collection error."""

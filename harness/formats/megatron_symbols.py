@@ -11,7 +11,7 @@
     }
 
 The rest of the declaration's handling (what the fingerprint records, the source scan) is the api-fingerprint
-family's: :mod:`harness.contracts.fingerprint.symbol_table`.
+family's: :mod:`harness.contracts.api_fingerprint.symbol_table`.
 """
 
 from __future__ import annotations

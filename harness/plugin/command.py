@@ -21,7 +21,7 @@ _PLUGINS = (
     "harness.plugin.quick_exit",
     "harness.plugin.gate",
     "harness.ranks.early_start",
-    "harness.contracts.imports.session_watch",
+    "harness.contracts.import_side_effects.session_watch",
 )
 """The quick exit (first: its exit function must be registered before any other but logging's), the gate plugin,
 the early start of the fork server, and the import family's watch over the whole session (Megatron unchanged after

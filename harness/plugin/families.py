@@ -35,11 +35,11 @@ class Family:
 
 FAMILIES = (
     Family("smoke", "cases/test_smoke.py", "megatron-core"),
-    Family("chunk-splitting", "cases/test_chunks.py", "split_into_chunks", role="splitter"),
+    Family("chunk-splitting", "cases/test_chunk_splitting.py", "split_into_chunks", role="splitter"),
     Family("equivalence", "cases/test_equivalence.py", "allreduce_non_tensor_model_parallel_grads", role="patch"),
-    Family("model-provider", "cases/test_provider.py", "wrap_model_provider", role="provider"),
-    Family("api-fingerprint", "cases/test_fingerprint.py", "MEGATRON_SYMBOLS", role="megatron_symbols"),
-    Family("import-side-effects", "cases/test_import.py", "ADAPTER_PACKAGE"),
+    Family("model-provider", "cases/test_model_provider.py", "wrap_model_provider", role="provider"),
+    Family("api-fingerprint", "cases/test_api_fingerprint.py", "MEGATRON_SYMBOLS", role="megatron_symbols"),
+    Family("import-side-effects", "cases/test_import_side_effects.py", "ADAPTER_PACKAGE"),
 )
 """Every family, in the order the README lists them."""
 

@@ -1,6 +1,6 @@
 """What changed in the subject's declared Megatron symbols between two targets.
 
-``nox -s api-diff -- megatron-0.13 megatron-0.16`` runs :mod:`harness.contracts.fingerprint` with each target's own
+``nox -s api-diff -- megatron-0.13 megatron-0.16`` runs :mod:`harness.contracts.api_fingerprint` with each target's own
 interpreter (the two concurrently; each answers from its cache when that install was fingerprinted before) and diffs
 the results: symbols added or removed, parameters added, removed or renamed, defaults, kinds and positions changed,
 an alternative group that now resolves to another member (a renamed flag), dataclass fields added or removed, and
@@ -24,8 +24,8 @@ from pathlib import Path
 from typing import Any
 
 from harness import REPO_ROOT
-from harness.contracts.fingerprint.checks import resolved_member
-from harness.contracts.fingerprint.symbol_table import Declared
+from harness.contracts.api_fingerprint.checks import resolved_member
+from harness.contracts.api_fingerprint.symbol_table import Declared
 from harness.formats.markdown import table_row
 
 _ROOT = REPO_ROOT
@@ -61,7 +61,7 @@ def _fingerprint_targets(pythons: dict[str, Path], subject: str, cache_dir: Path
         running = {}
         for session, python in pythons.items():
             out = Path(scratch) / f"{session}.json"
-            command = [str(python), "-m", "harness.contracts.fingerprint", "--session", session, "--subject", subject]
+            command = [str(python), "-m", "harness.contracts.api_fingerprint", "--session", session, "--subject", subject]
             command += ["--cache-dir", str(cache_dir), "--out", str(out)]
             process = subprocess.Popen(
                 command, cwd=_ROOT, env=environment, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True

@@ -15,10 +15,10 @@ CORRECT = ROOT / "harness" / "sensitivity" / "correct"
 OPS_ADVISORY = "test_reduces_with_upstreams_ops"
 # variant -> (case file, advisories it must show: the style it has, named, never a red)
 VARIANTS = {
-    "allreduce_bound_at_import": ("cases/test_equivalence.py", set()),
-    "allreduce_sum_then_divide": ("cases/test_equivalence.py", {OPS_ADVISORY}),
-    "import_reads_budget_variable": ("cases/test_import.py", set()),
-    "import_inspects_megatron": ("cases/test_import.py", set()),
+    "equivalence_bound_at_import": ("cases/test_equivalence.py", set()),
+    "equivalence_sum_then_divide": ("cases/test_equivalence.py", {OPS_ADVISORY}),
+    "import_side_effects_reads_budget_variable": ("cases/test_import_side_effects.py", set()),
+    "import_side_effects_inspects_megatron": ("cases/test_import_side_effects.py", set()),
 }
 
 
@@ -30,7 +30,7 @@ def test_a_correct_variant_is_green(variant: str, tmp_path: Path) -> None:
     summary = json.loads((tmp_path / "summary.json").read_text())
     advised = {advisory["case"].split("::")[-1].split("[")[0] for advisory in summary["advisories"]}
     assert advised == advisories, summary["advisories"]
-    if variant == "import_reads_budget_variable":
+    if variant == "import_side_effects_reads_budget_variable":
         waived = [w for w in summary["waivers"] if w["kind"] == "env-read"]
         assert [w["name"] for w in waived] == ["MEGATRON_CONFORMANCE_ALLREDUCE_CHUNK_BYTES"] * len(waived) and waived
         assert all("reads_budget_at_import/__init__.py:" in w.get("detail", "") for w in waived), waived

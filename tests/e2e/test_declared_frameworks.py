@@ -108,7 +108,7 @@ def test_a_wrapper_that_unfreezes_when_applied_twice_is_red_behind_a_signature_r
     # Nested wrappers are the framework's own promise: declared, their freeze rules are mandatory.
     declaration = root / DECLARATION
     declaration.write_text(declaration.read_text().replace("[provider]\n", "[provider]\nnested = true\n", 1))
-    run = run_declared(session, declaration, tmp_path / "report", ["cases/test_provider.py"])
+    run = run_declared(session, declaration, tmp_path / "report", ["cases/test_model_provider.py"])
     failed = run.require_red(f"unfreezing legacyrl on {session}")
     text = failed.get("test_returns_the_inner_model_with_freeze_rules_applied", "")
     assert "freeze rules" in text and "wrongly left trainable" in text, failed
@@ -125,7 +125,7 @@ def seeded_declaration(tmp_path: Path, old: str, new: str) -> Path:
 
 def test_a_rule_name_the_wrapper_never_reads_is_red_naming_file_and_key(tmp_path: Path) -> None:
     path = seeded_declaration(tmp_path, 'freeze = "freeze_params_name_list"', 'freeze = "frozen_param_regexes"')
-    run = run_declared("megatron-0.15", path, tmp_path / "report", ["cases/test_provider.py"])
+    run = run_declared("megatron-0.15", path, tmp_path / "report", ["cases/test_model_provider.py"])
     failed = run.require_red("unread rule name")
     text = failed["test_declared_rule_names_are_read"]
     assert f"{path}: key 'provider.freeze': the wrapper never reads args.frozen_param_regexes" in text
@@ -159,9 +159,9 @@ def test_a_bad_declaration_stops_the_session_with_one_line(
 def test_expected_failures_in_the_declaration_are_strict_and_stale_ones_reported(tmp_path: Path) -> None:
     root = copy_framework("legacyrl", tmp_path)
     path = root / DECLARATION
-    listed = [f"cases/test_import.py::{ADAPTER_IMPORT}", "cases/test_nowhere.py::test_gone"]
+    listed = [f"cases/test_import_side_effects.py::{ADAPTER_IMPORT}", "cases/test_nowhere.py::test_gone"]
     path.write_text(path.read_text() + f'\n[expected_failures]\n"megatron-0.13" = {json.dumps(listed)}\n')
-    run = run_declared("megatron-0.13", path, tmp_path / "report", ["cases/test_import.py"])
+    run = run_declared("megatron-0.13", path, tmp_path / "report", ["cases/test_import_side_effects.py"])
     assert run.returncode == 0, run.output[-3000:]
     assert run.verdicts[ADAPTER_IMPORT][0] == "xfailed"
     recorded = summary(tmp_path / "report")
@@ -174,7 +174,9 @@ def test_a_role_left_out_is_not_declared_never_green(tmp_path: Path) -> None:
     path = root / DECLARATION
     text = path.read_text()
     path.write_text(text.replace(text[text.index("[provider]") : text.index("[megatron_symbols]")], ""))
-    run = run_declared("megatron-0.15", path, tmp_path / "report", ["cases/test_provider.py", "cases/test_smoke.py"])
+    run = run_declared(
+        "megatron-0.15", path, tmp_path / "report", ["cases/test_model_provider.py", "cases/test_smoke.py"]
+    )
     assert run.returncode == 0, run.output[-3000:]
     smoke = {name for name in run.verdicts if name in SMOKE_CASES}
     assert smoke == set(SMOKE_CASES) and all(run.verdicts[name][0] == "passed" for name in smoke)

@@ -10,31 +10,31 @@ import pytest
 from tests.pytest_helpers import SEEDED, run_target_cases
 
 SEEDED_BREAKS = {
-    "allreduce_avg_as_sum": ("megatron-0.15", "differs from upstream, max |diff|"),
-    "allreduce_skips_a_write_back": ("megatron-0.15", "differs from upstream, max |diff|"),
-    "allreduce_wrong_group": ("megatron-0.15", "on a group other than the TP group upstream uses"),
-    "allreduce_no_none_skip": ("megatron-0.15", "AttributeError: 'NoneType' object has no attribute 'data'"),
-    "allreduce_no_qk_rule": ("megatron-0.15", "differs from upstream, max |diff|"),
-    "allreduce_makes_grads_contiguous": ("megatron-0.15", "the grad object or its storage was replaced"),
-    "allreduce_refuses_empty_grads": ("megatron-0.15", "ValueError: grad of decoder.layers."),
-    "allreduce_stale_fsdp_flag": ("megatron-0.13", "has no attribute 'use_megatron_fsdp'"),
-    "allreduce_ignores_fsdp": ("megatron-0.15", "has use_megatron_fsdp on: a DTensor sharded"),
-    "allreduce_reads_first_chunk_config": ("megatron-0.15", "(chunk 1 has use_megatron_fsdp on"),
-    "allreduce_spans_gaps": ("megatron-0.15", "differs from upstream, max |diff|"),
-    "allreduce_rebinds_upstream_at_import": (
+    "equivalence_avg_as_sum": ("megatron-0.15", "differs from upstream, max |diff|"),
+    "equivalence_skips_a_write_back": ("megatron-0.15", "differs from upstream, max |diff|"),
+    "equivalence_wrong_group": ("megatron-0.15", "on a group other than the TP group upstream uses"),
+    "equivalence_no_none_skip": ("megatron-0.15", "AttributeError: 'NoneType' object has no attribute 'data'"),
+    "equivalence_no_qk_rule": ("megatron-0.15", "differs from upstream, max |diff|"),
+    "equivalence_makes_grads_contiguous": ("megatron-0.15", "the grad object or its storage was replaced"),
+    "equivalence_refuses_empty_grads": ("megatron-0.15", "ValueError: grad of decoder.layers."),
+    "equivalence_stale_fsdp_flag": ("megatron-0.13", "has no attribute 'use_megatron_fsdp'"),
+    "equivalence_ignores_fsdp": ("megatron-0.15", "has use_megatron_fsdp on: a DTensor sharded"),
+    "equivalence_reads_first_chunk_config": ("megatron-0.15", "(chunk 1 has use_megatron_fsdp on"),
+    "equivalence_spans_gaps": ("megatron-0.15", "differs from upstream, max |diff|"),
+    "equivalence_rebinds_upstream_at_import": (
         "megatron-0.15",
         "upstream `_allreduce_non_tensor_model_parallel_grads` was replaced before the case ran (by",
     ),
-    "allreduce_swaps_upstream_code": (
+    "equivalence_swaps_upstream_code": (
         "megatron-0.15",
         "upstream `_allreduce_non_tensor_model_parallel_grads` was replaced before the case ran: its `__code__` was "
         "swapped (now from",
     ),
-    "allreduce_uninstall_keeps_replacement": (
+    "equivalence_uninstall_keeps_replacement": (
         "megatron-0.15",
         "upstream `_allreduce_non_tensor_model_parallel_grads` was replaced",
     ),
-    "allreduce_flattens_everything": ("megatron-0.15", "bytes of tensors it allocated at once"),
+    "equivalence_flattens_everything": ("megatron-0.15", "bytes of tensors it allocated at once"),
 }
 SELECTION = ["cases/test_equivalence.py::test_matches_upstream_on_generated_modules[world2-tp2-gloo]"]
 
@@ -52,8 +52,8 @@ def test_seeded_allreduce_turns_the_family_red(seeded: str, tmp_path: Path) -> N
 def test_flattening_everything_is_red_with_the_bytes_held_on_the_large_population(tmp_path: Path) -> None:
     """Budget-sized messages from one buffer of all 4 MiB: the collective sizes pass, the memory bound does not."""
     selection = ["cases/test_equivalence.py::test_largest_buffer_is_bounded_by_the_budget"]
-    run = run_target_cases("megatron-0.15", selection, tmp_path, subject=SEEDED / "allreduce_flattens_everything.py")
-    failed = run.require_red("allreduce_flattens_everything")
+    run = run_target_cases("megatron-0.15", selection, tmp_path, subject=SEEDED / "equivalence_flattens_everything.py")
+    failed = run.require_red("equivalence_flattens_everything")
     assert any("the subject held 4194304 bytes of tensors it allocated at once" in t for t in failed.values()), (
         run.output[-4000:]
     )
@@ -65,8 +65,8 @@ def test_flattening_everything_is_red_with_the_bytes_held_on_the_large_populatio
 def test_a_replacement_never_installed_turns_the_gpt_case_red(tmp_path: Path) -> None:
     """Upstream's grads are matched exactly when nothing is replaced: only the call check can see it."""
     selection = ["cases/test_equivalence.py::test_finalize_model_grads_on_a_real_gpt_model[plain]"]
-    run = run_target_cases("megatron-0.15", selection, tmp_path, subject=SEEDED / "allreduce_never_installed.py")
-    failed = run.require_red("allreduce_never_installed")
+    run = run_target_cases("megatron-0.15", selection, tmp_path, subject=SEEDED / "equivalence_never_installed.py")
+    failed = run.require_red("equivalence_never_installed")
     assert any("left upstream in place" in text for text in failed.values()), run.output[-4000:]
 
 
@@ -74,8 +74,8 @@ def test_where_upstream_itself_raised_the_red_and_the_summary_say_so(tmp_path: P
     """megatron-core 0.13 fails on ``None`` grads itself; a subject that fails on them too is red, and the red says
     the expectation came from upstream without those parameters; the summary counts the examples where it did."""
     selection = ["cases/test_equivalence.py::test_matches_upstream_on_generated_modules"]
-    run = run_target_cases("megatron-0.13", selection, tmp_path, subject=SEEDED / "allreduce_no_none_skip.py")
-    failed = run.require_red("allreduce_no_none_skip on megatron-0.13")
+    run = run_target_cases("megatron-0.13", selection, tmp_path, subject=SEEDED / "equivalence_no_none_skip.py")
+    failed = run.require_red("equivalence_no_none_skip on megatron-0.13")
     fallback = "upstream raised AttributeError: 'NoneType' object has no attribute 'data'; the expectation is upstream"
     assert any(fallback in text for text in failed.values()), run.output[-4000:]
     findings = json.loads((tmp_path / "summary.json").read_text())["findings"]
@@ -86,8 +86,8 @@ def test_a_subject_that_ignores_the_group_it_is_given_is_red_on_a_group_not_para
     """0.14 on passes ``tp_group``; world 4 with TP 2 also passes groups ({0, 2}, {1, 3}) that are not
     parallel_state's, which only a subject reducing within the group it is given matches."""
     selection = ["cases/test_equivalence.py::test_matches_upstream_on_generated_modules[world4-tp2-gloo]"]
-    run = run_target_cases("megatron-0.15", selection, tmp_path, subject=SEEDED / "allreduce_ignores_given_group.py")
-    failed = run.require_red("allreduce_ignores_given_group")
+    run = run_target_cases("megatron-0.15", selection, tmp_path, subject=SEEDED / "equivalence_ignores_given_group.py")
+    failed = run.require_red("equivalence_ignores_given_group")
     assert any("a TP-sized group that is not parallel_state's passed as tp_group" in t for t in failed.values()), (
         run.output[-4000:]
     )

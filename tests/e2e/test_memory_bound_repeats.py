@@ -31,6 +31,6 @@ def test_a_fresh_buffer_per_chunk_is_never_red() -> None:
 
 
 def test_holding_every_grad_at_once_is_always_red() -> None:
-    result = repeats(str(SEEDED / "allreduce_flattens_everything.py"), 5)
+    result = repeats(str(SEEDED / "equivalence_flattens_everything.py"), 5)
     assert result["red"] == 5, result
     assert any("bytes of tensors it allocated at once" in problem for problem in result["problems"]), result

@@ -77,9 +77,9 @@ def test_repro_from_the_red_cell_reproduces_the_failure(tmp_path: Path) -> None:
     reports = tmp_path / "reports"
     seeded = run_target_cases(
         "megatron-0.15",
-        ["cases/test_chunks.py::test_partition"],
+        ["cases/test_chunk_splitting.py::test_partition"],
         reports / "megatron-0.15",
-        subject=SEEDED / "chunks_reversed.py",
+        subject=SEEDED / "chunk_splitting_reversed.py",
     )
     assert seeded.returncode == 1, seeded.output[-3000:]
     markdown = render_markdown(collect(reports))
@@ -88,8 +88,8 @@ def test_repro_from_the_red_cell_reproduces_the_failure(tmp_path: Path) -> None:
     entry = failure_entry(markdown, anchor)
     command = repro_of(entry)
     assert command == (
-        f"MEGATRON_CONFORMANCE_SUBJECT={SEEDED / 'chunks_reversed.py'} nox -R -s megatron-0.15 -- "
-        "cases/test_chunks.py::test_partition"
+        f"MEGATRON_CONFORMANCE_SUBJECT={SEEDED / 'chunk_splitting_reversed.py'} nox -R -s megatron-0.15 -- "
+        "cases/test_chunk_splitting.py::test_partition"
     )
     reported = collect(reports).failures[0]
     assert reported.blob and "property 'partition' violated" in reported.message[0]
@@ -105,7 +105,7 @@ def test_repro_from_the_red_cell_reproduces_the_failure(tmp_path: Path) -> None:
     )
     assert replay.returncode == 1, replay.stdout[-3000:] + replay.stderr[-3000:]
     replayed = load_target(tmp_path / "repro-reports" / "megatron-0.15")
-    assert [r.nodeid for r in replayed.results] == ["cases/test_chunks.py::test_partition"]
+    assert [r.nodeid for r in replayed.results] == ["cases/test_chunk_splitting.py::test_partition"]
     again = replayed.results[0].failure
     assert again is not None
     assert again.message[0] == reported.message[0]

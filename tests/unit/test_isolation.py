@@ -11,8 +11,8 @@ from types import ModuleType
 
 import pytest
 
-from harness.contracts.imports.fake_modules import FakeModule, build_fakes
-from harness.contracts.imports.isolation import (
+from harness.contracts.import_side_effects.fake_modules import FakeModule, build_fakes
+from harness.contracts.import_side_effects.isolation import (
     UNIQUE_PREFIX,
     Isolation,
     adapter_import_root,
@@ -21,7 +21,7 @@ from harness.contracts.imports.isolation import (
     load_isolated,
     observe_isolations,
 )
-from harness.contracts.imports.side_effects import detect, format_effects
+from harness.contracts.import_side_effects.side_effects import detect, format_effects
 
 FIXTURES = Path(__file__).resolve().parent.parent / "import_fixtures"
 FRAMEWORK_ROOT = FIXTURES / "framework_root"

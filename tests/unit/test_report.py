@@ -41,7 +41,7 @@ UNRECORDED = "Subject not recorded (no readable summary.json)"
 """The heading of the matrix of sessions that left no summary (megatron-0.9 in the synthetic reports)."""
 DECLARATION = "/work/adapters/slime/megatron_gate.toml"
 NOT_DECLARED = f"not declared: model-provider needs [provider] in {DECLARATION}"
-CHUNKS = "**chunk-splitting** `cases/test_chunks.py`"
+CHUNKS = "**chunk-splitting** `cases/test_chunk_splitting.py`"
 
 
 @pytest.fixture
@@ -60,7 +60,7 @@ def test_columns_are_targets_in_version_order_with_installed_pins(synthetic: Pat
     headers, _ = matrices[SEEDED]
     assert [h.split("<br>")[0] for h in headers] == ["megatron-0.13", "megatron-0.15", "megatron-0.16"]
     assert headers[0] == (
-        "megatron-0.13<br><sub>subject `chunks_reversed.py`<br>megatron-core 0.13.1<br>torch 2.13.0+cpu<br>"
+        "megatron-0.13<br><sub>subject `chunk_splitting_reversed.py`<br>megatron-core 0.13.1<br>torch 2.13.0+cpu<br>"
         "numpy 1.26.4<br>python 3.11.7</sub>"
     )
     assert "numpy 2.4.6" in headers[2]
@@ -84,7 +84,7 @@ def test_cells_green_red_xfail_skip_with_counts(synthetic: Path) -> None:
     assert equivalence == ["⏭️ 1 skipped", "—", "—"]
     assert rows[CHUNKS][1] == "[❌ 2 failed](#fail-megatron-0-15-1) · 🟡 1 xfail · ✅ 1 passed"
     assert rows["**smoke** `cases/test_smoke.py`"][1] == "[❌ 1 failed](#fail-megatron-0-15-3)"
-    assert rows["**model-provider** `cases/test_provider.py`"][2] == "[❌ 1 failed](#fail-megatron-0-16-2)"
+    assert rows["**model-provider** `cases/test_model_provider.py`"][2] == "[❌ 1 failed](#fail-megatron-0-16-2)"
     assert rows["&nbsp;&nbsp;&nbsp;`(collection)`"][2] == "[❌ 1 failed](#fail-megatron-0-16-2)"
     assert rows["**new-api** `cases/test_future.py`"][2] == "[❌ 1 failed](#fail-megatron-0-16-1)"
     assert rows["**all cases**"][2] == "[❌ 2 failed](#fail-megatron-0-16-1) · ✅ 1 passed"
@@ -94,7 +94,9 @@ def test_failure_entry_has_message_repro_and_hypothesis_replay(synthetic: Path) 
     markdown = render_markdown(collect(synthetic))
     assert markdown.index("## Failures") > markdown.index("| **all cases** |")
     entry = failure_entry(markdown, "fail-megatron-0-15-2")
-    assert entry.startswith('<a id="fail-megatron-0-15-2"></a>megatron-0.15 · `cases/test_chunks.py::test_partition`')
+    assert entry.startswith(
+        '<a id="fail-megatron-0-15-2"></a>megatron-0.15 · `cases/test_chunk_splitting.py::test_partition`'
+    )
     assert "failed · contract `chunk-splitting` · symbol `split_into_chunks`" in entry
     assert f"```text\n{PARTITION_MESSAGE}\nassert False\n```" in entry
     assert repro_of(entry) == PARTITION_REPRO
@@ -112,14 +114,16 @@ def test_failure_entry_has_message_repro_and_hypothesis_replay(synthetic: Path) 
 def test_reds_without_a_repro_line_get_one_built_from_the_summary(synthetic: Path) -> None:
     markdown = render_markdown(collect(synthetic))
     xpass = failure_entry(markdown, "fail-megatron-0-15-1")
-    assert xpass.startswith('<a id="fail-megatron-0-15-1"></a>megatron-0.15 · `cases/test_chunks.py::test_invalid_')
+    assert xpass.startswith(
+        '<a id="fail-megatron-0-15-1"></a>megatron-0.15 · `cases/test_chunk_splitting.py::test_invalid_'
+    )
     assert (
         "\npassed though listed as an expected failure (strict)\n" in xpass
         and "[XPASS(strict)] expected failure listed" in xpass
     )
     assert repro_of(xpass) == (
         f"MEGATRON_CONFORMANCE_SUBJECT={SEEDED_SUBJECT} nox -R -s megatron-0.15 -- "
-        "'cases/test_chunks.py::test_invalid_budget_is_a_value_error[x|y]'"
+        "'cases/test_chunk_splitting.py::test_invalid_budget_is_a_value_error[x|y]'"
     )
     error = failure_entry(markdown, "fail-megatron-0-15-3")
     assert "error (setup, teardown or collection) · contract `smoke` · symbol `megatron-core`" in error
@@ -128,7 +132,7 @@ def test_reds_without_a_repro_line_get_one_built_from_the_summary(synthetic: Pat
     )
     collection = failure_entry(markdown, "fail-megatron-0-16-2")
     assert repro_of(collection) == (
-        f"MEGATRON_CONFORMANCE_SUBJECT={SEEDED_SUBJECT} nox -R -s megatron-0.16 -- cases/test_provider.py"
+        f"MEGATRON_CONFORMANCE_SUBJECT={SEEDED_SUBJECT} nox -R -s megatron-0.16 -- cases/test_model_provider.py"
     )
 
 
@@ -247,15 +251,17 @@ def _declared_run(reports: Path) -> None:
     undeclared = {"type": "pytest.skip", "message": NOT_DECLARED}
     no_gpu = ("cases.test_equivalence", "test_nccl", "skipped", {"type": "pytest.skip", "message": "no GPU"}, "")
     for session in ("megatron-0.15", "megatron-0.16"):
-        cases = [("cases.test_chunks", "test_partition", None, {}, "")]
-        cases += [("cases.test_provider", name, "skipped", undeclared, "") for name in ("test_plain", "test_real_gpt")]
+        cases = [("cases.test_chunk_splitting", "test_partition", None, {}, "")]
+        cases += [
+            ("cases.test_model_provider", name, "skipped", undeclared, "") for name in ("test_plain", "test_real_gpt")
+        ]
         cases += [no_gpu] if session == "megatron-0.16" else []
         record = summary(session, subject=DECLARATION, subject_kind="declaration")
         write_target(reports, session, record, junit_document(cases))
 
 
 def test_every_column_names_its_subject_and_selection(tmp_path: Path) -> None:
-    reports, selection = tmp_path / "reports", ["cases/test_chunks.py::test_partition", "-k", "not slow"]
+    reports, selection = tmp_path / "reports", ["cases/test_chunk_splitting.py::test_partition", "-k", "not slow"]
     _declared_run(reports)
     narrowed = summary("megatron-0.16", subject=DECLARATION, subject_kind="declaration", selection=selection)
     (reports / "megatron-0.16" / "summary.json").write_text(json.dumps(narrowed))
@@ -266,13 +272,13 @@ def test_every_column_names_its_subject_and_selection(tmp_path: Path) -> None:
     assert matrices[heading]["megatron-0.15"][:2] == ["subject `megatron_gate.toml`", "megatron-core 0.15.3"]
     assert matrices[heading]["megatron-0.16"][:3] == [
         "subject `megatron_gate.toml`",
-        "selection `cases/test_chunks.py::test_partition -k not slow`",
+        "selection `cases/test_chunk_splitting.py::test_partition -k not slow`",
         "megatron-core 0.16.1",
     ]
     page = render_html(grid)
     assert f"<h2>Subject <code>{DECLARATION}</code> (declaration)</h2>" in page
     assert page.count(f'subject <code title="{DECLARATION} (declaration)">megatron_gate.toml</code>') == 2
-    assert page.count("selection <code>cases/test_chunks.py::test_partition -k not slow</code>") == 1
+    assert page.count("selection <code>cases/test_chunk_splitting.py::test_partition -k not slow</code>") == 1
 
 
 def test_a_declaration_column_names_its_framework_package_and_file(tmp_path: Path) -> None:
@@ -286,7 +292,9 @@ def test_a_declaration_column_names_its_framework_package_and_file(tmp_path: Pat
         record = summary(session, subject=str(path), subject_kind="declaration")
         if framework == "modernrl":  # legacyrl's summary is an older one, without the label
             record["subject_label"] = labels[framework]
-        write_target(reports, session, record, junit_document([("cases.test_chunks", "test_partition", None, {}, "")]))
+        write_target(
+            reports, session, record, junit_document([("cases.test_chunk_splitting", "test_partition", None, {}, "")])
+        )
     grid = collect(reports)
     found = columns(render_markdown(grid))
     modern = ROOT / "tests" / "frameworks" / "modernrl" / "megatron-conformance.toml"
@@ -320,7 +328,7 @@ def test_sessions_of_different_subjects_get_a_matrix_each(synthetic: Path) -> No
     assert "**smoke** `cases/test_smoke.py`" not in tables(markdown)[other][1]
     assert "The sessions did not all record one subject: 4 matrices, one per subject." in markdown
     assert repro_of(failure_entry(markdown, "fail-megatron-0-16-2")) == (
-        f"MEGATRON_CONFORMANCE_SUBJECT='{adapter}' nox -R -s megatron-0.16 -- cases/test_provider.py"
+        f"MEGATRON_CONFORMANCE_SUBJECT='{adapter}' nox -R -s megatron-0.16 -- cases/test_model_provider.py"
     )
     page = render_html(grid)
     assert page.count('<table class="matrix">') == 4
@@ -364,7 +372,7 @@ def test_advisories_are_amber_beside_the_cell_colour_and_listed_with_repro_lines
         return {"family": "chunk-splitting", "case": case, "text": text, "repro": f"nox -R -s {session} -- {case}"}
 
     for session, case in (("megatron-0.13", "test_alignment"), ("megatron-0.15", "test_partition")):
-        advisories = [advise(session, f"cases/test_chunks.py::{case}")]
+        advisories = [advise(session, f"cases/test_chunk_splitting.py::{case}")]
         (synthetic / session / "summary.json").write_text(json.dumps(summary(session, advisories=advisories)))
     grid = collect(synthetic)
     markdown = render_markdown(grid)
@@ -378,10 +386,12 @@ def test_advisories_are_amber_beside_the_cell_colour_and_listed_with_repro_lines
     assert rows["**all cases**"][0] == "✅ 5 passed · ⏭️ 1 skipped · [🟠 1 advisory](#adv-megatron-0-13-1)"
     assert rows["**smoke** `cases/test_smoke.py`"][0] == "✅ 1 passed"
     entry = failure_entry(markdown, "adv-megatron-0-13-1")
-    assert entry.startswith('<a id="adv-megatron-0-13-1"></a>megatron-0.13 · `cases/test_chunks.py::test_alignment`')
+    assert entry.startswith(
+        '<a id="adv-megatron-0-13-1"></a>megatron-0.13 · `cases/test_chunk_splitting.py::test_alignment`'
+    )
     assert "advisory · contract `chunk-splitting`" in entry
     assert "```text\nfew-collectives: 3 collectives where 2 suffice on megatron-0.13\n```" in entry
-    assert repro_of(entry) == "nox -R -s megatron-0.13 -- cases/test_chunks.py::test_alignment"
+    assert repro_of(entry) == "nox -R -s megatron-0.13 -- cases/test_chunk_splitting.py::test_alignment"
     assert markdown.index("## Advisories") > markdown.index("## Failures")
     assert "failures on megatron-0.15 (3), megatron-0.16 (2)." in markdown
     page = render_html(grid)
@@ -391,7 +401,9 @@ def test_advisories_are_amber_beside_the_cell_colour_and_listed_with_repro_lines
         '<a class="advisory" href="#adv-megatron-0-15-1">1 advisory</a></td>'
     ) in page
     section = page[page.index('<section class="advisory-entry" id="adv-megatron-0-15-1">') :]
-    repro = '<pre class="repro"><code>nox -R -s megatron-0.15 -- cases/test_chunks.py::test_partition</code></pre>'
+    repro = (
+        '<pre class="repro"><code>nox -R -s megatron-0.15 -- cases/test_chunk_splitting.py::test_partition</code></pre>'
+    )
     assert repro in section[: section.index("</section>")]
     colours = [_background(page, selector) for selector in (".advisory", "td.passed", "td.failed", "td.xfailed")]
     assert len(set(colours)) == 4
@@ -402,7 +414,7 @@ def test_a_family_the_declaration_leaves_out_reads_not_declared(tmp_path: Path) 
     grid = collect(tmp_path / "reports")
     markdown = render_markdown(grid)
     _, rows = table(markdown)
-    assert rows["**model-provider** `cases/test_provider.py`"] == ["⚪ not declared", "⚪ not declared"]
+    assert rows["**model-provider** `cases/test_model_provider.py`"] == ["⚪ not declared", "⚪ not declared"]
     assert rows["&nbsp;&nbsp;&nbsp;`test_plain`"] == ["⚪ not declared", "⚪ not declared"]
     assert rows["**equivalence** `cases/test_equivalence.py`"] == ["—", "⏭️ 1 skipped"]
     assert rows["**all cases**"] == ["✅ 1 passed · ⚪ not declared", "✅ 1 passed · ⚪ not declared · ⏭️ 1 skipped"]
@@ -410,6 +422,8 @@ def test_a_family_the_declaration_leaves_out_reads_not_declared(tmp_path: Path) 
     assert markdown.index(listing) > markdown.index("| **all cases** |")
     page = render_html(grid)
     assert len(re.findall(r'<td class="undeclared">not declared</td>', page)) == 6
-    provider = re.search(r'<th scope="row">model-provider <code>cases/test_provider.py</code></th>(.*?)</tr>', page)
+    provider = re.search(
+        r'<th scope="row">model-provider <code>cases/test_model_provider.py</code></th>(.*?)</tr>', page
+    )
     assert provider.group(1) == '<td class="undeclared">not declared</td>' * 2
     assert f"<li>model-provider on megatron-0.15, megatron-0.16: <code>{NOT_DECLARED}</code></li>" in page

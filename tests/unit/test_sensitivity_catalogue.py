@@ -40,7 +40,7 @@ VALID: dict[str, Any] = {
             "family": "chunk-splitting",
             "targets": [SESSION],
             "why": "w",
-            "subject": "seeded/chunks_reversed.py",
+            "subject": "seeded/chunk_splitting_reversed.py",
         },
     ]
 }
@@ -311,7 +311,7 @@ def test_a_group_gives_each_sub_exception() -> None:
 
 
 def test_only_the_target_of_the_run_heads_a_contract_verdict() -> None:
-    case = red_case("cases/test_chunks.py::t", "contract pytest.fail")
+    case = red_case("cases/test_chunk_splitting.py::t", "contract pytest.fail")
     assert is_contract_verdict(case, SESSION)
     assert not is_contract_verdict(case, "megatron-0.13")
 
@@ -320,10 +320,10 @@ def test_sort_reds_splits_assertions_from_crashes() -> None:
     cases = [
         red_case("cases/test_equivalence.py::a", "rank timeout"),
         red_case("cases/test_equivalence.py::b", "fixture error"),
-        red_case("cases/test_chunks.py::c", "contract pytest.fail"),
+        red_case("cases/test_chunk_splitting.py::c", "contract pytest.fail"),
     ]
     caught, crashed = sort_reds(CaseRun(1, "", cases), SESSION)
-    assert caught == ["cases/test_chunks.py::c", "cases/test_equivalence.py::a"]
+    assert caught == ["cases/test_chunk_splitting.py::c", "cases/test_equivalence.py::a"]
     assert crashed == {"cases/test_equivalence.py::b": 'failed on setup with "RuntimeError: fixture broke"'}
 
 
@@ -333,12 +333,12 @@ def test_sort_reds_splits_assertions_from_crashes() -> None:
         (False, run(["cases/test_equivalence.py::t"]), "killed", ""),
         (
             False,
-            run(["cases/test_import.py::t"]),
+            run(["cases/test_import_side_effects.py::t"]),
             "killed",
             "caught only by import-side-effects, not by its own family",
         ),
         (False, run([], 0), "survived", ""),
-        (True, run(["cases/test_chunks.py::t"]), "false alarm", ""),
+        (True, run(["cases/test_chunk_splitting.py::t"]), "false alarm", ""),
         (True, run([], 0), "ok", ""),
         (False, run([], 4), "error", "pytest exit 4: output"),
         (
@@ -354,10 +354,15 @@ def test_verdicts(equivalent: bool, case_run: CaseRun, verdict: str, note: str) 
 
 
 def test_an_assertion_beside_a_crash_still_judges_and_names_the_crash() -> None:
-    cases = [red_case("cases/test_chunks.py::a", "assertion"), red_case("cases/test_chunks.py::b", "harness crash")]
+    cases = [
+        red_case("cases/test_chunk_splitting.py::a", "assertion"),
+        red_case("cases/test_chunk_splitting.py::b", "harness crash"),
+    ]
     verdict, note = judge(mutant(equivalent=True), CaseRun(1, "", cases), SESSION)
     assert verdict == "false alarm"
-    assert note.startswith("also red only through crashes, no contract assertion failed: cases/test_chunks.py::b (")
+    assert note.startswith(
+        "also red only through crashes, no contract assertion failed: cases/test_chunk_splitting.py::b ("
+    )
 
 
 def outcome(verdict: str, equivalent: bool = False, **details: Any) -> Outcome:

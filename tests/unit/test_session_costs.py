@@ -12,7 +12,7 @@ from types import SimpleNamespace
 import pytest
 
 from harness import REPO_ROOT
-from harness.contracts.imports.import_time import ImportTimeError, measure_import_times
+from harness.contracts.import_side_effects.import_time import ImportTimeError, measure_import_times
 from harness.ranks import early_start, preload
 
 CASES = """

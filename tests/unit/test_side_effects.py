@@ -22,10 +22,14 @@ from typing import Any
 
 import pytest
 
-from harness.contracts.imports.callable_state import CallableState, callable_state_changes, capture_callable_state
-from harness.contracts.imports.fake_modules import build_fakes
-from harness.contracts.imports.isolation import load_isolated
-from harness.contracts.imports.side_effects import (
+from harness.contracts.import_side_effects.callable_state import (
+    CallableState,
+    callable_state_changes,
+    capture_callable_state,
+)
+from harness.contracts.import_side_effects.fake_modules import build_fakes
+from harness.contracts.import_side_effects.isolation import load_isolated
+from harness.contracts.import_side_effects.side_effects import (
     KINDS,
     SideEffect,
     SideEffectDetector,

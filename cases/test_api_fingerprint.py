@@ -1,0 +1,143 @@
+"""Contract: API fingerprint. Every Megatron symbol the subject touches is declared in ``MEGATRON_SYMBOLS``, exists on
+the target, and has a signature the subject's use of it fits.
+
+- The subject's source uses nothing undeclared (imports, modules named to ``importlib.import_module``, attributes
+  and ``getattr`` on them; see ``harness.contracts.api_fingerprint.source_scan.scan_sources``).
+- Each non-optional entry exists here; for alternatives, at least one member.
+- A function the subject replaces: the replacement accepts every call upstream's signature accepts (parameter names
+  in order, defaults where upstream has them), so upstream's callers can call it instead on this target.
+- A function the subject calls: at least one of the subject's call shapes binds to upstream's signature.
+- A function whose body the subject copied (``UPSTREAM_BODY_HASHES``, opt-in): the installed body still hashes as
+  declared, so upstream adding a rule to code the subject re-implements turns this red even where no case's
+  population exercises the rule. A subject that declares none skips the case, saying so.
+
+The fingerprint of the declared symbols on this target is written to ``reports/<session>/fingerprint.json``.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from types import ModuleType
+from typing import Any
+
+import pytest
+
+from harness.contracts.api_fingerprint.cache import write_json
+from harness.contracts.api_fingerprint.checks import (
+    changed_copies,
+    missing_symbols,
+    replacement_problems,
+    resolved_member,
+    unbound_calls,
+)
+from harness.contracts.api_fingerprint.inspection import fingerprint_symbols, parameters, signature_text
+from harness.contracts.api_fingerprint.source_scan import SourceScan, scan_sources, subject_files, undeclared_uses
+from harness.contracts.api_fingerprint.symbol_table import (
+    BODY_HASHES_NAME,
+    DeclarationError,
+    Declared,
+    declared_symbols,
+    dotted,
+    read_body_hashes,
+    read_declaration,
+)
+from harness.plugin.failure import contract_failure
+from harness.plugin.families import family
+from harness.targets.matrix import Target
+
+FAMILY = family("api-fingerprint")
+pytestmark = FAMILY.mark()
+
+
+@pytest.fixture(scope="module")
+def declaration(target: Target, subject: ModuleType) -> list[Declared]:
+    try:
+        return read_declaration(subject)
+    except DeclarationError as err:
+        pytest.fail(contract_failure(target, FAMILY.name, f"{FAMILY.symbol} cannot be read", str(err)))
+
+
+@pytest.fixture(scope="module")
+def fingerprints(target: Target, declaration: list[Declared], report_dir: Path) -> dict[str, dict[str, Any]]:
+    prints = fingerprint_symbols(declared_symbols(declaration))
+    write_json(report_dir / "fingerprint.json", {"target": target.session, "symbols": prints})
+    return prints
+
+
+@pytest.fixture(scope="module")
+def scan(subject: ModuleType) -> SourceScan:
+    return scan_sources(subject_files(subject))
+
+
+@pytest.mark.advisory
+def test_declaration_covers_every_megatron_use_in_the_source(
+    target: Target, declaration: list[Declared], scan: SourceScan
+) -> None:
+    undeclared: dict[str, list[str]] = {}
+    for use in undeclared_uses(scan, declaration):
+        undeclared.setdefault(" or ".join(use.paths), []).append(f"{use.file}:{use.line}")
+    listed = [f"{path} (at {', '.join(places)})" for path, places in undeclared.items()]
+    assert not undeclared, contract_failure(
+        target, FAMILY.name, f"the subject uses Megatron symbols it does not declare in {FAMILY.symbol}", listed
+    )
+
+
+def test_declared_symbols_exist(
+    target: Target, declaration: list[Declared], fingerprints: dict[str, dict[str, Any]]
+) -> None:
+    problems = missing_symbols(declaration, fingerprints)
+    assert not problems, contract_failure(target, FAMILY.name, "declared symbols missing on this target", problems)
+
+
+def test_replacements_accept_every_call_upstream_accepts(
+    target: Target, subject: ModuleType, declaration: list[Declared], fingerprints: dict[str, dict[str, Any]]
+) -> None:
+    problems = []
+    for entry in (e for e in declaration if e.usage == "replaces"):
+        symbol = resolved_member(entry, fingerprints)
+        upstream = fingerprints[symbol].get("parameters") if symbol else None
+        if upstream is None:
+            continue
+        if not hasattr(subject, str(entry.replacement)):
+            problems.append(f"{symbol}: the subject has no {entry.replacement!r}, which it declares as the replacement")
+            continue
+        replacement = parameters(getattr(subject, str(entry.replacement)))
+        if replacement is None:
+            problems.append(f"{symbol}: the subject's {entry.replacement} has no inspectable signature")
+            continue
+        problems += [
+            f"{symbol} {signature_text(upstream)} replaced by {entry.replacement}{signature_text(replacement)}: {p}"
+            for p in replacement_problems(upstream, replacement)
+        ]
+    assert not problems, contract_failure(target, FAMILY.name, "replacements do not fit upstream's signature", problems)
+
+
+def test_subject_calls_bind_to_upstream_signatures(
+    target: Target, declaration: list[Declared], fingerprints: dict[str, dict[str, Any]], scan: SourceScan
+) -> None:
+    problems = []
+    for symbol in declared_symbols(declaration):
+        upstream = fingerprints[symbol].get("parameters")
+        calls = [call for call in scan.calls if call.path == dotted(symbol)]
+        if upstream is None or not calls:
+            continue
+        failures = unbound_calls(upstream, calls)
+        if failures:
+            shapes = "; ".join(f"{call.describe()}: {reason}" for call, reason in failures)
+            problems.append(f"{symbol} {signature_text(upstream)}: no call shape of the subject binds: {shapes}")
+    assert not problems, contract_failure(
+        target, FAMILY.name, "the subject's calls do not fit upstream's signature", problems
+    )
+
+
+def test_copied_upstream_bodies_are_unchanged(target: Target, subject: ModuleType) -> None:
+    try:
+        copied = read_body_hashes(subject)
+    except DeclarationError as err:
+        pytest.fail(contract_failure(target, FAMILY.name, f"{BODY_HASHES_NAME} cannot be read", str(err)))
+    if not copied:
+        pytest.skip(f"the subject declares no {BODY_HASHES_NAME}")
+    problems = changed_copies(copied, fingerprint_symbols(copied))
+    assert not problems, contract_failure(
+        target, FAMILY.name, "upstream code the subject copied is no longer what it copied", problems
+    )

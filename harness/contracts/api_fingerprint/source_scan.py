@@ -1,0 +1,320 @@
+"""What the subject's source reaches in Megatron, and the uses its declaration does not cover.
+
+Every ``megatron`` import, module named to ``importlib.import_module`` (also through a string constant or a helper
+returning the module), attribute or ``getattr`` on such a module must be covered by a declared symbol (see
+:func:`scan_sources` for what is followed). Calls of Megatron functions are recorded by shape, for the check that
+one of the subject's call shapes binds to upstream's signature.
+"""
+
+from __future__ import annotations
+
+import ast
+import dataclasses
+import importlib.util
+from collections.abc import Iterable
+from pathlib import Path
+from types import ModuleType
+
+from harness.contracts.api_fingerprint.symbol_table import Declared, declared_symbols, dotted
+
+_MEGATRON_ROOT = "megatron"
+_ATTRIBUTE_BUILTINS = ("hasattr", "setattr", "delattr")
+
+
+@dataclasses.dataclass(frozen=True)
+class Use:
+    """A place in the subject's source that reaches Megatron; ``paths`` has several candidates when a name is bound
+    to more than one Megatron object."""
+
+    paths: tuple[str, ...]
+    file: str
+    line: int
+
+
+@dataclasses.dataclass(frozen=True)
+class CallSite:
+    """A call of a Megatron function in the subject's source, by shape: positional count and keyword names."""
+
+    path: str
+    positional: int
+    keywords: tuple[str, ...]
+    file: str
+    line: int
+
+    def describe(self) -> str:
+        """The shape and place, e.g. ``(2 positional) at allreduce.py:108``."""
+        keywords = f", keywords {', '.join(self.keywords)}" if self.keywords else ""
+        return f"({self.positional} positional{keywords}) at {self.file}:{self.line}"
+
+
+@dataclasses.dataclass(frozen=True)
+class SourceScan:
+    """What the subject's files reach in Megatron."""
+
+    uses: tuple[Use, ...]
+    calls: tuple[CallSite, ...]
+
+
+def subject_files(subject: ModuleType) -> list[Path]:
+    """The subject's source files and those of its ``ADAPTER_PACKAGE``, where that names code on disk."""
+    locations = list(getattr(subject, "__path__", [])) or [getattr(subject, "__file__", None)]
+    adapter = getattr(subject, "ADAPTER_PACKAGE", None)
+    if isinstance(adapter, str) and Path(adapter).exists():
+        locations.append(adapter)
+    elif isinstance(adapter, str):
+        spec = importlib.util.find_spec(adapter)
+        if spec is not None:
+            locations += spec.submodule_search_locations or [spec.origin]
+    roots = [Path(location) for location in locations if location]
+    files: dict[Path, None] = {}
+    for root in roots:
+        candidates = sorted(root.rglob("*.py")) if root.is_dir() else [root]
+        files.update((f.resolve(), None) for f in candidates if f.suffix == ".py" and "__pycache__" not in f.parts)
+    return list(files)
+
+
+def scan_sources(files: Iterable[Path]) -> SourceScan:
+    """Every use of Megatron in ``files``, and every call of a Megatron function with its shape.
+
+    Followed: ``import``/``from ... import`` of ``megatron``; ``importlib.import_module``, ``__import__`` and
+    ``sys.modules[...]`` with a string literal or a module-level string constant; names bound to such modules (also
+    through helper functions that return them, and across files); attribute chains on them, read or assigned;
+    ``getattr``, ``hasattr``, ``setattr`` and ``delattr`` with a literal name or a module-level string constant.
+    Binding is by name and flow-insensitive: a name counts as a Megatron alias only when every binding of it in the
+    files binds Megatron, and a function parameter of that name is taken to be the same object. Not followed:
+    attribute names computed at run time (``getattr(module, name)`` over a loop variable).
+    """
+    trees = {path: ast.parse(path.read_text(), str(path)) for path in files}
+    resolver = _Resolver(_string_constants(trees.values()))
+    for _ in range(10):
+        aliases, returns = _bindings(trees.values(), resolver)
+        if (aliases, returns) == (resolver.aliases, resolver.returns):
+            break
+        resolver.aliases, resolver.returns = aliases, returns
+    uses: list[Use] = []
+    calls: list[CallSite] = []
+    for path, tree in trees.items():
+        collector = _Collector(resolver, path.name)
+        collector.visit(tree)
+        uses += collector.uses
+        calls += collector.calls
+    return SourceScan(tuple(uses), tuple(calls))
+
+
+def undeclared_uses(scan: SourceScan, declaration: Iterable[Declared]) -> list[Use]:
+    """Uses not covered by a declared symbol: the symbol itself, or a module or class holding a declared one."""
+    declared = [dotted(member) for member in declared_symbols(declaration)]
+
+    def covered(path: str) -> bool:
+        return any(d == path or d.startswith(path + ".") for d in declared)
+
+    return [use for use in scan.uses if not any(covered(path) for path in use.paths)]
+
+
+def _string_constants(trees: Iterable[ast.Module]) -> dict[str, str]:
+    """Module-level ``NAME = "..."`` of all files; a name given different values in two files is left out."""
+    values: dict[str, set[str]] = {}
+    for tree in trees:
+        for node in tree.body:
+            if (
+                isinstance(node, ast.Assign)
+                and len(node.targets) == 1
+                and isinstance(node.targets[0], ast.Name)
+                and isinstance(node.value, ast.Constant)
+                and isinstance(node.value.value, str)
+            ):
+                values.setdefault(node.targets[0].id, set()).add(node.value.value)
+    return {name: found.pop() for name, found in values.items() if len(found) == 1}
+
+
+def _under_megatron(path: str) -> bool:
+    return path == _MEGATRON_ROOT or path.startswith(_MEGATRON_ROOT + ".")
+
+
+class _Resolver:
+    """Which Megatron paths an expression denotes, given the names bound so far."""
+
+    def __init__(self, constants: dict[str, str]) -> None:
+        self.constants = constants
+        self.aliases: dict[str, frozenset[str]] = {}
+        self.returns: dict[str, frozenset[str]] = {}
+
+    def string(self, node: ast.expr) -> str | None:
+        if isinstance(node, ast.Constant) and isinstance(node.value, str):
+            return node.value
+        if isinstance(node, ast.Name):
+            return self.constants.get(node.id)
+        if isinstance(node, ast.Attribute):
+            return self.constants.get(node.attr)
+        return None
+
+    def module_named(self, node: ast.expr) -> frozenset[str]:
+        name = self.string(node)
+        return frozenset([name]) if name is not None and _under_megatron(name) else frozenset()
+
+    def paths(self, node: ast.expr) -> frozenset[str]:
+        if isinstance(node, ast.Name):
+            return self.aliases.get(node.id, frozenset())
+        if isinstance(node, ast.Attribute):
+            if node.attr.startswith("__"):
+                return frozenset()
+            return frozenset(f"{base}.{node.attr}" for base in self.paths(node.value))
+        if isinstance(node, ast.Subscript) and attribute_chain(node.value) == "sys.modules":
+            return self.module_named(node.slice)
+        if isinstance(node, ast.Call):
+            return self._call_paths(node)
+        return frozenset()
+
+    def _call_paths(self, node: ast.Call) -> frozenset[str]:
+        callee = attribute_chain(node.func)
+        if callee in ("importlib.import_module", "import_module", "__import__") and node.args:
+            return self.module_named(node.args[0])
+        if callee == "getattr" and len(node.args) >= 2:
+            attr = self.string(node.args[1])
+            return frozenset(f"{base}.{attr}" for base in self.paths(node.args[0])) if attr else frozenset()
+        name = node.func.attr if isinstance(node.func, ast.Attribute) else getattr(node.func, "id", None)
+        return self.returns.get(name, frozenset()) if name else frozenset()
+
+
+def attribute_chain(node: ast.expr) -> str | None:
+    """``a.b.c`` for a plain name or attribute chain, else ``None``."""
+    if isinstance(node, ast.Name):
+        return node.id
+    if isinstance(node, ast.Attribute):
+        base = attribute_chain(node.value)
+        return f"{base}.{node.attr}" if base else None
+    return None
+
+
+def _bindings(
+    trees: Iterable[ast.Module], resolver: _Resolver
+) -> tuple[dict[str, frozenset[str]], dict[str, frozenset[str]]]:
+    """Names bound to Megatron objects and functions returning them, given the resolver's current knowledge."""
+    bound: dict[str, set[str]] = {}
+    tainted: set[str] = set()
+    returned: dict[str, set[str]] = {}
+    opaque: set[str] = set()
+
+    def bind(name: str, paths: Iterable[str]) -> None:
+        paths = set(paths)
+        if paths:
+            bound.setdefault(name, set()).update(paths)
+        else:
+            tainted.add(name)
+
+    def taint(target: ast.AST) -> None:
+        """Names a target rebinds: ``a`` and ``b`` in ``a, *b = ...``, none in ``a.x = ...`` or ``a[0] = ...``."""
+        if isinstance(target, ast.Name):
+            tainted.add(target.id)
+        elif isinstance(target, ast.Tuple | ast.List):
+            for element in target.elts:
+                taint(element)
+        elif isinstance(target, ast.Starred):
+            taint(target.value)
+
+    for tree in trees:
+        for node in ast.walk(tree):
+            if isinstance(node, ast.Import):
+                for alias in node.names:
+                    if alias.asname:
+                        bind(alias.asname, [alias.name] if _under_megatron(alias.name) else [])
+                    else:
+                        top = alias.name.split(".")[0]
+                        bind(top, [top] if top == _MEGATRON_ROOT else [])
+            elif isinstance(node, ast.ImportFrom):
+                module = node.module or ""
+                megatron = node.level == 0 and _under_megatron(module)
+                for alias in node.names:
+                    if alias.name != "*":
+                        bind(alias.asname or alias.name, [f"{module}.{alias.name}"] if megatron else [])
+            elif isinstance(node, ast.Assign | ast.AnnAssign) and node.value is not None:
+                targets = node.targets if isinstance(node, ast.Assign) else [node.target]
+                for target in targets:
+                    if isinstance(target, ast.Name):
+                        bind(target.id, resolver.paths(node.value))
+                    else:
+                        taint(target)
+            elif isinstance(node, ast.NamedExpr):
+                bind(node.target.id, resolver.paths(node.value))
+            elif isinstance(node, ast.AugAssign | ast.For | ast.AsyncFor | ast.comprehension):
+                taint(node.target)
+            elif isinstance(node, ast.withitem) and node.optional_vars is not None:
+                taint(node.optional_vars)
+            elif isinstance(node, ast.ExceptHandler | ast.ClassDef) and node.name:
+                tainted.add(node.name)
+            elif isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef):
+                tainted.add(node.name)
+                for ret in _own_returns(node):
+                    paths = resolver.paths(ret.value) if ret.value is not None else frozenset()
+                    if paths:
+                        returned.setdefault(node.name, set()).update(paths)
+                    else:
+                        opaque.add(node.name)
+    aliases = {name: frozenset(paths) for name, paths in bound.items() if name not in tainted}
+    returns = {name: frozenset(paths) for name, paths in returned.items() if name not in opaque}
+    return aliases, returns
+
+
+def _own_returns(function: ast.FunctionDef | ast.AsyncFunctionDef) -> list[ast.Return]:
+    """The function's return statements, not those of functions or classes nested in it."""
+    found: list[ast.Return] = []
+    stack: list[ast.AST] = list(function.body)
+    while stack:
+        node = stack.pop()
+        if isinstance(node, ast.Return):
+            found.append(node)
+        elif not isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef | ast.Lambda):
+            stack.extend(ast.iter_child_nodes(node))
+    return found
+
+
+class _Collector(ast.NodeVisitor):
+    """Uses and call sites of one file."""
+
+    def __init__(self, resolver: _Resolver, file: str) -> None:
+        self.resolver = resolver
+        self.file = file
+        self.uses: list[Use] = []
+        self.calls: list[CallSite] = []
+
+    def _use(self, paths: Iterable[str], node: ast.AST) -> None:
+        paths = tuple(sorted(paths))
+        if paths:
+            self.uses.append(Use(paths, self.file, getattr(node, "lineno", 0)))
+
+    def visit_Import(self, node: ast.Import) -> None:
+        self._use((a.name for a in node.names if _under_megatron(a.name)), node)
+
+    def visit_ImportFrom(self, node: ast.ImportFrom) -> None:
+        module = node.module or ""
+        if node.level == 0 and _under_megatron(module):
+            self._use((f"{module}.{a.name}" for a in node.names if a.name != "*"), node)
+
+    def visit_Name(self, node: ast.Name) -> None:
+        if isinstance(node.ctx, ast.Load):
+            self._use(self.resolver.paths(node), node)
+
+    def visit_Attribute(self, node: ast.Attribute) -> None:
+        paths = self.resolver.paths(node)
+        if paths:
+            self._use(paths, node)
+        else:
+            self.generic_visit(node)
+
+    def visit_Subscript(self, node: ast.Subscript) -> None:
+        self._use(self.resolver.paths(node), node)
+        self.generic_visit(node)
+
+    def visit_Call(self, node: ast.Call) -> None:
+        self._use(self.resolver.paths(node), node)
+        callee = attribute_chain(node.func)
+        if callee in _ATTRIBUTE_BUILTINS and len(node.args) >= 2:
+            attr = self.resolver.string(node.args[1])
+            if attr:
+                self._use((f"{base}.{attr}" for base in self.resolver.paths(node.args[0])), node)
+        shapeless = any(isinstance(a, ast.Starred) for a in node.args) or any(k.arg is None for k in node.keywords)
+        if not shapeless:
+            keywords = tuple(k.arg for k in node.keywords if k.arg)
+            for path in sorted(self.resolver.paths(node.func)):
+                self.calls.append(CallSite(path, len(node.args), keywords, self.file, node.lineno))
+        self.generic_visit(node)

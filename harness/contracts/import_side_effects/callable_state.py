@@ -1,0 +1,272 @@
+"""Which functions and classes some modules bind, and the code and defaults of those functions: the capture the
+session watch (:mod:`harness.contracts.import_side_effects.session_watch`) compares after every case, and the reach over
+classes and functions the detector's ``function-state`` and ``class-attribute`` probes share with it."""
+
+from __future__ import annotations
+
+import dataclasses
+import sys
+from collections.abc import Collection, Iterator, Mapping
+from dataclasses import dataclass
+from types import BuiltinFunctionType, CodeType, FunctionType, ModuleType
+from typing import Any
+
+from harness.contracts.import_side_effects.probes.base import (
+    IGNORED_ATTRIBUTES,
+    MISSING,
+    SideEffect,
+    describe,
+    describe_code,
+    namespace_of,
+    shorten,
+)
+
+
+def _home_name(value: object) -> str | None:
+    """``module.qualname`` of a class or function: the binding a report prefers when it is bound under several."""
+    try:
+        module, qualname = value.__module__, value.__qualname__  # type: ignore[attr-defined]
+    except Exception:
+        return None
+    return f"{module}.{qualname}" if isinstance(module, str) and isinstance(qualname, str) else None
+
+
+class Reach:
+    """The classes bound in some modules and the functions reachable from them, each under one name.
+
+    A function is reachable as a module attribute or from a class's ``__dict__`` (directly, or wrapped by
+    ``staticmethod``, ``classmethod`` or ``property``). Each object is named by the first binding seen, unless a
+    later one matches its home (:func:`_home_name`) and the first does not; a function found in a class is named
+    after the class's final name. Home names are only looked up when an object is seen a second time. The tables are
+    flat dicts of plain values, so that a snapshot of thousands of functions adds few objects for the garbage
+    collector to traverse.
+    """
+
+    def __init__(self, *, functions: bool) -> None:
+        self._with_functions = functions
+        # By id: the object, and its binding -- a dotted name or, for a function found in a class, (id of the class,
+        # label); whether that binding is the object's home, once looked up.
+        self.classes: dict[int, type] = {}
+        self.functions: dict[int, FunctionType] = {}
+        self._bindings: dict[int, str | tuple[int, str]] = {}
+        self._at_home: dict[int, bool] = {}
+
+    def add_module(self, name: str, namespace: Mapping[str, object]) -> list[object]:
+        """Note the classes and functions bound in a module's namespace; return the ones not seen before."""
+        added: list[object] = []
+        functions, bindings = self.functions, self._bindings
+        for attribute, value in list(namespace.items()):
+            kind = type(value)
+            if kind is FunctionType:
+                if not self._with_functions:
+                    continue
+                key = id(value)
+                if key not in functions:
+                    functions[key] = value  # type: ignore[assignment]
+                    bindings[key] = f"{name}.{attribute}"
+                    added.append(value)
+                else:
+                    self._seen_again(value, f"{name}.{attribute}")
+            elif issubclass(kind, type):
+                added.extend(self.add_class(f"{name}.{attribute}", value))  # type: ignore[arg-type]
+        return added
+
+    def add_class(self, name: str, cls: type) -> list[object]:
+        """Note a class bound as ``name`` and, the first time, its functions; return the objects not seen before."""
+        if id(cls) in self.classes:
+            self._seen_again(cls, name)
+            return []
+        self.classes[id(cls)] = cls
+        self._bindings[id(cls)] = name
+        added: list[object] = [cls]
+        if self._with_functions:
+            for label, function in _class_functions(cls):
+                if id(function) not in self.functions:
+                    self.functions[id(function)] = function
+                    self._bindings[id(function)] = (id(cls), label)
+                    added.append(function)
+                else:
+                    self._seen_again(function, (id(cls), label))
+        return added
+
+    def _seen_again(self, value: object, binding: str | tuple[int, str]) -> None:
+        key = id(value)
+        at_home = self._at_home.get(key)
+        if at_home is None:
+            at_home = self._at_home[key] = _home_name(value) == self._home_of(self._bindings[key])
+        if not at_home and _home_name(value) == self._home_of(binding):
+            self._bindings[key], self._at_home[key] = binding, True
+
+    def _home_of(self, binding: str | tuple[int, str]) -> str | None:
+        """The home name an object bound this way would have."""
+        if isinstance(binding, str):
+            return binding
+        owner, label = binding
+        home = _home_name(self.classes[owner])
+        return f"{home}.{label.partition('.')[0]}" if home is not None else None
+
+    def name(self, value: object) -> str:
+        """The dotted name of a class or function noted here."""
+        binding = self._bindings[id(value)]
+        if isinstance(binding, tuple):
+            owner, label = binding
+            return f"{self.name(self.classes[owner])}.{label}"
+        return binding
+
+
+def _class_functions(cls: type) -> Iterator[tuple[str, FunctionType]]:
+    """``(label, function)`` for the functions in a class's own ``__dict__``, unwrapping static and class methods
+    (labelled by the attribute) and properties (``attribute.fget`` and so on)."""
+    try:
+        items = list(vars(cls).items())
+    except Exception:
+        return
+    for attribute, value in items:
+        kind = type(value)
+        if kind is FunctionType:
+            yield attribute, value
+        elif issubclass(kind, (staticmethod, classmethod)):
+            function = getattr(value, "__func__", None)
+            if type(function) is FunctionType:
+                yield attribute, function
+        elif issubclass(kind, property):
+            for accessor in ("fget", "fset", "fdel"):
+                function = getattr(value, accessor, None)
+                if type(function) is FunctionType:
+                    yield f"{attribute}.{accessor}", function
+
+
+# What function-state compares, a plain tuple for speed: (__code__, __defaults__, __kwdefaults__, its items).
+FunctionState = tuple[CodeType, "tuple[Any, ...] | None", "dict[str, Any] | None", "tuple[tuple[str, Any], ...]"]
+
+
+def function_state(function: FunctionType) -> FunctionState:
+    kwdefaults = function.__kwdefaults__
+    return function.__code__, function.__defaults__, kwdefaults, tuple(kwdefaults.items()) if kwdefaults else ()
+
+
+def function_changes(old: FunctionState, new: FunctionState) -> Iterator[str]:
+    (old_code, old_defaults, old_kwdefaults, old_items), (new_code, new_defaults, new_kwdefaults, new_items) = old, new
+    if old_code is not new_code:
+        yield f"__code__ replaced ({describe_code(old_code)} -> {describe_code(new_code)})"
+    if old_defaults is not new_defaults and not _same_items(old_defaults or (), new_defaults or ()):
+        yield f"__defaults__ replaced ({describe(old_defaults)} -> {describe(new_defaults)})"
+    same_kwdefaults = len(old_items) == len(new_items) and all(
+        a[0] == b[0] and a[1] is b[1] for a, b in zip(old_items, new_items, strict=True)
+    )
+    if not same_kwdefaults:
+        how = "changed in place" if old_kwdefaults is new_kwdefaults else "replaced"
+        yield f"__kwdefaults__ {how} ({describe(dict(old_items) or None)} -> {describe(dict(new_items) or None)})"
+
+
+def _same_items(old: tuple[Any, ...], new: tuple[Any, ...]) -> bool:
+    """The same items, by identity."""
+    return len(old) == len(new) and all(a is b for a, b in zip(old, new, strict=True))
+
+
+_BINDING_TYPES = (FunctionType, BuiltinFunctionType, type, ModuleType)
+
+
+@dataclass(frozen=True, eq=False)
+class CallableState:
+    """What :func:`capture_callable_state` saw, for :func:`callable_state_changes` to compare.
+
+    ``modules`` are the loaded modules under ``prefixes``; ``bindings`` holds, per module, every attribute bound to
+    a function, class or module; ``names`` every attribute name of each module (to tell an added callable from a
+    data global re-bound to one); ``functions`` every function reachable from those modules and classes, by
+    ``id`` (:meth:`function_name` names one), and ``states`` their ``(__code__, __defaults__, __kwdefaults__, its
+    items)``. It keeps references to all of them, so identities stay meaningful.
+    """
+
+    prefixes: tuple[str, ...]
+    modules: Mapping[str, ModuleType]
+    bindings: Mapping[str, Mapping[str, object]]
+    names: Mapping[str, frozenset[str]]
+    functions: Mapping[int, FunctionType]
+    states: Mapping[int, FunctionState]
+    _reach: Reach = dataclasses.field(repr=False)
+
+    def function_name(self, function: FunctionType) -> str:
+        """The dotted name a report uses for one of :attr:`functions` (resolved only when asked: it costs)."""
+        return self._reach.name(function)
+
+
+def capture_callable_state(prefixes: Collection[str]) -> CallableState:
+    """Snapshot the callables of the loaded modules under ``prefixes`` (each covering its submodules): the identity
+    of each module attribute bound to a function, class or module, and ``__code__``, ``__defaults__`` and
+    ``__kwdefaults__`` of those functions and of the functions in those classes' ``__dict__``. Data globals are not
+    recorded: Megatron re-binds its process-group globals whenever model parallelism is set up."""
+    prefixes = tuple(prefixes)
+    exact, dotted = frozenset(prefixes), tuple(f"{prefix}." for prefix in prefixes)
+    modules: dict[str, ModuleType] = {}
+    bindings: dict[str, dict[str, object]] = {}
+    names: dict[str, frozenset[str]] = {}
+    reach = Reach(functions=True)
+    for name, module in list(sys.modules.items()):
+        if not (name in exact or name.startswith(dotted)) or not issubclass(type(module), ModuleType):
+            continue
+        namespace = namespace_of(module)
+        if namespace is None:
+            continue
+        items = list(namespace.items())
+        modules[name] = module
+        names[name] = frozenset(attribute for attribute, _ in items)
+        bindings[name] = {attribute: value for attribute, value in items if issubclass(type(value), _BINDING_TYPES)}
+        reach.add_module(name, bindings[name])
+    states = {key: function_state(function) for key, function in reach.functions.items()}
+    return CallableState(prefixes, modules, bindings, names, reach.functions, states, reach)
+
+
+def callable_state_changes(before: CallableState, after: CallableState) -> list[SideEffect]:
+    """What differs between two captures, as ``module-attribute`` and ``function-state`` effects. Only modules
+    ``before`` saw are compared (one imported later is not); data globals are not compared at all."""
+    effects = []
+    for module_name, old_bindings in before.bindings.items():
+        module = before.modules[module_name]
+        if module_name in after.bindings and after.modules[module_name] is module:
+            new_bindings, new_names = after.bindings[module_name], after.names[module_name]
+        else:  # gone from sys.modules, or replaced there: compare the module object ``before`` saw, as it is now
+            live = namespace_of(module) or {}
+            new_bindings = {key: value for key, value in live.items() if issubclass(type(value), _BINDING_TYPES)}
+            new_names = frozenset(live)
+        effects += _binding_changes(
+            module, module_name, old_bindings, before.names[module_name], new_bindings, new_names
+        )
+    for key, function in before.functions.items():
+        old = before.states[key]
+        new = after.states[key] if after.functions.get(key) is function else function_state(function)
+        if new is old or (new[0] is old[0] and new[1] is old[1] and new[2] is old[2] and not new[3] and not old[3]):
+            continue  # the common case, without building the comparison
+        name = before.function_name(function)
+        effects += [SideEffect("function-state", name, shorten(change)) for change in function_changes(old, new)]
+    return effects
+
+
+def _binding_changes(
+    module: ModuleType,
+    module_name: str,
+    old_bindings: Mapping[str, object],
+    old_names: frozenset[str],
+    new_bindings: Mapping[str, object],
+    new_names: frozenset[str],
+) -> Iterator[SideEffect]:
+    for attribute in [*old_bindings, *(name for name in new_bindings if name not in old_bindings)]:
+        old, new = old_bindings.get(attribute, MISSING), new_bindings.get(attribute, MISSING)
+        if old is new or attribute in IGNORED_ATTRIBUTES:
+            continue
+        name = f"{module_name}.{attribute}"
+        if old is MISSING:
+            if attribute in old_names:
+                detail = f"re-bound: a data value -> {describe(new)}"
+            elif issubclass(type(new), ModuleType) and getattr(new, "__name__", None) == name:
+                continue  # the import system binding a newly imported submodule
+            else:
+                detail = f"added: {describe(new)}"
+        elif new is MISSING:
+            if attribute in new_names:
+                detail = f"re-bound: {describe(old)} -> {describe((namespace_of(module) or {}).get(attribute))}"
+            else:
+                detail = f"deleted: {describe(old)}"
+        else:
+            detail = f"re-bound: {describe(old)} -> {describe(new)}"
+        yield SideEffect("module-attribute", name, shorten(detail))
