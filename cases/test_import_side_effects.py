@@ -7,7 +7,7 @@ Every observation starts from the same state, whatever ran before in the process
 declares are imported first, and the block runs in a private working directory that the file probe watches.
 
 A subject may waive effects of its adapter per name, never per kind alone, with ``IMPORT_SIDE_EFFECTS_ALLOWED``
-(``{kind: [name patterns]}``, kinds from ``harness.contracts.import_side_effects.side_effects.KINDS``, and
+(``{kind: [name patterns]}``, kinds from ``harness.contracts.import_side_effects.detector.KINDS``, and
 ``log-message`` patterns of a log record's message); every waiver used is written to ``summary.json`` and shown in the
 report. ``IMPORT_WATCH_MODULES`` names more modules to watch. The variable the subject names as its budget's
 (``BUDGET_ENV_VAR``, a declaration's ``budget.env``) may be read: such a read is listed as a waiver, with the file and
@@ -33,15 +33,15 @@ from typing import Any
 import pytest
 
 from harness.contracts.api_fingerprint.symbol_table import DeclarationError, read_declaration
-from harness.contracts.import_side_effects.fake_modules import build_fakes
-from harness.contracts.import_side_effects.import_time import ImportTimeError, measure_import_times
-from harness.contracts.import_side_effects.isolation import adapter_import_root, isolated_modules, load_isolated
-from harness.contracts.import_side_effects.side_effects import (
+from harness.contracts.import_side_effects.detector import (
     SideEffect,
     allowance_for,
     detect_with_allowances,
     format_effects,
 )
+from harness.contracts.import_side_effects.fake_modules import build_fakes
+from harness.contracts.import_side_effects.import_time import ImportTimeError, measure_import_times
+from harness.contracts.import_side_effects.isolation import adapter_import_root, isolated_modules, load_isolated
 from harness.plugin.failure import contract_failure
 from harness.plugin.families import family
 from harness.ranks.early_start import ON_RANKS

@@ -11,6 +11,7 @@ from types import ModuleType
 
 import pytest
 
+from harness.contracts.import_side_effects.detector import detect, format_effects
 from harness.contracts.import_side_effects.fake_modules import FakeModule, build_fakes
 from harness.contracts.import_side_effects.isolation import (
     UNIQUE_PREFIX,
@@ -21,7 +22,6 @@ from harness.contracts.import_side_effects.isolation import (
     load_isolated,
     observe_isolations,
 )
-from harness.contracts.import_side_effects.side_effects import detect, format_effects
 
 FIXTURES = Path(__file__).resolve().parent.parent / "import_fixtures"
 FRAMEWORK_ROOT = FIXTURES / "framework_root"

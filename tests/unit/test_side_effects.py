@@ -27,9 +27,7 @@ from harness.contracts.import_side_effects.callable_state import (
     callable_state_changes,
     capture_callable_state,
 )
-from harness.contracts.import_side_effects.fake_modules import build_fakes
-from harness.contracts.import_side_effects.isolation import load_isolated
-from harness.contracts.import_side_effects.side_effects import (
+from harness.contracts.import_side_effects.detector import (
     KINDS,
     SideEffect,
     SideEffectDetector,
@@ -38,6 +36,8 @@ from harness.contracts.import_side_effects.side_effects import (
     detect_with_allowances,
     format_effects,
 )
+from harness.contracts.import_side_effects.fake_modules import build_fakes
+from harness.contracts.import_side_effects.isolation import load_isolated
 
 FIXTURES = Path(__file__).resolve().parent.parent / "import_fixtures"
 MEGATRON_FAKES = {

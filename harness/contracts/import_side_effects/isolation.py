@@ -10,7 +10,7 @@ Modules that the load imports for the first time (the package's own submodules, 
 pulls in) are *removed* at restore, and so is the attribute through which the import system bound such a module to a
 pre-existing parent package. They are recorded in :attr:`Isolation.imported` so that a side-effect detector can
 report them (see :func:`observe_isolations`). Only ``sys.modules`` is restored: attributes the loaded code re-binds
-on other modules stay re-bound, which is what :mod:`harness.contracts.import_side_effects.side_effects` reports.
+on other modules stay re-bound, which is what :mod:`harness.contracts.import_side_effects.detector` reports.
 
 While the fakes stand in, a meta-path finder answers imports below any fake built by
 :func:`harness.contracts.import_side_effects.fake_modules.build_fakes` with a child fake package made on demand, so

@@ -1,4 +1,4 @@
-"""The probes of the side-effect detector (:mod:`harness.contracts.import_side_effects.side_effects`), one module per
+"""The probes of the side-effect detector (:mod:`harness.contracts.import_side_effects.detector`), one module per
 family.
 
 Each probe snapshots and instruments one area of the process while the detector's block runs, undoes its
