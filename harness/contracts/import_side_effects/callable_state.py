@@ -12,9 +12,9 @@ from types import BuiltinFunctionType, CodeType, FunctionType, ModuleType
 from typing import Any
 
 from harness.contracts.import_side_effects.probes.base import (
-    IGNORED_ATTRIBUTES,
     MISSING,
     SideEffect,
+    changed_bindings,
     describe,
     describe_code,
     namespace_of,
@@ -250,16 +250,10 @@ def _binding_changes(
     new_bindings: Mapping[str, object],
     new_names: frozenset[str],
 ) -> Iterator[SideEffect]:
-    for attribute in [*old_bindings, *(name for name in new_bindings if name not in old_bindings)]:
-        old, new = old_bindings.get(attribute, MISSING), new_bindings.get(attribute, MISSING)
-        if old is new or attribute in IGNORED_ATTRIBUTES:
-            continue
-        name = f"{module_name}.{attribute}"
+    for attribute, name, old, new in changed_bindings(module_name, old_bindings, new_bindings):
         if old is MISSING:
             if attribute in old_names:
                 detail = f"re-bound: a data value -> {describe(new)}"
-            elif issubclass(type(new), ModuleType) and getattr(new, "__name__", None) == name:
-                continue  # the import system binding a newly imported submodule
             else:
                 detail = f"added: {describe(new)}"
         elif new is MISSING:

@@ -119,6 +119,7 @@ from collections.abc import Callable, Collection, Iterable, Mapping
 from contextlib import ExitStack
 from fnmatch import fnmatchcase
 from pathlib import Path
+from typing import Any
 from types import MappingProxyType, TracebackType
 
 from harness.contracts.import_side_effects.probes.base import Probe, SideEffect
@@ -144,45 +145,17 @@ def format_effects(effects: Iterable[SideEffect]) -> str:
     return "\n".join(str(effect) for effect in effects) or "no side effects"
 
 
-def detect(
-    fn: Callable[[], object],
-    *,
-    allow: Allowances | None = None,
-    watch_modules: Collection[str] = (),
-    allowed_imports: Collection[str] = (),
-    own_prefix: str | None = None,
-    file_root: str | Path | None = None,
-) -> list[SideEffect]:
-    """Call ``fn`` and return what it changed that ``allow`` does not waive; an exception from ``fn`` propagates
-    (see :class:`SideEffectDetector`)."""
-    return detect_with_allowances(
-        fn,
-        allow=allow,
-        watch_modules=watch_modules,
-        allowed_imports=allowed_imports,
-        own_prefix=own_prefix,
-        file_root=file_root,
-    )[0]
+def detect(fn: Callable[[], object], **options: Any) -> list[SideEffect]:
+    """Call ``fn`` and return what it changed that no allowance waives; ``options`` are those of
+    :class:`SideEffectDetector` (``allow``, ``watch_modules``, ``allowed_imports``, ``own_prefix``, ``file_root``).
+    An exception from ``fn`` propagates."""
+    return detect_with_allowances(fn, **options)[0]
 
 
-def detect_with_allowances(
-    fn: Callable[[], object],
-    *,
-    allow: Allowances | None = None,
-    watch_modules: Collection[str] = (),
-    allowed_imports: Collection[str] = (),
-    own_prefix: str | None = None,
-    file_root: str | Path | None = None,
-) -> tuple[list[SideEffect], list[SideEffect]]:
+def detect_with_allowances(fn: Callable[[], object], **options: Any) -> tuple[list[SideEffect], list[SideEffect]]:
     """Call ``fn`` and return what it changed as ``(effects, allowed)``: the effects no allowance matches, and those
-    one does (the waivers used). An exception from ``fn`` propagates."""
-    with SideEffectDetector(
-        allow=allow,
-        watch_modules=watch_modules,
-        allowed_imports=allowed_imports,
-        own_prefix=own_prefix,
-        file_root=file_root,
-    ) as detector:
+    one does (the waivers used); ``options`` as for :func:`detect`. An exception from ``fn`` propagates."""
+    with SideEffectDetector(**options) as detector:
         fn()
     return detector.effects, detector.allowed
 

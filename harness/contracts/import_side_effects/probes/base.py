@@ -7,7 +7,7 @@ from __future__ import annotations
 import dataclasses
 import reprlib
 from abc import ABC, abstractmethod
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Mapping
 from contextlib import ExitStack
 from dataclasses import dataclass
 from pathlib import Path
@@ -110,6 +110,22 @@ def namespace_of(owner: object) -> dict[str, Any] | None:
     if isinstance(namespace, MappingProxyType):
         return dict(namespace)
     return namespace if isinstance(namespace, dict) else None
+
+
+def changed_bindings(
+    prefix: str, before: Mapping[str, object], after: Mapping[str, object]
+) -> Iterator[tuple[str, str, object, object]]:
+    """``(attribute, dotted name, old, new)`` for every attribute added, deleted or re-bound by identity between two
+    snapshots of a namespace (:data:`MISSING` on the side it is absent from), leaving out what the import system binds
+    when it imports a submodule and the attributes every module changes (:data:`IGNORED_ATTRIBUTES`)."""
+    for attribute in [*before, *(name for name in after if name not in before)]:
+        old, new = before.get(attribute, MISSING), after.get(attribute, MISSING)
+        if old is new or attribute in IGNORED_ATTRIBUTES:
+            continue
+        name = f"{prefix}.{attribute}"
+        if old is MISSING and issubclass(type(new), ModuleType) and getattr(new, "__name__", None) == name:
+            continue  # the import system binding a newly imported submodule: reported as sys-modules
+        yield attribute, name, old, new
 
 
 def contains(items: Iterable[object], item: object) -> bool:

@@ -8,11 +8,10 @@ import sys
 from abc import abstractmethod
 from collections.abc import Iterable, Iterator
 from contextlib import ExitStack
-from types import ModuleType
 from typing import NamedTuple
 
 from harness.contracts.import_side_effects.isolation import Isolation, observe_isolations
-from harness.contracts.import_side_effects.probes.base import IGNORED_ATTRIBUTES, MISSING, Probe, SideEffect, describe
+from harness.contracts.import_side_effects.probes.base import MISSING, Probe, SideEffect, changed_bindings, describe
 
 WATCHED_BY_DEFAULT = ("megatron", "torch.distributed")
 
@@ -113,14 +112,8 @@ def namespace_changes(
     prefix: str, before: dict[str, object], after: dict[str, object], kind: str = "module-attribute"
 ) -> Iterator[SideEffect]:
     """Attributes added, deleted or re-bound (by identity) between two snapshots of a namespace, as ``kind``."""
-    for attribute in [*before, *(name for name in after if name not in before)]:
-        old, new = before.get(attribute, MISSING), after.get(attribute, MISSING)
-        if old is new or attribute in IGNORED_ATTRIBUTES:
-            continue
-        name = f"{prefix}.{attribute}"
+    for _, name, old, new in changed_bindings(prefix, before, after):
         if old is MISSING:
-            if issubclass(type(new), ModuleType) and getattr(new, "__name__", None) == name:
-                continue  # the import system binding a newly imported submodule: reported as sys-modules
             yield SideEffect(kind, name, f"added: {describe(new)}")
         elif new is MISSING:
             yield SideEffect(kind, name, f"deleted: {describe(old)}")
