@@ -119,8 +119,8 @@ from collections.abc import Callable, Collection, Iterable, Mapping
 from contextlib import ExitStack
 from fnmatch import fnmatchcase
 from pathlib import Path
-from typing import Any
 from types import MappingProxyType, TracebackType
+from typing import Any
 
 from harness.contracts.import_side_effects.probes.base import Probe, SideEffect
 from harness.contracts.import_side_effects.probes.callables import ClassProbe, FunctionStateProbe
