@@ -21,6 +21,19 @@ def contract_failure(target: Target, contract: str, what: str, details: str | It
     return "\n".join([head + (":" if lines else ""), *lines])
 
 
+def one_line(message: str) -> str:
+    """A failure message in one line, as the advisory list shows it: the head, and the first detail where the head
+    ends in ``:`` (pytest's ``Failed:`` / ``AssertionError:`` prefixes and rewritten ``assert`` lines left out)."""
+    lines = [line.strip() for line in message.splitlines()]
+    lines = [
+        line.removeprefix("Failed: ").removeprefix("AssertionError: ")
+        for line in lines
+        if line and not line.startswith("assert ")
+    ]
+    head = lines[0] if lines else "advisory property"
+    return f"{head} {lines[1]}" if head.endswith(":") and len(lines) > 1 else head
+
+
 def parse_head(message: str) -> tuple[str, str] | None:
     """``(target session, contract)`` of a message :func:`contract_failure` worded; ``None`` for any other."""
     match = _HEAD.match(message)

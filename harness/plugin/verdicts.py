@@ -10,6 +10,7 @@ from harness.formats.environment import repro_environment
 from harness.formats.red_section import TITLE as SECTION_TITLE
 from harness.formats.red_section import RedSection, repro_line
 from harness.plugin import session_state
+from harness.plugin.failure import one_line
 from harness.plugin.families import family_of_case
 from harness.plugin.records import append_record
 
@@ -41,16 +42,9 @@ def judge(item: pytest.Item, report: pytest.TestReport) -> None:
 
 def _record_advisory(config: pytest.Config, family_name: str, report: pytest.TestReport, repro: str) -> None:
     """Turn an advisory's failure into a pass with a record: its first line of message, and the repro line."""
-    message = getattr(report.longrepr, "reprcrash", None)
-    lines = [line.strip() for line in (message.message if message else str(report.longrepr)).splitlines()]
-    lines = [
-        line.removeprefix("Failed: ").removeprefix("AssertionError: ")
-        for line in lines
-        if line and not line.startswith("assert ")
-    ]
-    head = lines[0] if lines else "advisory property"
-    first = f"{head} {lines[1]}" if head.endswith(":") and len(lines) > 1 else head
+    crash = getattr(report.longrepr, "reprcrash", None)
+    text = one_line(crash.message if crash else str(report.longrepr))
     report.outcome = "passed"
     report.longrepr = None
-    entry = {"family": family_name, "case": report.nodeid, "text": first, "repro": repro}
+    entry = {"family": family_name, "case": report.nodeid, "text": text, "repro": repro}
     append_record(session_state.report_dir_of(config), "advisories", entry)

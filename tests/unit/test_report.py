@@ -427,3 +427,13 @@ def test_a_family_the_declaration_leaves_out_reads_not_declared(tmp_path: Path) 
     )
     assert provider.group(1) == '<td class="undeclared">not declared</td>' * 2
     assert f"<li>model-provider on megatron-0.15, megatron-0.16: <code>{NOT_DECLARED}</code></li>" in page
+
+
+def test_a_rebuilt_repro_line_names_the_matrix_the_session_ran_from(synthetic: Path) -> None:
+    """A candidate's session runs from a generated matrix: a repro line without it would replay another target."""
+    recorded = json.loads((synthetic / "megatron-0.15" / "summary.json").read_text())
+    matrix = "/elsewhere/reports/candidate/matrix.yaml"
+    (synthetic / "megatron-0.15" / "summary.json").write_text(json.dumps({**recorded, "matrix": matrix}))
+    xpass = failure_entry(render_markdown(collect(synthetic)), "fail-megatron-0-15-1")
+    prefix = f"MEGATRON_CONFORMANCE_SUBJECT={SEEDED_SUBJECT} MEGATRON_CONFORMANCE_MATRIX={matrix} nox -R -s "
+    assert repro_of(xpass).startswith(f"{prefix}megatron-0.15 -- ")

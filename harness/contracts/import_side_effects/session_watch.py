@@ -26,9 +26,10 @@ from harness.contracts.import_side_effects.callable_state import (
 from harness.plugin.failure import contract_failure
 from harness.plugin.families import family
 from harness.plugin.session_state import configured_target
+from harness.targets.megatron_names import FINALIZE_MODULE
 
 WATCHED = ("megatron", "torch.distributed")
-PRELOADED = ("megatron.core", "megatron.core.distributed.finalize_model_grads", "torch.distributed")
+PRELOADED = ("megatron.core", FINALIZE_MODULE, "torch.distributed")
 """Imported once collection is done, before the first capture, so their first import during a case is not taken for
 a change; their import (seconds) then counts as start-up, not as the first case's setup."""
 
