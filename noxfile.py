@@ -26,7 +26,7 @@ import nox
 ROOT = Path(__file__).resolve().parent
 sys.path.insert(0, str(ROOT))
 
-from harness.formats.environment import MATRIX_ENV_VAR  # noqa: E402
+from harness.formats.environment import DEFAULT_MATRIX, MATRIX_ENV_VAR  # noqa: E402
 from harness.formats.summary import SummaryError, read_summary  # noqa: E402
 from harness.plugin.command import case_command  # noqa: E402
 from harness.reports.api_diff import ApiDiffError, compare, render_markdown, write_report  # noqa: E402
@@ -44,7 +44,7 @@ from harness.targets.matrix import MatrixError, Target, load_matrix, venv_python
 from harness.targets.venv_install import HARNESS_REQUIREMENTS, describe, install_command  # noqa: E402
 
 try:
-    MATRIX = load_matrix(os.environ.get(MATRIX_ENV_VAR, ROOT / "matrix.yaml"))
+    MATRIX = load_matrix(os.environ.get(MATRIX_ENV_VAR, DEFAULT_MATRIX))
 except MatrixError as err:
     raise SystemExit(f"megatron-conformance: {err}") from None
 REPORTS = Path(os.environ.get("MEGATRON_CONFORMANCE_REPORTS", ROOT / "reports"))

@@ -19,7 +19,7 @@ import torch
 from hypothesis import given
 from hypothesis import strategies as st
 
-from harness.contracts.populations import TensorSpec, budgets_for, gpt_layer_specs, populations
+from harness.contracts.population_strategies import TensorSpec, budgets_for, gpt_layer_specs, populations
 from harness.contracts.work import Work, measure_work, settled_heap
 from harness.plugin.failure import contract_failure
 from harness.plugin.families import family

@@ -20,13 +20,12 @@ from hypothesis import strategies as st
 from harness.contracts.allocations import AllocationSummary
 from harness.contracts.equivalence import RankReport, compare_task
 from harness.contracts.gpt_step import gpt_finalize_task
+from harness.contracts.population_strategies import budgets_for_population, fake_module_populations
 from harness.contracts.populations import (
     LARGEST_BUFFER,
     LARGEST_BUFFER_BUDGET,
     MODEL_LIKE_BUDGET,
     Population,
-    budgets_for_population,
-    fake_module_populations,
     fsdp_grads,
     model_like_populations,
 )

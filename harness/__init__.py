@@ -1,9 +1,11 @@
 """Machinery of the megatron-conformance gate, one package per concern.
 
 - ``targets``: what a target is (``matrix.yaml``), its interpreter, its venv's install arguments, what got installed,
-  candidates, the provider contract read from an installed Megatron. Imports nothing else from ``harness``.
+  candidates, the provider contract read from an installed Megatron, Megatron's names the gate relies on. Imports
+  only ``formats``.
 - ``formats``: the formats several packages share, each with one owner: key validation, Markdown escaping, JUnit
-  reading, the red section and repro line. Imports nothing else from ``harness``.
+  reading, the red section and repro line, the environment a session reads, ``summary.json``, the "not declared"
+  reason. Imports nothing else from ``harness``.
 - ``subjects``: the subject named once per session and loaded where needed (module, ``.py`` path or declaration),
   reading and checking declarations, the subject built from one, what a subject says about itself. May import
   ``formats`` and ``targets``.
@@ -11,9 +13,9 @@
   the table of contract families, the failure-message helper of the cases. May import ``formats``, ``targets`` and
   ``subjects``.
 - ``ranks``: rank processes and the Megatron state inside them. May import ``targets``.
-- ``contracts``: what each family needs besides its case file (populations, rank-side comparison, provider calls,
-  import isolation and side effects, fingerprints). May import ``formats``, ``targets``, ``subjects``, ``plugin`` and
-  ``ranks``.
+- ``contracts``: what each family needs besides its case file (populations, rank-side comparison, generated
+  providers, import isolation and side effects, fingerprints). May import ``formats``, ``targets``, ``subjects``,
+  ``plugin`` and ``ranks``.
 - ``reference``: the built-in reference subject. Imports only Megatron and torch.
 - ``reports``, ``sensitivity``, ``bench``: tools that read what target sessions left behind, or drive them. May
   import every package above.

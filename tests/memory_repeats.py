@@ -21,13 +21,12 @@ from harness.subjects.loading import resolve_subject
 
 def repeat(subject: str, repeats: int) -> dict[str, object]:
     red, problems, peaks, bound = 0, set(), [], 0
+    resolved = resolve_subject(subject)
     pool = RankPool(2, "gloo")
     try:
         with megatron_state.model_parallel(pool, 2):
             for _ in range(repeats):
-                reports = pool.run(
-                    compare_task, LARGEST_BUFFER, resolve_subject(subject), LARGEST_BUFFER_BUDGET, 2, True
-                )
+                reports = pool.run(compare_task, LARGEST_BUFFER, resolved, LARGEST_BUFFER_BUDGET, 2, True)
                 seen = {problem.split(": ", 1)[-1][:160] for report in reports for problem in report.problems}
                 red += bool(seen)
                 problems |= seen

@@ -187,6 +187,8 @@ def memory_bound(budget: int, largest: int, widest_element: int, smallest_elemen
 def check_memory(
     report: RankReport, budget: int, largest: int, widest: int, smallest: int, device: torch.device
 ) -> None:
+    """Judge the peak the tracker saw against the memory bound, and every buffer's device against the grads'; what
+    exceeds either becomes a problem line of ``report``."""
     summary = report.allocations
     assert summary is not None
     chunk, report.memory_bound_bytes = memory_bound(budget, largest, widest, smallest)

@@ -16,6 +16,7 @@ from harness.contracts.collectives import CollectiveRecorder
 from harness.contracts.equivalence import RankReport, bits, not_restored, subject_once, tp_group
 from harness.ranks import megatron_state as megatron_ranks
 from harness.subjects.loading import SubjectRef
+from harness.targets.megatron_names import UPSTREAM_NAME
 
 
 class _CallCounter:
@@ -33,7 +34,7 @@ class _CallCounter:
         self.replaced_upstream = False
 
     def __enter__(self) -> _CallCounter:
-        installed = getattr(self.module, megatron_ranks.UPSTREAM_NAME)
+        installed = getattr(self.module, UPSTREAM_NAME)
         self._installed = installed
         self.replaced_upstream = installed is not self.upstream
 
@@ -41,11 +42,11 @@ class _CallCounter:
             self.calls += 1
             return installed(*args, **kwargs)
 
-        setattr(self.module, megatron_ranks.UPSTREAM_NAME, counting)
+        setattr(self.module, UPSTREAM_NAME, counting)
         return self
 
     def __exit__(self, *exc: object) -> None:
-        setattr(self.module, megatron_ranks.UPSTREAM_NAME, self._installed)
+        setattr(self.module, UPSTREAM_NAME, self._installed)
 
 
 def gpt_finalize_task(
@@ -89,7 +90,7 @@ def gpt_finalize_task(
         what = "was never called" if counter.replaced_upstream else "left upstream in place"
         report.problems.append(
             f"rank {rank}: with the subject installed finalize_model_grads ran, but the replacement of "
-            f"{megatron_ranks.UPSTREAM_NAME} {what}: the chunked all-reduce did not run"
+            f"{UPSTREAM_NAME} {what}: the chunked all-reduce did not run"
         )
     for name, value in expected.items():
         if not torch.equal(bits(got[name]), bits(value)):

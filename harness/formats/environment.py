@@ -26,12 +26,17 @@ REFERENCE_SUBJECT = "harness.reference"
 DEFAULT_MATRIX = REPO_ROOT / "matrix.yaml"
 
 
+def is_default_matrix(matrix: str | Path) -> bool:
+    """Whether ``matrix`` is the checkout's own ``matrix.yaml`` (a repro line and a summary need not name it)."""
+    return Path(matrix).resolve() == DEFAULT_MATRIX.resolve()
+
+
 def repro_environment(subject: str | None, matrix: str | Path | None) -> dict[str, str]:
     """The assignments a repro line puts before ``nox``: the subject unless it is the reference, the matrix unless it
     is the checkout's own."""
     environment = {}
     if subject and subject != REFERENCE_SUBJECT:
         environment[SUBJECT_ENV_VAR] = subject
-    if matrix and Path(matrix).resolve() != DEFAULT_MATRIX.resolve():
+    if matrix and not is_default_matrix(matrix):
         environment[MATRIX_ENV_VAR] = str(matrix)
     return environment

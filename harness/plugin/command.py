@@ -1,8 +1,8 @@
 """The one pytest command that runs cases on a target, and running it to read the verdicts back.
 
 The nox target sessions, the sensitivity runner and the harness's own tests all build it here, so what ``tests/``
-exercises is the command users run. The plugins are loaded with ``-p`` (the gate's, and the import family's session
-watch); the command runs from the repository root, which ``python -m`` puts on ``sys.path`` so the ``harness``
+exercises is the command users run. The plugins are loaded with ``-p`` (the gate's, and the import-side-effects family's
+session watch); the command runs from the repository root, which ``python -m`` puts on ``sys.path`` so the ``harness``
 package is found.
 """
 
@@ -24,8 +24,8 @@ _PLUGINS = (
     "harness.contracts.import_side_effects.session_watch",
 )
 """The quick exit (first: its exit function must be registered before any other but logging's), the gate plugin,
-the early start of the fork server, and the import family's watch over the whole session (Megatron unchanged after
-every case)."""
+the early start of the fork server, and the import-side-effects family's watch over the whole session (Megatron
+unchanged after every case)."""
 _CASES_INI = Path(__file__).resolve().parent / "cases.ini"
 _DEFAULT_SELECTION = ("cases",)
 

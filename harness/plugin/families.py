@@ -9,6 +9,8 @@ from typing import TYPE_CHECKING
 if TYPE_CHECKING:
     import pytest
 
+    from harness.subjects.declaration import Declaration
+
 
 @dataclass(frozen=True)
 class Family:
@@ -21,7 +23,7 @@ class Family:
     symbol: str
     role: str | None = None
 
-    def missing_role(self, declaration: object) -> str | None:
+    def missing_role(self, declaration: Declaration) -> str | None:
         """The role this family needs that ``declaration`` leaves empty, or ``None`` when the family can run."""
         return self.role if self.role and not getattr(declaration, self.role) else None
 

@@ -12,7 +12,6 @@ import shutil
 from pathlib import Path
 
 RECORDS_DIR = "records"
-KINDS = ("waivers", "advisories", "findings")
 
 
 def clear_records(report_dir: Path) -> None:
@@ -21,7 +20,7 @@ def clear_records(report_dir: Path) -> None:
 
 
 def append_record(report_dir: Path, kind: str, entry: dict[str, str]) -> None:
-    """Append ``entry`` to this process's file of ``kind`` (one of :data:`KINDS`)."""
+    """Append ``entry`` to this process's file of ``kind`` (``waivers``, ``advisories`` or ``findings``)."""
     path = report_dir / RECORDS_DIR / kind / f"{os.getpid()}.jsonl"
     path.parent.mkdir(parents=True, exist_ok=True)
     with path.open("a") as stream:

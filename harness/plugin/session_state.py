@@ -1,7 +1,7 @@
 """What a target session has in force (target, matrix, subject, report directory), kept in pytest's config stash.
 
-The gate plugin fills it at configure time; the other plugins of a session (the session watch), the case files and
-the gate's own hooks read it through these functions, never through the stash keys.
+The gate plugin fills it at configure time (the only code that sets the stash keys); the other plugins of a session
+(the session watch), the case files and the gate's own hooks read it through these functions.
 """
 
 from __future__ import annotations

@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 
 from harness import REPO_ROOT
-from harness.formats.environment import DEFAULT_MATRIX
+from harness.formats.environment import is_default_matrix
 from harness.formats.summary import COUNTED, SessionSummary
 from harness.plugin import session_state
 from harness.plugin.records import read_records
@@ -29,14 +29,15 @@ def session_summary(
     target = session_state.configured_target(config)
     matrix = session_state.configured_matrix(config).path
     report_dir = session_state.report_dir_of(config)
-    declaration = session_state.declaration_of(config)
+    subject = session_state.subject_ref_of(config)
+    declaration = subject.declaration
     return SessionSummary(
         target=target.session,
-        subject=session_state.subject_ref_of(config).spec,
-        subject_kind="declaration" if declaration is not None else "module",
+        subject=subject.spec,
+        subject_kind=subject.kind,
         subject_label=declaration.label if declaration is not None else None,
         declaration_lines=declaration.lines if declaration is not None else None,
-        matrix=None if matrix == DEFAULT_MATRIX.resolve() else str(matrix),
+        matrix=None if is_default_matrix(matrix) else str(matrix),
         selection=_selection(config),
         pins={
             "megatron": target.megatron.location,

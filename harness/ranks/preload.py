@@ -2,7 +2,8 @@
 
 Ranks fork from the server (``harness.ranks.pool``), so whatever it imported costs a rank nothing. The server is a
 fresh interpreter, and its ``import megatron.core`` (torch included, as Megatron imports it first) is the very import
-the import family's import-time case compares an adapter with: timed here, it needs no interpreter of its own.
+the import-side-effects family's import-time case compares an adapter with: timed here, it needs no interpreter of its
+own.
 
 Importing this module anywhere else does no harm: where ``megatron.core`` was imported already, nothing is timed.
 Megatron may be missing (the harness's own venv): the server then preloads what it can.
@@ -29,11 +30,9 @@ RANK_MODULES = (
     FINALIZE_MODULE,
     "harness.ranks.megatron_state",
     "harness.ranks.pool",
-    "hypothesis.strategies",
 )
 """What every rank imports before its first task. With the finalize module and megatron_state here, the upstream pin
-each rank takes at start (``harness.ranks.pool._pin_upstream``) costs no import; hypothesis is here because the
-population model that rank tasks receive lives beside the strategies that draw it (0.4 s a rank otherwise)."""
+each rank takes at start (``harness.ranks.pool._pin_upstream``) costs no import."""
 
 MEGATRON_IMPORT_NS: int | None = None
 """Nanoseconds this process's first ``import megatron.core`` took; None where it was imported before this module,

@@ -61,8 +61,8 @@ def _fingerprint_targets(pythons: dict[str, Path], subject: str, cache_dir: Path
         running = {}
         for session, python in pythons.items():
             out = Path(scratch) / f"{session}.json"
-            command = [str(python), "-m", "harness.contracts.api_fingerprint", "--session", session, "--subject", subject]
-            command += ["--cache-dir", str(cache_dir), "--out", str(out)]
+            command = [str(python), "-m", "harness.contracts.api_fingerprint", "--session", session]
+            command += ["--subject", subject, "--cache-dir", str(cache_dir), "--out", str(out)]
             process = subprocess.Popen(
                 command, cwd=_ROOT, env=environment, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
             )

@@ -18,6 +18,7 @@ from collections import Counter
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 from xml.etree.ElementTree import Element, ParseError
 
 from harness.formats import red_section
@@ -26,8 +27,8 @@ from harness.formats.junit import JUnitCase, read_cases
 from harness.formats.not_declared import is_not_declared
 from harness.formats.summary import FILE_NAME as SUMMARY_FILE
 from harness.formats.summary import SessionSummary, SummaryError, read_summary
-from harness.subjects.declaration import DeclarationFileError, read_declaration_file
 from harness.plugin.families import family_of_case
+from harness.subjects.declaration import DeclarationFileError, read_declaration_file
 from harness.targets.matrix import Target
 
 _STATUSES = ("failed", "xfailed", "passed", "undeclared", "skipped")
@@ -334,9 +335,7 @@ def _without_fixtures(block: list[str]) -> tuple[str, ...]:
     return tuple(kept)
 
 
-def _parse_failure(
-    element: Element, session: str, nodeid: str, environment: Mapping[str, str], anchor: str
-) -> Failure:
+def _parse_failure(element: Element, session: str, nodeid: str, environment: Mapping[str, str], anchor: str) -> Failure:
     """A ``<failure>`` or ``<error>`` element read into a :class:`Failure`; a red the gate plugin could not annotate
     (strict XPASS, collection) gets the repro line the plugin would have printed."""
     text = element.text or ""
@@ -419,8 +418,10 @@ def load_target(directory: Path, target: Target | None = None) -> TargetRun:
         summary = read_summary(directory)
     except SummaryError as err:
         notes.append(f"{SUMMARY_FILE} is unreadable ({err}); installed versions unknown")
-    except OSError:
+    except FileNotFoundError:
         notes.append(f"no {SUMMARY_FILE}: the session stopped before pytest finished; installed versions unknown")
+    except OSError as err:
+        notes.append(f"{SUMMARY_FILE} is unreadable ({err.strerror or err}); installed versions unknown")
     recorded = summary or SessionSummary()
     results: list[CaseResult] = []
     if junit_path.is_file():

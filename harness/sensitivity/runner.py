@@ -111,8 +111,8 @@ def is_contract_verdict(case: JUnitCase, target: str) -> bool:
 
     A ``<failure>`` whose exception (or, for a group, one of its sub-exceptions) is an ``AssertionError``, one of the
     rank pool's, or a ``pytest.fail`` worded by ``contract_failure``. Of the ``<error>`` elements only one kind
-    counts: a teardown ``AssertionError`` worded by ``contract_failure``, which is how the import family's session
-    watch reports Megatron changed after a case; any other setup, teardown or collection error is a crash.
+    counts: a teardown ``AssertionError`` worded by ``contract_failure``, which is how the import-side-effects family's
+    session watch reports Megatron changed after a case; any other setup, teardown or collection error is a crash.
     """
     for kind, message in raised_by(case):
         if case.detail is not None and case.detail.tag == "error":

@@ -52,7 +52,7 @@ class SubjectRef:
             return build_declared_subject(self.declaration)
         path = Path(self.name)
         if self.name.endswith(".py") or path.is_dir():
-            return _load_from_path(path)
+            return _load_from_path(path.resolve())
         try:
             return importlib.import_module(self.name)
         except ImportError as err:

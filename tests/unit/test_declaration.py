@@ -224,8 +224,9 @@ def test_provider_promises_are_false_unless_declared_and_true_for_module_subject
 
 
 def test_the_budget_variable_is_exposed_for_the_import_family(framework: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    """``budget.env`` becomes the subject's ``BUDGET_ENV_VAR``, which the import family lists instead of reporting;
-    the reference subject names its own the same way. (The patch is not captured here: that needs Megatron.)"""
+    """``budget.env`` becomes the subject's ``BUDGET_ENV_VAR``, which the import-side-effects family lists instead of
+    reporting; the reference subject names its own the same way. (The patch is not captured here: that needs
+    Megatron.)"""
     monkeypatch.setattr(declared, "DeclaredPatch", lambda declaration, subject: None)
     text = GOOD + '\n[budget]\nglobal = "CHUNK"\nenv = "TOYFRAME_CHUNK_BYTES"\n'
     text += '\n[patch]\nmodule = "toyframe.megatron_utils.patch"\napplied = "import"\n'

@@ -9,15 +9,10 @@ import torch
 from hypothesis import given
 from hypothesis import strategies as st
 
-from harness.contracts import equivalence, populations
+from harness.contracts import equivalence, population_strategies, populations
 from harness.contracts.allocations import AllocationSummary
-from harness.contracts.populations import (
-    LAYOUTS,
-    FakeParameter,
-    Population,
-    budgets_for_population,
-    fake_module_populations,
-)
+from harness.contracts.population_strategies import budgets_for_population, fake_module_populations
+from harness.contracts.populations import LAYOUTS, FakeParameter, Population
 
 
 @pytest.fixture(autouse=True)
@@ -136,4 +131,4 @@ def test_a_generated_budget_asks_at_most_64_slices_of_the_largest_grad(case: tup
         default=1,
     )
     assert budget >= 1
-    assert budget * populations.SLICES_PER_GRAD >= largest
+    assert budget * population_strategies.SLICES_PER_GRAD >= largest

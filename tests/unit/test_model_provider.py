@@ -1,4 +1,4 @@
-"""Inner providers as the provider family draws them: what the mandatory case may and may not generate."""
+"""Inner providers as the model-provider family draws them: what the mandatory case may and may not generate."""
 
 from __future__ import annotations
 

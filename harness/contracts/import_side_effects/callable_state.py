@@ -14,6 +14,7 @@ from typing import Any
 from harness.contracts.import_side_effects.probes.base import (
     MISSING,
     SideEffect,
+    binds_new_submodule,
     changed_bindings,
     describe,
     describe_code,
@@ -141,11 +142,14 @@ FunctionState = tuple[CodeType, "tuple[Any, ...] | None", "dict[str, Any] | None
 
 
 def function_state(function: FunctionType) -> FunctionState:
+    """What of a function a change in place can replace: its code, defaults and keyword defaults (the dict itself
+    and its items, as code may swap the dict or fill it)."""
     kwdefaults = function.__kwdefaults__
     return function.__code__, function.__defaults__, kwdefaults, tuple(kwdefaults.items()) if kwdefaults else ()
 
 
 def function_changes(old: FunctionState, new: FunctionState) -> Iterator[str]:
+    """One line per part of a function's state that differs between two captures."""
     (old_code, old_defaults, old_kwdefaults, old_items), (new_code, new_defaults, new_kwdefaults, new_items) = old, new
     if old_code is not new_code:
         yield f"__code__ replaced ({describe_code(old_code)} -> {describe_code(new_code)})"
@@ -254,6 +258,8 @@ def _binding_changes(
         if old is MISSING:
             if attribute in old_names:
                 detail = f"re-bound: a data value -> {describe(new)}"
+            elif binds_new_submodule(name, new):
+                continue  # the import system binding a newly imported submodule
             else:
                 detail = f"added: {describe(new)}"
         elif new is MISSING:

@@ -1,4 +1,5 @@
-"""The import family's import-time measure: an adapter's import on top of an imported Megatron, next to Megatron's.
+"""The import-side-effects family's import-time measure: an adapter's import on top of an imported Megatron, next to
+Megatron's.
 
 Both come from fresh interpreters without one of their own: Megatron's is the fork server's first ``import
 megatron.core`` (:mod:`harness.ranks.preload`, torch included), the adapter's is timed in a one-rank pool forked from

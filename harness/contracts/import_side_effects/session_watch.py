@@ -1,5 +1,5 @@
-"""The import family's watch over a whole target session: Megatron's callables must be the same after every case as
-before the first one.
+"""The import-side-effects family's watch over a whole target session: Megatron's callables must be the same after every
+case as before the first one.
 
 A subject that patches lazily -- on the first call of one of its functions, from a timer, from a hook -- passes every
 check that only observes its import and ``install()``. This pytest plugin (loaded by the case command with

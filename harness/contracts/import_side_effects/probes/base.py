@@ -27,8 +27,9 @@ _MAX_DETAIL = 200
 
 @dataclass(frozen=True)
 class SideEffect:
-    """One change a call made: its kind (one of :data:`KINDS`), what changed, and how. ``message`` is the whole text
-    an allowance by message matches (a log record's message, never shortened); it takes no part in equality."""
+    """One change a call made: its kind (one of ``harness.formats.effect_kinds.KINDS``), what changed, and how.
+    ``message`` is the whole text an allowance by message matches (a log record's message, never shortened); it takes
+    no part in equality."""
 
     kind: str
     name: str
@@ -92,12 +93,15 @@ def describe(value: object) -> str:
 
 
 def describe_code(code: CodeType) -> str:
+    """A code object by name and the last three parts of its file's path, so a swapped ``__code__`` says where the
+    new code came from."""
     parts = Path(code.co_filename).parts
     where = "/".join(parts[-3:]) if len(parts) > 3 else code.co_filename
     return f"<code {code.co_name} at {where}:{code.co_firstlineno}>"
 
 
 def shorten(text: str) -> str:
+    """A detail cut to a length a failure message can carry."""
     return text if len(text) <= _MAX_DETAIL else f"{text[: _MAX_DETAIL - 3]}..."
 
 
@@ -116,16 +120,17 @@ def changed_bindings(
     prefix: str, before: Mapping[str, object], after: Mapping[str, object]
 ) -> Iterator[tuple[str, str, object, object]]:
     """``(attribute, dotted name, old, new)`` for every attribute added, deleted or re-bound by identity between two
-    snapshots of a namespace (:data:`MISSING` on the side it is absent from), leaving out what the import system binds
-    when it imports a submodule and the attributes every module changes (:data:`IGNORED_ATTRIBUTES`)."""
+    snapshots of a namespace (:data:`MISSING` on the side it is absent from), leaving out the attributes every module
+    changes (:data:`IGNORED_ATTRIBUTES`)."""
     for attribute in [*before, *(name for name in after if name not in before)]:
         old, new = before.get(attribute, MISSING), after.get(attribute, MISSING)
-        if old is new or attribute in IGNORED_ATTRIBUTES:
-            continue
-        name = f"{prefix}.{attribute}"
-        if old is MISSING and issubclass(type(new), ModuleType) and getattr(new, "__name__", None) == name:
-            continue  # the import system binding a newly imported submodule: reported as sys-modules
-        yield attribute, name, old, new
+        if old is not new and attribute not in IGNORED_ATTRIBUTES:
+            yield attribute, f"{prefix}.{attribute}", old, new
+
+
+def binds_new_submodule(name: str, new: object) -> bool:
+    """Whether an added attribute ``name`` is the import system binding the newly imported submodule of that name."""
+    return issubclass(type(new), ModuleType) and getattr(new, "__name__", None) == name
 
 
 def contains(items: Iterable[object], item: object) -> bool:

@@ -48,6 +48,9 @@ class _ReachingProbe(WatchingProbe):
 
 
 class FunctionStateProbe(_ReachingProbe):
+    """A watched function whose code, defaults or keyword defaults were replaced in place: Megatron keeps calling the
+    same object, so a re-binding check never sees it."""
+
     kinds = ("function-state",)
 
     def __init__(self, watch: tuple[str, ...]) -> None:
@@ -73,6 +76,9 @@ class _ClassState(NamedTuple):
 
 
 class ClassProbe(_ReachingProbe):
+    """Attributes of the watched classes (methods, class attributes, dataclass field defaults) added, deleted or
+    re-bound: every instance Megatron makes afterwards behaves otherwise."""
+
     kinds = ("class-attribute",)
 
     def __init__(self, watch: tuple[str, ...]) -> None:

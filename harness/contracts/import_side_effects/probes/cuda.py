@@ -10,6 +10,9 @@ from harness.contracts.import_side_effects.probes.base import Probe, SideEffect
 
 
 class CudaProbe(Probe):
+    """A CUDA context made by the call: an adapter that initialises CUDA at import does so before Megatron picks each
+    rank's device."""
+
     kinds = ("cuda-init",)
 
     def start(self) -> None:

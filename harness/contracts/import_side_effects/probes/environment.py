@@ -68,6 +68,9 @@ class _RecordingEnviron(os._Environ):  # type: ignore[type-arg]
 
 
 class EnvironProbe(Probe):
+    """Environment variables read or written, each read with the file and line that made it (a declaration waives a
+    read by name, and the waiver names where it happened)."""
+
     kinds = ("env-read", "env-write")
     _MAPPINGS = tuple(name for name in ("environ", "environb") if hasattr(os, name))
 

@@ -31,6 +31,9 @@ SKIPPED_DIRS = frozenset(
 
 
 class SysPathProbe(Probe):
+    """``sys.path``, ``sys.meta_path`` and ``sys.path_hooks`` changed: every later import of the process resolves
+    otherwise."""
+
     kinds = ("sys-path",)
     _LISTS = ("path", "meta_path", "path_hooks")
 
@@ -61,6 +64,9 @@ class _FileEntry(NamedTuple):
 
 
 class FileProbe(Probe):
+    """Files created, changed or removed below the root the caller names (the working directory when it names
+    none): an import that writes files leaves them in every checkout that imports it."""
+
     kinds = ("file",)
 
     def __init__(self, root: Path | None) -> None:

@@ -50,6 +50,9 @@ _TIMER_SLACK_S = 0.05
 
 
 class ProcessHookProbe(Probe):
+    """Process-wide hooks installed: atexit functions, signal handlers, interval timers, trace and profile functions,
+    ``sys.excepthook`` and gc callbacks; each runs in every rank, far from the code that set it."""
+
     kinds = ("process-hook",)
 
     def __init__(self) -> None:

@@ -67,6 +67,9 @@ class _LoggingState(NamedTuple):
 
 
 class LoggingProbe(Probe):
+    """Log records emitted, and loggers, handlers or levels configured: an import that configures logging changes what
+    the framework's own logs show."""
+
     kinds = ("log-record", "logger-config")
 
     def __init__(self) -> None:
@@ -130,6 +133,8 @@ def _logger_changes(old: _LoggerState, new: _LoggerState) -> Iterator[str]:
 
 
 class WarningProbe(Probe):
+    """Warnings issued, and changes to the warning filters."""
+
     kinds = ("warning",)
 
     def start(self) -> None:

@@ -11,7 +11,14 @@ from contextlib import ExitStack
 from typing import NamedTuple
 
 from harness.contracts.import_side_effects.isolation import Isolation, observe_isolations
-from harness.contracts.import_side_effects.probes.base import MISSING, Probe, SideEffect, changed_bindings, describe
+from harness.contracts.import_side_effects.probes.base import (
+    MISSING,
+    Probe,
+    SideEffect,
+    binds_new_submodule,
+    changed_bindings,
+    describe,
+)
 
 WATCHED_BY_DEFAULT = ("megatron", "torch.distributed")
 
@@ -56,6 +63,9 @@ class _Namespace(NamedTuple):
 
 
 class ModuleProbe(WatchingProbe):
+    """Names bound, deleted or re-bound on the watched modules (``module-attribute``), and modules imported for the
+    first time (``sys-modules``): Megatron looks its functions up by name at call time."""
+
     kinds = ("module-attribute", "sys-modules")
 
     def __init__(self, watch: tuple[str, ...], allowed_imports: tuple[str, ...], own_prefix: str | None) -> None:
@@ -114,6 +124,8 @@ def namespace_changes(
     """Attributes added, deleted or re-bound (by identity) between two snapshots of a namespace, as ``kind``."""
     for _, name, old, new in changed_bindings(prefix, before, after):
         if old is MISSING:
+            if binds_new_submodule(name, new):
+                continue  # reported as sys-modules
             yield SideEffect(kind, name, f"added: {describe(new)}")
         elif new is MISSING:
             yield SideEffect(kind, name, f"deleted: {describe(old)}")

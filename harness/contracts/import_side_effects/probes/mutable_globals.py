@@ -35,6 +35,9 @@ class _Global(NamedTuple):
 
 
 class MutableGlobalProbe(WatchingProbe):
+    """Module-level lists, dicts and sets of the watched modules changed in place: the binding stays, the contents that
+    Megatron reads do not."""
+
     kinds = ("mutable-global",)
 
     def __init__(self, watch: tuple[str, ...]) -> None:

@@ -17,6 +17,8 @@ from harness.contracts.import_side_effects.probes.base import Probe, SideEffect,
 
 
 class ThreadProbe(Probe):
+    """Threads started by the call and still running after it."""
+
     kinds = ("thread",)
 
     def __init__(self) -> None:
@@ -62,6 +64,9 @@ class _Spawn(NamedTuple):
 
 
 class ProcessProbe(Probe):
+    """Child processes the call started (``os`` entry points such as ``fork`` and ``system``, and processes found as
+    children afterwards): a rank that forks at import doubles what runs beside training."""
+
     kinds = ("process",)
     _OS_ENTRY_POINTS = tuple(
         name for name in ("fork", "forkpty", "system", "posix_spawn", "posix_spawnp") if hasattr(os, name)

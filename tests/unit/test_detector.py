@@ -277,7 +277,7 @@ def test_every_way_of_reading_the_environment_is_seen(monkeypatch: pytest.Monkey
 
     effects = detect(read)
     first = read.__code__.co_firstlineno
-    here = "tests/unit/test_side_effects.py"
+    here = "tests/unit/test_detector.py"
     assert {(effect.name, effect.detail) for effect in effects} == {
         ("CONFORMANCE_PROBE_GETENV", f"read (unset) at {here}:{first + 1}"),
         ("CONFORMANCE_PROBE_GET", f"read (unset) at {here}:{first + 2}"),
@@ -537,10 +537,10 @@ def test_function_code_and_defaults_swapped_in_place(probe_module: ModuleType) -
     (swap,) = detect(lambda: setattr(finalize, "__code__", replacement.__code__))
     assert (swap.kind, swap.name) == ("function-state", "megatron.conformance_probe.finalize")
     assert swap.detail.startswith(
-        f"__code__ replaced (<code finalize at tests/unit/test_side_effects.py:{code.co_firstlineno}>"
+        f"__code__ replaced (<code finalize at tests/unit/test_detector.py:{code.co_firstlineno}>"
     )
     assert (
-        f"-> <code replacement at tests/unit/test_side_effects.py:{replacement.__code__.co_firstlineno}>)"
+        f"-> <code replacement at tests/unit/test_detector.py:{replacement.__code__.co_firstlineno}>)"
         in swap.detail
     )
     assert finalize(None) == "patched"  # the detector reports; it does not undo a patch
@@ -1037,7 +1037,7 @@ def test_callable_state_sees_code_swaps_and_rebinds_not_data(
     }, format_effects(changes)
     assert [change.kind for change in changes][:3] == ["module-attribute"] * 3  # bindings first, then functions
     (swap,) = [change for change in changes if change.name == "conformance_state.grads.finalize"]
-    assert "-> <code patched at tests/unit/test_side_effects.py:" in swap.detail
+    assert "-> <code patched at tests/unit/test_detector.py:" in swap.detail
 
 
 def test_callable_state_ignores_new_submodules_and_prefix_neighbours(
