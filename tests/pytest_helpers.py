@@ -10,8 +10,10 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -20,6 +22,15 @@ from harness.plugin.command import CaseRun, case_command, run_cases
 from harness.targets.matrix import venv_python
 
 ROOT = REPO_ROOT
+
+
+def on_one_target_in_ci(values: Sequence[str], kept: Sequence[str]) -> list[Any]:
+    """``values`` as parameters, those not in ``kept`` marked ``every_target``: a CI job (``CI=true``) deselects them,
+    so the repetition of a whole-gate check on every target runs on a developer's machine and the CI job stays
+    within its time; ``nox -s tests`` elsewhere runs them all."""
+    return [value if value in kept else pytest.param(value, marks=pytest.mark.every_target) for value in values]
+
+
 SEEDED = ROOT / "harness" / "sensitivity" / "seeded"
 
 

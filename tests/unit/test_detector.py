@@ -539,10 +539,7 @@ def test_function_code_and_defaults_swapped_in_place(probe_module: ModuleType) -
     assert swap.detail.startswith(
         f"__code__ replaced (<code finalize at tests/unit/test_detector.py:{code.co_firstlineno}>"
     )
-    assert (
-        f"-> <code replacement at tests/unit/test_detector.py:{replacement.__code__.co_firstlineno}>)"
-        in swap.detail
-    )
+    assert f"-> <code replacement at tests/unit/test_detector.py:{replacement.__code__.co_firstlineno}>)" in swap.detail
     assert finalize(None) == "patched"  # the detector reports; it does not undo a patch
 
     (defaults,) = detect(lambda: setattr(finalize, "__defaults__", ("all-reduce",)))
