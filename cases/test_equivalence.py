@@ -33,7 +33,8 @@ from harness.plugin.failure import contract_failure
 from harness.plugin.families import family
 from harness.ranks.early_start import ON_RANKS
 from harness.ranks.megatron_state import finalize_module, model_parallel, upstream_fsdp_flag
-from harness.ranks.pool import backend_skip_reason, get_pool
+from harness.ranks.placement import CUDA, resolve, skip_reason, this_machine
+from harness.ranks.pool import get_pool
 from harness.subjects.loading import SubjectRef
 from harness.targets.installed_versions import installed_versions
 from harness.targets.matrix import MEGATRON_DISTRIBUTION, Target
@@ -49,7 +50,10 @@ SHAPES = [
     pytest.param(4, 4, False, 0.25, id="world4-tp4", marks=ON_RANKS),
 ]
 FEWEST_EXAMPLES = 10
-BACKENDS = ["gloo", "nccl"]
+PLACEMENTS = ["gloo", "cuda-gloo", "nccl"]
+"""Generated modules run on CPU tensors, on CUDA tensors with the ranks sharing the GPUs, and on NCCL
+(:mod:`harness.ranks.placement`); the other cases on CPU tensors and on CUDA however the machine can."""
+CPU_AND_CUDA = ["gloo", CUDA]
 
 
 @st.composite
@@ -81,17 +85,26 @@ def upstream_fallback(error: str) -> str:
     return f"upstream raised {error}; the expectation is upstream run without the parameters whose grad is None"
 
 
+def placed(target: Target, name: str, world_size: int) -> str:
+    """The placement ``name`` runs as on this machine; a skip naming the GPUs found and needed where it cannot run."""
+    machine = this_machine()
+    reason = skip_reason(name, world_size, machine)
+    if reason:
+        pytest.skip(contract_failure(target, FAMILY.name, f"{name} with {world_size} ranks cannot run here", reason))
+    return resolve(name, world_size, machine).name
+
+
 def rank_problems(reports: list[RankReport]) -> list[str]:
     """Every rank's problems, rank by rank: the detail lines of a red."""
     return [p for r in reports for p in r.problems]
 
 
-@pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize("placement", PLACEMENTS)
 @pytest.mark.parametrize(("world_size", "tensor_parallel", "bitwise", "share"), SHAPES)
 def test_matches_upstream_on_generated_modules(
     target: Target,
     subject_ref: SubjectRef,
-    backend: str,
+    placement: str,
     world_size: int,
     tensor_parallel: int,
     bitwise: bool,
@@ -99,13 +112,11 @@ def test_matches_upstream_on_generated_modules(
     report_dir: Path,
     record_finding: Callable[[str, str], None],
 ) -> None:
-    reason = backend_skip_reason(backend, world_size)
-    if reason:
-        pytest.skip(contract_failure(target, FAMILY.name, f"{backend} with {world_size} ranks cannot run here", reason))
-    shape = f"world {world_size}, TP {tensor_parallel}, {backend}"
+    placement = placed(target, placement, world_size)
+    shape = f"world {world_size}, TP {tensor_parallel}, {placement}"
     differing = []
     raised: dict[str, int] = {}
-    with model_parallel(get_pool(world_size, backend), tensor_parallel) as pool:
+    with model_parallel(get_pool(world_size, placement), tensor_parallel) as pool:
 
         def check(case: tuple[Population, int]) -> None:
             population, budget = case
@@ -132,22 +143,29 @@ def test_matches_upstream_on_generated_modules(
             for error, count in raised.items():
                 record_finding(FAMILY.name, f"{shape}: {upstream_fallback(error)} ({count} example(s))")
     if not bitwise:
-        name = f"equivalence_world{world_size}_tp{tensor_parallel}_{backend}.json"
+        name = f"equivalence_world{world_size}_tp{tensor_parallel}_{placement}.json"
         (report_dir / name).write_text(
             json.dumps({"examples": len(differing), "examples_not_bitwise": sum(1 for d in differing if d)}, indent=2)
         )
 
 
 @ON_RANKS
+@pytest.mark.parametrize("placement", CPU_AND_CUDA)
 def test_largest_buffer_is_bounded_by_the_budget(
-    target: Target, subject_ref: SubjectRef, report_dir: Path, record_finding: Callable[[str, str], None]
+    target: Target,
+    subject_ref: SubjectRef,
+    placement: str,
+    report_dir: Path,
+    record_finding: Callable[[str, str], None],
 ) -> None:
     """4 MiB of sequence-parallel fp32 grads, 16 KiB each, under a 64 KiB budget: the subject's largest message stays
     within the budget, and the memory it holds at once within the bound (8 chunks: 512 KiB, an eighth of what a design
-    holding every grad at once needs). ``equivalence_memory.json`` records both sides' messages and allocations and,
-    under ``finding``, whether upstream itself needs the patch for memory on this target."""
+    holding every grad at once needs; on CUDA counted in the caching allocator's blocks). ``equivalence_memory.json``
+    (``equivalence_memory_cuda.json`` on CUDA) records both sides' messages and allocations and, under ``finding``,
+    whether upstream itself needs the patch for memory on this target."""
     budget = LARGEST_BUFFER_BUDGET
-    with model_parallel(get_pool(2, "gloo"), 2) as pool:
+    placement = placed(target, placement, 2)
+    with model_parallel(get_pool(2, placement), 2) as pool:
         reports = pool.run(compare_task, LARGEST_BUFFER, subject_ref, budget, 2, True, measure_upstream=True)
     total = sum(spec.numel * 4 for spec in LARGEST_BUFFER.chunks[0])
     first = reports[0]
@@ -167,13 +185,15 @@ def test_largest_buffer_is_bounded_by_the_budget(
         "upstream_peak_allocated_bytes": _peak(first.upstream_allocations),
         "upstream_largest_allocation_bytes": _largest(first.upstream_allocations),
         "finding": _memory_finding(first, total),
+        "placement": placement,
     }
-    (report_dir / "equivalence_memory.json").write_text(json.dumps(memory, indent=2))
-    record_finding(FAMILY.name, memory["finding"])
+    on_cuda = placement != "gloo"
+    (report_dir / f"equivalence_memory{'_cuda' if on_cuda else ''}.json").write_text(json.dumps(memory, indent=2))
+    record_finding(FAMILY.name, f"on CUDA ({placement}): {memory['finding']}" if on_cuda else memory["finding"])
     assert not any(r.problems for r in reports), contract_failure(
         target,
         FAMILY.name,
-        f"{FAMILY.symbol} against upstream (world 2, TP 2, gloo, budget {budget} bytes)",
+        f"{FAMILY.symbol} against upstream (world 2, TP 2, {placement}, budget {budget} bytes)",
         rank_problems(reports),
     )
     assert ours <= budget, contract_failure(
@@ -246,14 +266,18 @@ def test_reduces_with_upstreams_ops(target: Target, subject_ref: SubjectRef) -> 
 
 
 @ON_RANKS
+@pytest.mark.parametrize("placement", CPU_AND_CUDA)
 @pytest.mark.parametrize("qk_layernorm", [False, True], ids=["plain", "qk-layernorm"])
-def test_finalize_model_grads_on_a_real_gpt_model(target: Target, subject_ref: SubjectRef, qk_layernorm: bool) -> None:
+def test_finalize_model_grads_on_a_real_gpt_model(
+    target: Target, subject_ref: SubjectRef, qk_layernorm: bool, placement: str
+) -> None:
     budget = 64
-    with model_parallel(get_pool(2, "gloo"), 2) as pool:
+    placement = placed(target, placement, 2)
+    with model_parallel(get_pool(2, placement), 2) as pool:
         reports = pool.run(gpt_finalize_task, subject_ref, budget, qk_layernorm)
     assert not any(r.problems for r in reports), contract_failure(
         target,
         FAMILY.name,
-        f"{FAMILY.symbol} against upstream (GPTModel TP 2 + SP, world 2, gloo, budget {budget} bytes)",
+        f"{FAMILY.symbol} against upstream (GPTModel TP 2 + SP, world 2, {placement}, budget {budget} bytes)",
         rank_problems(reports),
     )

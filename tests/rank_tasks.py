@@ -27,10 +27,13 @@ def rank_tensor(rank: int, world_size: int, size: int) -> torch.Tensor:
     return torch.arange(size, dtype=torch.float32) * (rank + 1)
 
 
-def cuda_all_reduce(rank: int, world_size: int) -> tuple[int, float]:
+def cuda_all_reduce(rank: int, world_size: int) -> tuple[int, float, str]:
+    """A CUDA tensor reduced on the rank's device; with the device its placement gave the rank."""
+    from harness.ranks.placement import rank_device
+
     value = torch.tensor([rank + 1.0], device=torch.device("cuda", torch.cuda.current_device()))
     dist.all_reduce(value, op=dist.ReduceOp.SUM)
-    return torch.cuda.current_device(), value.item()
+    return torch.cuda.current_device(), value.item(), rank_device()
 
 
 def raise_on_ranks(rank: int, world_size: int, bad_ranks: tuple[int, ...]) -> None:

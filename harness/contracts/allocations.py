@@ -17,9 +17,14 @@ wrapper dies, not the storage; one on the tensor misses a view that outlives it.
 What it cannot see: memory a C++ kernel allocates for itself without returning it as a tensor (gloo's and NCCL's
 internal buffers, workspace of a fused kernel), tensors made outside the block (a buffer cached at import), and
 ``torch.tensor(data)`` whose storage is filled outside the dispatcher (it is lifted, not allocated, as far as ops
-go: a few bytes for scalars). On CUDA, ``torch.cuda.max_memory_allocated`` above the block's starting level is
-taken as well, and the peak is the larger of the two: the caching allocator sees kernel workspace the ops do not,
-and rounds every block up to a multiple of 512 bytes.
+go: a few bytes for scalars).
+
+On CUDA the tracker counts in the caching allocator's terms (:mod:`harness.contracts.cuda_allocator`): each new
+storage as the block it takes, not its bytes; ``torch.cuda.max_memory_allocated`` above the block's starting level is
+read as well, and the peak is the larger of the two (the allocator sees kernel workspace the ops do not). Reserved
+memory (segments cached for later blocks) is read and kept apart: it is the allocator's cache, not what the subject
+holds, and is never judged. ``allocator="cuda"`` applies the same block rules to tensors on the CPU, so a machine
+without a GPU can see the verdict a GPU would give on the same allocations.
 
 The equivalence family's memory bound lives here too, beside the summary it judges: how many bytes a subject may hold
 at once during its call (:data:`MEMORY_BOUND_CHUNKS` chunks of the budget), and the problems a rank reports when its
@@ -36,11 +41,13 @@ import torch
 from torch.multiprocessing.reductions import StorageWeakRef
 from torch.utils._python_dispatch import TorchDispatchMode
 
+from harness.contracts.cuda_allocator import allocated_bytes_at_most, block_bytes
+
 if TYPE_CHECKING:
     from harness.contracts.equivalence import RankReport
 
-CUDA_BLOCK_BYTES = 512
-"""The CUDA caching allocator rounds every allocation up to a multiple of this."""
+ALLOCATORS = ("host", "cuda")
+"""How a new storage is counted: its bytes (``host``), or the CUDA caching allocator's block for it (``cuda``)."""
 
 MEMORY_BOUND_CHUNKS = 8
 """How many chunk-sized buffers a subject may hold at once during its call (see ``memory_bound``)."""
@@ -48,7 +55,8 @@ MEMORY_BOUND_CHUNKS = 8
 
 @dataclass(frozen=True)
 class Allocation:
-    """One new storage: the op that made it, its bytes and its device (``cpu``, ``cuda:0``)."""
+    """One new storage: the op that made it, its bytes as counted (a CUDA block under the ``cuda`` allocator) and its
+    device (``cpu``, ``cuda:0``)."""
 
     op: str
     nbytes: int
@@ -63,6 +71,10 @@ class AllocationSummary:
     """Peak of live bytes allocated in the block (the larger of the tracked and, on CUDA, the allocator's peak)."""
     tracked_peak_bytes: int = 0
     cuda_peak_bytes: int | None = None
+    """``max_memory_allocated`` above the starting level, on a CUDA device."""
+    cuda_reserved_peak_bytes: int | None = None
+    """``max_memory_reserved`` above the starting level, on a CUDA device: reported, never judged."""
+    allocator: str = "host"
     largest_bytes: int = 0
     count: int = 0
     total_bytes: int = 0
@@ -77,26 +89,31 @@ class AllocationSummary:
 class AllocationTracker(TorchDispatchMode):
     """Tracks tensors created while active; ``summary()`` after the block (also valid inside it).
 
-    ``device`` is where the tracked code's tensors live: on a CUDA device the allocator's own peak is read too.
-    ``keep`` bounds how many allocations are listed one by one (counts and bytes cover them all).
+    ``device`` is where the tracked code's tensors live: on a CUDA device the allocator's own peaks are read too.
+    ``allocator`` is how a new storage on ``device`` (and on any CUDA device) is counted; by default the device
+    decides (``cuda`` on a CUDA device, else ``host``). ``keep`` bounds how many allocations are listed one by one
+    (counts and bytes cover them all).
     """
 
-    def __init__(self, device: torch.device | str | None = None, keep: int = 64) -> None:
+    def __init__(self, device: torch.device | str | None = None, keep: int = 64, allocator: str | None = None) -> None:
         super().__init__()
         self.device = torch.device(device) if device is not None else None
         if self.device is not None and self.device.type == "cuda" and self.device.index is None:
             self.device = torch.device("cuda", torch.cuda.current_device())
+        self.allocator = allocator or ("cuda" if self.device is not None and self.device.type == "cuda" else "host")
+        if self.allocator not in ALLOCATORS:
+            raise ValueError(f"allocator must be one of {ALLOCATORS}, got {self.allocator!r}")
         self.keep = keep
         self._live: dict[int, tuple[StorageWeakRef, int]] = {}
         self._live_bytes = 0
-        self._summary = AllocationSummary()
-        self._cuda_base: int | None = None
+        self._summary = AllocationSummary(allocator=self.allocator)
+        self._cuda_base: tuple[int, int] | None = None
 
     def __enter__(self) -> AllocationTracker:
         if self.device is not None and self.device.type == "cuda":
             torch.cuda.synchronize(self.device)
             torch.cuda.reset_peak_memory_stats(self.device)
-            self._cuda_base = torch.cuda.memory_allocated(self.device)
+            self._cuda_base = (torch.cuda.memory_allocated(self.device), torch.cuda.memory_reserved(self.device))
         super().__enter__()
         return self
 
@@ -104,8 +121,9 @@ class AllocationTracker(TorchDispatchMode):
         super().__exit__(*exc)
         if self._cuda_base is not None:
             torch.cuda.synchronize(self.device)
-            peak = torch.cuda.max_memory_allocated(self.device) - self._cuda_base
-            self._summary.cuda_peak_bytes = max(0, peak)
+            allocated, reserved = self._cuda_base
+            self._summary.cuda_peak_bytes = max(0, torch.cuda.max_memory_allocated(self.device) - allocated)
+            self._summary.cuda_reserved_peak_bytes = max(0, torch.cuda.max_memory_reserved(self.device) - reserved)
         self._summary.peak_bytes = max(self._summary.tracked_peak_bytes, self._summary.cuda_peak_bytes or 0)
 
     def summary(self) -> AllocationSummary:
@@ -127,7 +145,7 @@ class AllocationTracker(TorchDispatchMode):
         if ptr in self._live:
             return
         storage = tensor.untyped_storage()
-        nbytes = storage.nbytes()
+        nbytes = self._counted(storage.nbytes(), tensor.device)
         self._live[ptr] = (StorageWeakRef(storage), nbytes)
         self._live_bytes += nbytes
         summary = self._summary
@@ -139,6 +157,11 @@ class AllocationTracker(TorchDispatchMode):
         allocation = Allocation(str(func), nbytes, str(tensor.device))
         if len(summary.allocations) < self.keep or allocation.device != str(self.device or allocation.device):
             summary.allocations.append(allocation)
+
+    def _counted(self, nbytes: int, device: torch.device) -> int:
+        """A storage's bytes as this tracker's allocator counts them."""
+        on_cuda = device.type == "cuda" or (self.device is not None and device == self.device)
+        return block_bytes(nbytes) if self.allocator == "cuda" and on_cuda else nbytes
 
     def _prune(self) -> None:
         for ptr, (ref, nbytes) in list(self._live.items()):
@@ -168,12 +191,16 @@ def _storage_ptr(tensor: torch.Tensor) -> int:
         return 0
 
 
-def memory_bound(budget: int, largest: int, widest_element: int, smallest_element: int) -> tuple[int, int]:
+def memory_bound(
+    budget: int, largest: int, widest_element: int, smallest_element: int, allocator: str = "host"
+) -> tuple[int, int]:
     """``(chunk, bound)``: the bytes one chunk's buffer may take, and the most bytes of tensors a subject may hold at
     once during its call.
 
     ``chunk = max(budget, largest grad) x widest / smallest``: a chunk holds at most the budget, or one grad over it,
     flattened in the dtype the reduced grads promote to (bf16 with fp16 gives fp32), as upstream's single buffer is.
+    Under the ``cuda`` allocator a chunk is counted as the most the caching allocator may count for it (its block, and
+    for a large one the unsplit remainder: :func:`~harness.contracts.cuda_allocator.allocated_bytes_at_most`).
     ``bound = MEMORY_BOUND_CHUNKS x chunk``, a constant multiple, so the verdict never depends on timing: a design
     whose memory is O(budget) holds a few chunks at once (the one being reduced, the previous one still bound to a
     loop variable, the one gloo's worker thread drops a moment after ``all_reduce`` returns, one per op and two in
@@ -181,6 +208,8 @@ def memory_bound(budget: int, largest: int, widest_element: int, smallest_elemen
     times over on the populations sized for it (the largest-buffer case: 64 grads of one chunk each).
     """
     chunk = max(budget, largest) * widest_element // smallest_element
+    if allocator == "cuda":
+        chunk = allocated_bytes_at_most(chunk)
     return chunk, chunk * MEMORY_BOUND_CHUNKS
 
 
@@ -191,14 +220,15 @@ def check_memory(
     exceeds either becomes a problem line of ``report``."""
     summary = report.allocations
     assert summary is not None
-    chunk, report.memory_bound_bytes = memory_bound(budget, largest, widest, smallest)
+    chunk, report.memory_bound_bytes = memory_bound(budget, largest, widest, smallest, summary.allocator)
     if summary.peak_bytes > report.memory_bound_bytes:
         cuda = "" if summary.cuda_peak_bytes is None else f", CUDA allocator peak {summary.cuda_peak_bytes}"
+        blocks = " as a CUDA allocator block" if summary.allocator == "cuda" else ""
         report.problems.append(
             f"rank {report.rank}: the subject held {summary.peak_bytes} bytes of tensors it allocated at once "
             f"(largest {summary.largest_bytes}, {summary.count} allocations of {summary.total_bytes} bytes in all"
             f"{cuda}) > {report.memory_bound_bytes} bytes = {MEMORY_BOUND_CHUNKS} x max(budget {budget}, largest "
-            f"grad {largest}) x dtype promotion {widest}/{smallest} ({chunk}): its memory grows with the grads, not "
+            f"grad {largest}) x dtype promotion {widest}/{smallest} ({chunk}{blocks}): its memory grows with the grads, not "
             "with the budget"
         )
     for allocation in summary.on_other_devices(device)[:3]:

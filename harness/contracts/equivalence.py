@@ -33,6 +33,7 @@ from harness.contracts.populations import (
     population_config,
 )
 from harness.ranks import megatron_state as megatron_ranks
+from harness.ranks import placement
 from harness.subjects.loading import SubjectRef
 
 
@@ -108,10 +109,9 @@ def _laid_out(values: torch.Tensor, spec: FakeParameter) -> torch.Tensor:
 
 
 def population_device() -> torch.device:
-    """Where this rank's population lives: its own GPU under NCCL (which reduces only CUDA tensors), else the CPU."""
-    if torch.distributed.get_backend() == "nccl":
-        return torch.device("cuda", torch.cuda.current_device())
-    return torch.device("cpu")
+    """Where this rank's population lives: the device its pool's placement gave it (a GPU under NCCL and in the
+    one-GPU mode, else the CPU)."""
+    return torch.device(placement.rank_device())
 
 
 def _build_chunks(population: Population, rank: int, fsdp_flag: str) -> list[torch.nn.Module]:
@@ -227,15 +227,22 @@ def _without_none_grads(population: Population) -> Population:
 
 
 def _expected_reference(
-    population: Population, rank: int, fsdp_flag: str, upstream: Any, config: Any, measure: bool = False
+    population: Population,
+    rank: int,
+    fsdp_flag: str,
+    upstream: Any,
+    config: Any,
+    measure: bool = False,
+    allocator: str | None = None,
 ) -> tuple[list[torch.nn.Module], str | None, list, AllocationSummary | None]:
     """Run upstream; where it fails on ``None`` grads (versions before the skip), run it without them.
 
-    With ``measure``, also returns what upstream's run allocated (the run whose result is the expectation).
+    With ``measure``, also returns what upstream's run allocated (the run whose result is the expectation), counted
+    as ``allocator`` counts (see :class:`AllocationTracker`).
     """
     chunks = _build_chunks(population, rank, fsdp_flag)
     group, given = call_group(population)
-    tracker = AllocationTracker(_grads_device(chunks)) if measure else contextlib.nullcontext()
+    tracker = AllocationTracker(_grads_device(chunks), allocator=allocator) if measure else contextlib.nullcontext()
     with CollectiveRecorder(group) as recorder:
         try:
             with tracker:
@@ -246,7 +253,7 @@ def _expected_reference(
                 raise
             raised = f"{type(err).__name__}: {err}"
     chunks = _build_chunks(_without_none_grads(population), rank, fsdp_flag)
-    tracker = AllocationTracker(_grads_device(chunks)) if measure else contextlib.nullcontext()
+    tracker = AllocationTracker(_grads_device(chunks), allocator=allocator) if measure else contextlib.nullcontext()
     with CollectiveRecorder(group) as recorder, tracker:
         upstream(chunks, config, **given)
     return chunks, raised, recorder.calls, _summary(tracker)
@@ -307,11 +314,14 @@ def compare_task(
     tensor_parallel: int,
     bitwise: bool,
     measure_upstream: bool = False,
+    allocator: str | None = None,
 ) -> RankReport:
     """Rank-side body of one equivalence example (sent through the rank pool).
 
     What the subject's call (with its ``install()``) allocates is always measured; upstream's only with
-    ``measure_upstream`` (the dispatch mode costs a little per op, and only the memory report reads it).
+    ``measure_upstream`` (the dispatch mode costs a little per op, and only the memory report reads it). The grads'
+    device decides how allocations are counted and bounded unless ``allocator`` says (``"cuda"`` on CPU grads: the
+    verdict the caching allocator's blocks would give).
 
     Upstream's side calls the function pinned at rank start (``megatron_state.pin_upstream``), never the module
     attribute: before anything runs, the attribute must still be that object with its pinned code and defaults, and
@@ -329,14 +339,14 @@ def compare_task(
     megatron_ranks.require_tensor_parallel(tensor_parallel)
     config = _config_of(population)
     reference, report.upstream_raised, report.upstream_collectives, report.upstream_allocations = _expected_reference(
-        population, rank, fsdp_flag, pin.upstream, config, measure_upstream
+        population, rank, fsdp_flag, pin.upstream, config, measure_upstream, allocator
     )
     chunks = _build_chunks(population, rank, fsdp_flag)
     before = _snapshot(chunks)
     group, given = call_group(population)
     bound_before_install = megatron_ranks.bindings(pin)
     # install() is measured too: a buffer it allocates for the call to use is held during the call.
-    tracker = AllocationTracker(_grads_device(chunks))
+    tracker = AllocationTracker(_grads_device(chunks), allocator=allocator)
     try:
         with tracker:
             subject.install(budget_bytes=budget)

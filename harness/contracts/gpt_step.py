@@ -15,6 +15,7 @@ import torch
 from harness.contracts.collectives import CollectiveRecorder
 from harness.contracts.equivalence import RankReport, bits, not_restored, subject_once, tp_group
 from harness.ranks import megatron_state as megatron_ranks
+from harness.ranks import placement
 from harness.subjects.loading import SubjectRef
 from harness.targets.megatron_names import UPSTREAM_NAME
 
@@ -66,15 +67,16 @@ def gpt_finalize_task(
     report.problems += [f"rank {rank}: {p}" for p in megatron_ranks.upstream_changes(pin)]
     megatron_ranks.require_tensor_parallel(world_size)
     module = megatron_ranks.finalize_module()
-    with cpu_gpt.cpu_workarounds():
+    device = placement.rank_device()
+    with cpu_gpt.device_workarounds(device):
         group = tp_group()
-        model, _ = cpu_gpt.build_gpt(qk_layernorm=qk_layernorm, seed=11)
+        model, _ = cpu_gpt.build_gpt(qk_layernorm=qk_layernorm, seed=11, device=device)
         cpu_gpt.forward_backward(model, seed=5)
         # finalize_model_grads looks upstream's name up at call time: bind the pinned object for upstream's run.
         with megatron_ranks.upstream_bound(pin), CollectiveRecorder(group) as upstream_recorder:
             cpu_gpt.finalize(model)
         expected = cpu_gpt.main_grads(model)
-        model, _ = cpu_gpt.build_gpt(qk_layernorm=qk_layernorm, seed=11)
+        model, _ = cpu_gpt.build_gpt(qk_layernorm=qk_layernorm, seed=11, device=device)
         cpu_gpt.forward_backward(model, seed=5)
         bound_before_install = megatron_ranks.bindings(pin)
         subject.install(budget_bytes=budget)

@@ -8,7 +8,9 @@ sequence parallelism) gives the gate those grads on every pinned version.
 Megatron assumes CUDA (or Apex/Transformer Engine) at a few places on that path. :func:`cpu_workarounds` bridges the
 process-wide ones for the duration of a ``with`` block in a rank process; the others are bridged in what this module
 hands Megatron (the layernorm class in the spec, an explicit causal mask in the batch), so nothing outside the rank
-process and nothing at import is altered.
+process and nothing at import is altered. On a GPU (:func:`device_workarounds` with a CUDA device) only the RNG
+tracker is bridged, and the model, drawn on the CPU from the same seed, is moved to the rank's GPU before Megatron's
+DDP wraps it.
 """
 
 from __future__ import annotations
@@ -101,6 +103,17 @@ def cpu_workarounds() -> Iterator[None]:
         yield
 
 
+@contextlib.contextmanager
+def device_workarounds(device: str) -> Iterator[None]:
+    """:func:`cpu_workarounds` on the CPU; on a CUDA device (the rank's own) only the inference RNG tracker."""
+    if torch.device(device).type == "cpu":
+        with cpu_workarounds():
+            yield
+        return
+    with _inference_rng_tracker():
+        yield
+
+
 def _with_sequence_parallel_norms(spec: Any) -> Any:
     """A copy of a layer spec with every ``WrappedTorchNorm`` replaced by :class:`_SequenceParallelLayerNorm`."""
     from megatron.core.transformer.torch_norm import WrappedTorchNorm
@@ -132,12 +145,12 @@ def _block_spec(qk_layernorm: bool) -> Any:
     )
 
 
-def build_gpt(qk_layernorm: bool = False, seed: int = 1234) -> tuple[torch.nn.Module, Any]:
+def build_gpt(qk_layernorm: bool = False, seed: int = 1234, device: str = "cpu") -> tuple[torch.nn.Module, Any]:
     """A tiny sequence-parallel GPT wrapped in Megatron's DDP with fp32 ``main_grad`` buffers, and its config.
 
-    Call inside :func:`cpu_workarounds`, after ``initialize_model_parallel(tensor_model_parallel_size=2)``; the TP
+    Call inside :func:`device_workarounds`, after ``initialize_model_parallel(tensor_model_parallel_size=2)``; the TP
     size is read from there. Weights are drawn on CPU from ``seed`` as full matrices and then split, so the TP ranks
-    hold shards of one model; the caller's torch RNG state is left as it was.
+    hold shards of one model, then moved to ``device``; the caller's torch RNG state is left as it was.
     """
     from megatron.core import parallel_state
     from megatron.core.distributed import DistributedDataParallel, DistributedDataParallelConfig
@@ -166,31 +179,35 @@ def build_gpt(qk_layernorm: bool = False, seed: int = 1234) -> tuple[torch.nn.Mo
             max_sequence_length=TINY_GPT.seq_length,
             position_embedding_type="rope",
         )
+    gpt.to(device)
     model = DistributedDataParallel(config=config, ddp_config=ddp_config, module=gpt)
     return model, config
 
 
-def _batch(seed: int, vocab_size: int, seq_length: int) -> dict[str, torch.Tensor]:
-    """Tokens, labels, positions and a causal mask drawn from ``seed`` alone, hence identical on every TP rank.
+def _batch(seed: int, vocab_size: int, seq_length: int, device: torch.device) -> dict[str, torch.Tensor]:
+    """Tokens, labels, positions and a causal mask drawn on the CPU from ``seed`` alone, hence identical on every TP
+    rank, then moved to ``device``.
 
     The mask is explicit because the default causal mask upstream builds is allocated on ``"cuda"``.
     """
     generator = torch.Generator().manual_seed(seed)
     shape = (TINY_GPT.micro_batch_size, seq_length)
     causal = torch.ones(seq_length, seq_length).triu(diagonal=1).bool()
-    return {
+    batch = {
         "input_ids": torch.randint(0, vocab_size, shape, generator=generator),
         "labels": torch.randint(0, vocab_size, shape, generator=generator),
         "position_ids": torch.arange(seq_length).expand(shape),
         "attention_mask": causal.expand(TINY_GPT.micro_batch_size, 1, seq_length, seq_length),
     }
+    return {name: tensor.to(device) for name, tensor in batch.items()}
 
 
 def forward_backward(model: torch.nn.Module, seed: int) -> None:
     """One micro-batch drawn from ``seed``, forward and backward, into freshly zeroed grad buffers."""
     gpt = model.module
     model.zero_grad_buffer()
-    losses = model(**_batch(seed, gpt.vocab_size, gpt.max_sequence_length))
+    device = next(gpt.parameters()).device
+    losses = model(**_batch(seed, gpt.vocab_size, gpt.max_sequence_length, device))
     losses.mean().backward()
 
 

@@ -36,6 +36,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from harness.ranks.placement import PLACEMENTS, enter_rank
+
 _DEFAULT_TIMEOUT_S = 120.0
 TIMEOUT_ENV_VAR = "MEGATRON_CONFORMANCE_RANK_TIMEOUT_S"
 # After the first rank fails, how long to keep listening for the others: ranks that raise together are all reported,
@@ -127,26 +129,6 @@ def default_timeout_s() -> float:
     return value
 
 
-def backend_skip_reason(backend: str, world_size: int) -> str | None:
-    """Why ``backend`` cannot run ``world_size`` ranks on this machine, or None when it can; a ready skip message."""
-    import torch
-    import torch.distributed as dist
-
-    if not dist.is_available():
-        return f"torch {torch.__version__} was built without torch.distributed"
-    if backend == "gloo":
-        return None if dist.is_gloo_available() else f"torch {torch.__version__} was built without gloo"
-    if backend == "nccl":
-        needs = f"needs {world_size} CUDA GPUs for NCCL with world size {world_size}"
-        if not dist.is_nccl_available() or torch.version.cuda is None:
-            return f"{needs}; this torch build ({torch.__version__}) has no CUDA/NCCL support"
-        count = torch.cuda.device_count() if torch.cuda.is_available() else 0
-        return None if count >= world_size else f"{needs}; this machine has {count}"
-    if dist.is_backend_available(backend):
-        return None
-    return f"backend {backend!r} is not available in torch {torch.__version__}"
-
-
 class RankPool:
     """``world_size`` rank processes in one process group, running one task at a time on all ranks.
 
@@ -160,16 +142,18 @@ class RankPool:
     def __init__(
         self,
         world_size: int,
-        backend: str = "gloo",
+        placement: str = "gloo",
         timeout_s: float | None = None,
         rank_setup: Callable[[int, int], None] | None = None,
     ) -> None:
         if world_size < 1:
             raise ValueError(f"world_size must be at least 1, got {world_size}")
+        if placement not in PLACEMENTS:
+            raise ValueError(f"placement must be one of {', '.join(PLACEMENTS)}, got {placement!r}")
         if timeout_s is not None and timeout_s <= 0:
             raise ValueError(f"timeout_s must be positive, got {timeout_s}")
         self.world_size = world_size
-        self.backend = backend
+        self.placement = placement
         self.timeout_s = timeout_s
         self.rank_setup = rank_setup
         self.state_tasks: list[tuple[Callable[..., Any], tuple[Any, ...]]] = []
@@ -185,7 +169,7 @@ class RankPool:
 
     def __repr__(self) -> str:
         state = f"running pids={self.pids}" if self._processes else "stopped"
-        return f"RankPool(world_size={self.world_size}, backend={self.backend!r}, gen={self.generation}, {state})"
+        return f"RankPool(world_size={self.world_size}, placement={self.placement!r}, gen={self.generation}, {state})"
 
     @property
     def pids(self) -> list[int]:
@@ -217,7 +201,7 @@ class RankPool:
                         args=(
                             rank,
                             self.world_size,
-                            self.backend,
+                            self.placement,
                             str(self._tmpdir),
                             child_conn,
                             os.getpid(),
@@ -231,7 +215,7 @@ class RankPool:
                     self._processes.append(process)
                     self._conns.append(parent_conn)
                 start_timeout = max(START_TIMEOUT_S, self._resolve_timeout(None))
-                self._collect(f"pool start (backend {self.backend})", start_timeout, _START_HINT)
+                self._collect(f"pool start (placement {self.placement})", start_timeout, _START_HINT)
             except BaseException:
                 self._teardown()
                 raise
@@ -455,12 +439,14 @@ _live_pools: weakref.WeakSet[RankPool] = weakref.WeakSet()
 _cached_pools: dict[tuple[int, str, Callable[[int, int], None] | None], RankPool] = {}
 
 
-def get_pool(world_size: int, backend: str = "gloo", rank_setup: Callable[[int, int], None] | None = None) -> RankPool:
-    """The pool of this process (one per xdist worker) for ``world_size``, ``backend`` and ``rank_setup``."""
-    key = (world_size, backend, rank_setup)
+def get_pool(
+    world_size: int, placement: str = "gloo", rank_setup: Callable[[int, int], None] | None = None
+) -> RankPool:
+    """The pool of this process (one per xdist worker) for ``world_size``, ``placement`` and ``rank_setup``."""
+    key = (world_size, placement, rank_setup)
     pool = _cached_pools.get(key)
     if pool is None:
-        pool = _cached_pools[key] = RankPool(world_size, backend, rank_setup=rank_setup)
+        pool = _cached_pools[key] = RankPool(world_size, placement, rank_setup=rank_setup)
     return pool
 
 
@@ -591,7 +577,7 @@ def _reply(conn: multiprocessing.connection.Connection, kind: str, value: Any) -
 def _rank_main(
     rank: int,
     world_size: int,
-    backend: str,
+    placement: str,
     tmpdir: str,
     conn: multiprocessing.connection.Connection,
     parent_pid: int,
@@ -615,8 +601,7 @@ def _rank_main(
         if "OMP_NUM_THREADS" not in os.environ:
             # As torchrun does: ranks that each use every core oversubscribe the machine world_size times over.
             torch.set_num_threads(1)
-        if backend == "nccl":
-            torch.cuda.set_device(rank)
+        backend = enter_rank(placement, rank)
         store = dist.FileStore(os.path.join(tmpdir, "rendezvous"), world_size)
         dist.init_process_group(backend, store=store, rank=rank, world_size=world_size)
         if rank_setup is not None:

@@ -10,8 +10,9 @@ import torch
 import torch.distributed as dist
 from torch._utils import _flatten_dense_tensors, _unflatten_dense_tensors
 
-from harness.contracts import allocations, equivalence
+from harness.contracts import allocations, cuda_allocator, equivalence
 from harness.contracts.allocations import Allocation, AllocationSummary, AllocationTracker
+from harness.contracts.cuda_allocator import allocated_bytes_at_most, block_bytes, segment_bytes
 
 
 @pytest.fixture(scope="module")
@@ -159,6 +160,84 @@ def test_a_buffer_on_another_device_than_the_grads_is_named() -> None:
     ]
 
 
+@pytest.mark.parametrize(
+    ("nbytes", "block"),
+    [(0, 0), (1, 512), (40, 512), (511, 512), (512, 512), (513, 1024), (4000, 4096), (1 << 20, 1 << 20)],
+)
+def test_a_cuda_block_is_the_request_rounded_up_to_512_bytes(nbytes: int, block: int) -> None:
+    assert block_bytes(nbytes) == block
+
+
+def test_a_large_block_may_count_up_to_one_mib_more_for_its_unsplit_remainder() -> None:
+    assert allocated_bytes_at_most(40) == 512
+    assert allocated_bytes_at_most(1 << 20) == 1 << 20
+    assert allocated_bytes_at_most((1 << 20) + 1) == (1 << 20) + 512 + (1 << 20)
+
+
+def test_reserved_segments_come_in_two_pools() -> None:
+    assert segment_bytes(40) == segment_bytes(1 << 20) == 2 << 20
+    assert segment_bytes((1 << 20) + 1) == segment_bytes((10 << 20) - 1) == 20 << 20
+    assert segment_bytes((10 << 20) + 1) == 12 << 20
+    assert segment_bytes(0) == 0
+
+
+def test_under_the_cuda_allocator_each_storage_counts_as_its_block() -> None:
+    """CPU tensors counted as the caching allocator would count them on a GPU: a 40-byte buffer holds 512."""
+    with AllocationTracker("cpu", allocator="cuda") as tracker:
+        staging = torch.empty(10)
+        chunk = torch.empty(1000)
+    summary = tracker.summary()
+    assert (summary.peak_bytes, summary.largest_bytes, summary.total_bytes) == (512 + 4096, 4096, 512 + 4096)
+    assert [a.nbytes for a in summary.allocations] == [512, 4096]
+    assert summary.allocator == "cuda"
+    assert staging.numel() + chunk.numel() == 1010
+
+
+def test_an_unknown_allocator_is_refused() -> None:
+    with pytest.raises(ValueError, match="allocator must be one of"):
+        AllocationTracker("cpu", allocator="pinned")
+
+
+def test_the_cuda_bound_counts_chunks_as_allocator_blocks() -> None:
+    """A 40-byte chunk: 80 bytes would be the bound in raw bytes, which one 512-byte block already exceeds; in blocks
+    the bound is eight blocks."""
+    chunks = allocations.MEMORY_BOUND_CHUNKS
+    assert allocations.memory_bound(40, 8, 4, 4) == (40, 40 * chunks)
+    assert allocations.memory_bound(40, 8, 4, 4, "cuda") == (512, 512 * chunks)
+    large = (4 << 20) + 4
+    assert allocations.memory_bound(large, 8, 4, 4, "cuda") == (
+        allocated_bytes_at_most(large),
+        chunks * (block_bytes(large) + cuda_allocator.SMALL_REQUEST_BYTES),
+    )
+
+
+def _staged_and_flattened(group_grads: list[torch.Tensor], budget: int, allocator: str) -> tuple[int, int, int]:
+    """Peak of a staging-buffer design (one budget-sized buffer reused), of upstream's flattening, and the bound."""
+    with AllocationTracker("cpu", allocator=allocator) as staged:
+        staging = torch.empty(budget // 4)
+        for start in range(0, len(group_grads), budget // 40):
+            chunk = group_grads[start : start + budget // 40]
+            torch.cat(chunk, out=staging[: sum(g.numel() for g in chunk)])
+            dist.all_reduce(staging)
+    with AllocationTracker("cpu", allocator=allocator) as flattened:
+        flat = _flatten_dense_tensors(group_grads)
+        dist.all_reduce(flat)
+    _, bound = allocations.memory_bound(budget, 40, 4, 4, allocator)
+    return staged.summary().peak_bytes, flattened.summary().peak_bytes, bound
+
+
+def test_a_staging_buffer_of_tiny_grads_is_within_the_cuda_bound_and_flattening_is_not(one_rank_group: None) -> None:
+    """Grads of 10 elements under a 40-byte budget: in raw bytes the staging design fits (40 <= 320); counted as CUDA
+    blocks it would not fit a raw-byte bound (512 > 320) but fits the block bound (512 <= 4096); flattening 512 such
+    grads (20 KiB) exceeds both."""
+    group_grads = grads(count=512, numel=10)
+    staged, flattened, bound = _staged_and_flattened(group_grads, 40, "host")
+    assert (staged, bound) == (40, 320) and flattened == 20480 > bound
+    staged, flattened, bound = _staged_and_flattened(group_grads, 40, "cuda")
+    assert staged == 512 > allocations.memory_bound(40, 40, 4, 4)[1]
+    assert bound == 4096 and staged <= bound < flattened == 20480
+
+
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
 def test_on_cuda_the_allocator_peak_is_taken_too() -> None:
     device = torch.device("cuda", torch.cuda.current_device())
@@ -166,5 +245,22 @@ def test_on_cuda_the_allocator_peak_is_taken_too() -> None:
         torch.empty(1000, device=device)
         torch.empty(10, device="cpu")
     summary = tracker.summary()
-    assert summary.cuda_peak_bytes is not None and summary.cuda_peak_bytes >= 4000
+    assert summary.cuda_peak_bytes is not None and summary.cuda_peak_bytes >= 4096
+    assert summary.cuda_reserved_peak_bytes is not None and summary.allocator == "cuda"
     assert [a.device for a in summary.on_other_devices(device)] == ["cpu"]
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+@pytest.mark.parametrize("nbytes", [1, 40, 512, 513, 4000, 1 << 20, (3 << 20) + 1])
+def test_the_block_rules_are_the_allocators_own(nbytes: int) -> None:
+    """On a GPU, ``memory_allocated`` grows by the modelled block for a fresh request (never by more than the
+    modelled bound), and the tracker's count agrees."""
+    device = torch.device("cuda", torch.cuda.current_device())
+    torch.cuda.synchronize(device)
+    before = torch.cuda.memory_allocated(device)
+    with AllocationTracker(device) as tracker:
+        buffer = torch.empty(nbytes, dtype=torch.uint8, device=device)
+        grown = torch.cuda.memory_allocated(device) - before
+    assert block_bytes(nbytes) <= grown <= allocated_bytes_at_most(nbytes)
+    assert tracker.summary().tracked_peak_bytes == block_bytes(nbytes)
+    del buffer

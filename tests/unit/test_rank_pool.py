@@ -23,6 +23,7 @@ import pytest
 import torch
 
 from harness.ranks import pool as rank_pool
+from harness.ranks.placement import skip_reason, this_machine
 from harness.ranks.pool import (
     START_TIMEOUT_S,
     TIMEOUT_ENV_VAR,
@@ -31,7 +32,6 @@ from harness.ranks.pool import (
     RankPoolError,
     RankRaised,
     RankTimeout,
-    backend_skip_reason,
     close_all_pools,
     default_timeout_s,
     get_pool,
@@ -295,23 +295,34 @@ def test_world_size_four_reports_every_rank_that_raised() -> None:
         pool.close()
 
 
-def test_nccl_needs_gpus() -> None:
-    assert backend_skip_reason("gloo", 2) is None
-    assert "64 CUDA GPUs" in (backend_skip_reason("nccl", 64) or "")
-    reason = backend_skip_reason("nccl", 2)
-    if torch.distributed.is_nccl_available() and torch.cuda.is_available() and torch.cuda.device_count() >= 2:
-        assert reason is None
-    else:
-        assert reason is not None and "CUDA" in reason and "GPU" in reason
+_NCCL_SKIP = skip_reason("nccl", 2, this_machine())
+_CUDA_SKIP = skip_reason("cuda-gloo", 2, this_machine())
 
 
-@pytest.mark.skipif(backend_skip_reason("nccl", 2) is not None, reason=str(backend_skip_reason("nccl", 2)))
+@pytest.mark.skipif(_NCCL_SKIP is not None, reason=str(_NCCL_SKIP))
 def test_nccl_pool_runs_on_one_gpu_per_rank() -> None:
-    pool = RankPool(2, backend="nccl")
+    pool = RankPool(2, "nccl")
     try:
-        assert pool.run(rank_tasks.cuda_all_reduce) == [(0, 3.0), (1, 3.0)]
+        assert pool.run(rank_tasks.cuda_all_reduce) == [(0, 3.0, "cuda:0"), (1, 3.0, "cuda:1")]
     finally:
         pool.close()
+
+
+@pytest.mark.skipif(_CUDA_SKIP is not None, reason=str(_CUDA_SKIP))
+def test_two_ranks_share_one_gpu_over_gloo() -> None:
+    """The one-GPU mode: CUDA grads on every rank, reduced by gloo, whatever the number of GPUs."""
+    pool = RankPool(2, "cuda-gloo")
+    try:
+        results = pool.run(rank_tasks.cuda_all_reduce)
+        assert [value for _, value, _ in results] == [3.0, 3.0]
+        assert all(device.startswith("cuda:") for _, _, device in results)
+    finally:
+        pool.close()
+
+
+def test_an_unknown_placement_is_refused_before_any_rank_starts() -> None:
+    with pytest.raises(ValueError, match="placement must be one of gloo, cuda-gloo, nccl"):
+        RankPool(2, "mpi")
 
 
 def test_timeout_default_comes_from_the_environment(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -331,6 +342,7 @@ def test_get_pool_keeps_one_pool_per_world_size_and_backend() -> None:
         assert get_pool(2, "gloo") is first
         assert get_pool(3) is not first
         assert get_pool(2, "nccl") is not first
+        assert get_pool(2, "cuda-gloo") is not first
         assert get_pool(2, rank_setup=rank_tasks.mark_env) is not first
         close_all_pools()
         assert get_pool(2) is not first
