@@ -228,8 +228,8 @@ def check_memory(
             f"rank {report.rank}: the subject held {summary.peak_bytes} bytes of tensors it allocated at once "
             f"(largest {summary.largest_bytes}, {summary.count} allocations of {summary.total_bytes} bytes in all"
             f"{cuda}) > {report.memory_bound_bytes} bytes = {MEMORY_BOUND_CHUNKS} x max(budget {budget}, largest "
-            f"grad {largest}) x dtype promotion {widest}/{smallest} ({chunk}{blocks}): its memory grows with the grads, not "
-            "with the budget"
+            f"grad {largest}) x dtype promotion {widest}/{smallest} ({chunk}{blocks}): its memory grows with the "
+            "grads, not with the budget"
         )
     for allocation in summary.on_other_devices(device)[:3]:
         made, grads = torch.device(allocation.device), torch.device(device)
