@@ -70,9 +70,10 @@ def _render_markdown(document: dict[str, Any], gate: dict[str, Any] | None, comm
         "# Bench: the subject's chunked all-reduce against upstream's, a field-style patch and the floor",
         "",
         f"`{command}`; torch {versions['torch']}, megatron-core {versions['megatron-core']}, subject "
-        f"`{plan['subject']}`; gloo; fp32 grads split evenly into {' or '.join(map(str, plan['tensors']))} tensors "
-        f"(views of one buffer); median of {plan['repeats']} repeats (after one warm-up, which also measures the "
-        f"tensor bytes allocated), every method interleaved in a rotating order; bench wall time "
+        f"`{plan['subject']}`; {_where(plan, versions)}; fp32 grads split evenly into "
+        f"{' or '.join(map(str, plan['tensors']))} tensors (views of one buffer); median of {plan['repeats']} "
+        "repeats (after one warm-up, which also measures the tensor bytes allocated), every method interleaved in a "
+        "rotating order; bench wall time "
         f"{document['wall_time_s']:.0f} s.",
         "",
         "Methods: `upstream` (one coalesced buffer per op); `budget <b> MiB`, the subject; `field <b> MiB`, a "
@@ -114,6 +115,8 @@ def _render_markdown(document: dict[str, Any], gate: dict[str, Any] | None, comm
                 f"{_mib(sample['peak_extra_rss_bytes'])} |"
             )
     overhead = document["pool_overhead"]
+    if overhead is None:
+        return "\n".join([*lines, ""])
     lines += [
         "",
         "## The gate's own costs",
@@ -138,6 +141,15 @@ def _render_markdown(document: dict[str, Any], gate: dict[str, Any] | None, comm
         "",
     ]
     return "\n".join(lines)
+
+
+def _where(plan: dict[str, Any], versions: dict[str, str]) -> str:
+    """The placement the grads were reduced under, and the GPU where there was one."""
+    placement = plan.get("placement", "gloo")
+    if placement == "gloo":
+        return "gloo on CPU grads"
+    gpu = versions.get("gpu", "GPU unknown")
+    return f"placement {placement} on CUDA grads ({gpu}); peak allocated is the CUDA allocator's"
 
 
 def _summary_table(document: dict[str, Any]) -> list[str]:
@@ -175,6 +187,12 @@ def _budget_cell(group: dict[str, Any], budget_mib: int) -> str:
     return f"{times} ({memory})"
 
 
+def _memory_bytes(sample: dict[str, Any]) -> int:
+    """The memory a plot shows for a sample: its peak extra RSS on CPU grads, its allocator peak on CUDA grads."""
+    rss = sample["peak_extra_rss_bytes"]
+    return sample["peak_allocated_bytes"] if rss is None else rss
+
+
 def _plot(document: dict[str, Any], path: Path) -> None:
     """Per world size (columns): time ratio and peak extra RSS (rows) against the budget.
 
@@ -210,17 +228,19 @@ def _plot(document: dict[str, Any], path: Path) -> None:
             floor = _floor_s(group)
             if floor is not None:
                 times.axhline(floor / group[_UPSTREAM]["median_s"], color=color, linestyle=":", linewidth=0.8)
-            peaks = [group[m]["peak_extra_rss_bytes"] / _MIB for _, m in budgets]
+            peaks = [_memory_bytes(group[m]) / _MIB for _, m in budgets]
             memory.plot(x, peaks, style, color=color, label=label)
-            memory.axhline(group[_UPSTREAM]["peak_extra_rss_bytes"] / _MIB, color=color, linestyle="--", linewidth=0.8)
+            memory.axhline(_memory_bytes(group[_UPSTREAM]) / _MIB, color=color, linestyle="--", linewidth=0.8)
         if world_size == _GOAL_WORLD_SIZE:
             goal_label = f"goal ({_GOAL_POPULATION_MIB} MiB in {_GOAL_TENSORS})"
             times.plot([b for b, _ in goals], [g for _, g in goals], "k*", markersize=10, label=goal_label)
         times.axhline(1.0, color="grey", linewidth=0.8)
-        times.set(xscale="log", ylabel="time / upstream's", title=f"{world_size} gloo ranks: time vs upstream")
+        placement = document["plan"].get("placement", "gloo")
+        times.set(xscale="log", ylabel="time / upstream's", title=f"{world_size} ranks, {placement}: time vs upstream")
         memory.set_yscale("symlog", linthresh=1)
         memory.set_ylim(bottom=0)
-        memory.set(xscale="log", xlabel="budget (MiB)", ylabel="peak extra RSS (MiB)", title="peak memory")
+        measure = "peak extra RSS" if placement == "gloo" else "peak CUDA allocated"
+        memory.set(xscale="log", xlabel="budget (MiB)", ylabel=f"{measure} (MiB)", title="peak memory")
         for axis in (times, memory):
             axis.set_xticks([b for b, _ in goals], [str(b) for b, _ in goals])
             axis.grid(True, which="both", alpha=0.3)

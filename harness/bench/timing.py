@@ -29,6 +29,7 @@ from typing import Any
 from harness.bench import variants
 from harness.formats.environment import REFERENCE_SUBJECT
 from harness.ranks import megatron_state as megatron_ranks
+from harness.ranks import placement as placements
 from harness.ranks.pool import RankPool
 from harness.subjects.loading import SubjectRef, resolve_subject
 from harness.targets.megatron_names import UPSTREAM_NAME
@@ -57,7 +58,8 @@ class _Sample:
     seconds: list[float] = field(default_factory=list)
     collectives: int = 0
     largest_buffer_bytes: int = 0
-    peak_extra_rss_bytes: int = 0
+    peak_extra_rss_bytes: int | None = 0
+    """The largest rise of a rank's resident set during the call; ``None`` on CUDA grads."""
     peak_allocated_bytes: int = 0
 
     @property
@@ -90,17 +92,30 @@ def _status_kib(field_name: str) -> int:
     return int(re.search(rf"^{field_name}:\s+(\d+) kB", status, re.MULTILINE).group(1))
 
 
-def _allocate_task(rank: int, world_size: int, population_bytes: int, tensors: int) -> int:
+_FITS_TIMES = 3
+"""A CUDA population is run only where its GPU has room for this many copies per rank sharing it."""
+
+
+def _allocate_task(rank: int, world_size: int, population_bytes: int, tensors: int) -> int | None:
     """Build one model chunk of ``tensors`` fp32 sequence-parallel params holding ``population_bytes`` of main_grad,
-    each a view of one contiguous buffer, as Megatron's grad buffer holds them (and the flat floor reduces)."""
+    each a view of one contiguous buffer, as Megatron's grad buffer holds them (and the flat floor reduces), on the
+    rank's device. ``None`` where a GPU has no room for it (see ``_FITS_TIMES``)."""
     import torch
 
     _map_large_allocations()
     _free_task(rank, world_size)
+    device = torch.device(placements.rank_device())
+    if device.type == "cuda":
+        sharing = -(-world_size // torch.cuda.device_count())
+        free, _ = torch.cuda.mem_get_info(device)
+        fits = torch.tensor([int(free >= population_bytes * _FITS_TIMES * sharing)], device=device)
+        torch.distributed.all_reduce(fits, op=torch.distributed.ReduceOp.MIN)
+        if not fits.item():
+            return None
     chunk = torch.nn.Module()
     chunk.ddp_config = SimpleNamespace(**{megatron_ranks.upstream_fsdp_flag(): False})
     numel = population_bytes // tensors // 4
-    flat = torch.full((numel * tensors,), float(rank + 1))
+    flat = torch.full((numel * tensors,), float(rank + 1), device=device)
     for index in range(tensors):
         param = torch.nn.Parameter(torch.empty(0))
         param.sequence_parallel = True
@@ -112,8 +127,12 @@ def _allocate_task(rank: int, world_size: int, population_bytes: int, tensors: i
 
 
 def _free_task(rank: int, world_size: int) -> None:
+    import torch
+
     _model.clear()
     _flat.clear()
+    if torch.cuda.is_initialized():
+        torch.cuda.empty_cache()
 
 
 def _variant_call(method: str, budget_bytes: int | None, subject_ref: SubjectRef) -> tuple[Callable[..., None], Any]:
@@ -147,16 +166,21 @@ def _time_task(
 
     config = SimpleNamespace(sequence_parallel=True, qk_layernorm=False)
     _flat[0].fill_(float(rank + 1))
+    device = _flat[0].device
+    on_cuda = device.type == "cuda"
     call, subject = _variant_call(method, budget_bytes, subject_ref)
-    tracker = AllocationTracker("cpu") if track else contextlib.nullcontext()
+    # On CUDA the allocator's own peak is the figure: every timed run reads it (it costs nothing).
+    tracker = AllocationTracker(device) if track or on_cuda else contextlib.nullcontext()
     try:
         Path("/proc/self/clear_refs").write_text("5")
         before = _status_kib("VmRSS")
         with CollectiveRecorder(tp_group()) as recorder:
+            _synchronize(device)
             torch.distributed.barrier()
             started = time.perf_counter()
             with tracker:
                 call(_model, config)
+                _synchronize(device)
             torch.distributed.barrier()
             seconds = time.perf_counter() - started
         peak = _status_kib("VmHWM")
@@ -167,9 +191,16 @@ def _time_task(
         "seconds": seconds,
         "collectives": len(recorder.calls),
         "largest_buffer_bytes": max((size for _, size, _ in recorder.calls), default=0),
-        "peak_extra_rss_bytes": max(0, peak - before) * 1024,
+        "peak_extra_rss_bytes": None if on_cuda else max(0, peak - before) * 1024,
         "peak_allocated_bytes": tracker.summary().peak_bytes if isinstance(tracker, AllocationTracker) else None,
     }
+
+
+def _synchronize(device: Any) -> None:
+    import torch
+
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
 
 
 # --- main side ------------------------------------------------------------------------------------------------------
@@ -185,6 +216,8 @@ class _BenchPlan:
     tensors: tuple[int, ...] = _DEFAULT_TENSORS
     repeats: int = _DEFAULT_REPEATS
     subject: str = REFERENCE_SUBJECT
+    placement: str = "gloo"
+    """The placement every world size runs under (resolved for the machine: ``cuda`` is NCCL or ``cuda-gloo``)."""
 
     def methods(self) -> list[tuple[str, int | None]]:
         """Upstream, the floor twice, then per budget the subject (``budget <b> MiB``) and the field-style patch."""
@@ -201,13 +234,19 @@ def _measure_allreduce(plan: _BenchPlan, progress: Callable[..., object] = print
     """Every method on every population and world size; one warm-up round per population is not recorded."""
     samples: list[_Sample] = []
     subject = resolve_subject(plan.subject)
+    machine = placements.this_machine()
     for world_size in plan.world_sizes:
-        pool = RankPool(world_size, "gloo", timeout_s=_TASK_TIMEOUT_S)
+        placement = placements.resolve(plan.placement, world_size, machine).name
+        pool = RankPool(world_size, placement, timeout_s=_TASK_TIMEOUT_S)
         try:
             with megatron_ranks.model_parallel(pool, world_size):
                 for population_mib, tensors in itertools.product(plan.populations_mib, plan.tensors):
                     population = population_mib * _MIB
-                    pool.run(_allocate_task, population, tensors)
+                    if None in pool.run(_allocate_task, population, tensors):
+                        progress(
+                            f"world {world_size}, {population_mib} MiB: does not fit the GPU, left out", flush=True
+                        )
+                        continue
                     rows = {m: _Sample(world_size, population, tensors, m, b) for m, b in plan.methods()}
                     methods = plan.methods()
                     for repeat in range(plan.repeats + 1):
@@ -222,8 +261,10 @@ def _measure_allreduce(plan: _BenchPlan, progress: Callable[..., object] = print
                             row.seconds.append(max(r["seconds"] for r in results))
                             row.collectives = results[0]["collectives"]
                             row.largest_buffer_bytes = max(r["largest_buffer_bytes"] for r in results)
-                            row.peak_extra_rss_bytes = max(
-                                row.peak_extra_rss_bytes, *(r["peak_extra_rss_bytes"] for r in results)
+                            rss = [r["peak_extra_rss_bytes"] for r in results]
+                            row.peak_extra_rss_bytes = None if None in rss else max(row.peak_extra_rss_bytes, *rss)
+                            row.peak_allocated_bytes = max(
+                                [row.peak_allocated_bytes] + [r["peak_allocated_bytes"] or 0 for r in results]
                             )
                     pool.run(_free_task)
                     samples.extend(rows.values())
@@ -290,14 +331,18 @@ def _parse_arguments(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--tensors", type=int, nargs="+", default=list(_DEFAULT_TENSORS))
     parser.add_argument("--repeats", type=int, default=_DEFAULT_REPEATS)
     parser.add_argument("--subject", default=REFERENCE_SUBJECT)
+    parser.add_argument(
+        "--placement",
+        default="gloo",
+        choices=[*placements.PLACEMENTS, placements.CUDA],
+        help="gloo on CPU grads (default), or CUDA grads: cuda (NCCL where every rank has a GPU, else cuda-gloo)",
+    )
     return parser.parse_args(argv)
 
 
 def main(argv: list[str] | None = None) -> Path:
-    """Measure and write ``bench.json`` (samples, pool overhead, versions) under ``--out``."""
-    import megatron.core
-    import torch
-
+    """Measure and write ``bench.json`` (samples, pool overhead, versions) under ``--out``; a placement this machine
+    cannot run ends it at once, saying what it found."""
     options = _parse_arguments(argv)
     plan = _BenchPlan(
         tuple(options.world_sizes),
@@ -306,14 +351,26 @@ def main(argv: list[str] | None = None) -> Path:
         tuple(options.tensors),
         options.repeats,
         options.subject,
+        options.placement,
     )
+    machine = placements.this_machine()
+    refused = [r for w in plan.world_sizes if (r := placements.skip_reason(plan.placement, w, machine))]
+    if refused:
+        raise SystemExit(f"python -m harness.bench.timing: {refused[0]}")
+    import megatron.core
+    import torch
+
     started = time.perf_counter()
     samples = _measure_allreduce(plan)
-    overhead = _measure_pool_overhead()
+    on_cuda = plan.placement != "gloo"
+    overhead = None if on_cuda else _measure_pool_overhead()
     options.out.mkdir(parents=True, exist_ok=True)
+    versions = {"torch": torch.__version__, "megatron-core": megatron.core.__version__}
+    if on_cuda:
+        versions["gpu"] = f"{machine.gpus} x {torch.cuda.get_device_name(0)}"
     document = {
         "plan": asdict(plan),
-        "versions": {"torch": torch.__version__, "megatron-core": megatron.core.__version__},
+        "versions": versions,
         "samples": [{**asdict(s), "median_s": s.median_s} for s in samples],
         "pool_overhead": overhead,
         "wall_time_s": time.perf_counter() - started,

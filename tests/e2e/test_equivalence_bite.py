@@ -53,7 +53,7 @@ def test_seeded_allreduce_turns_the_family_red(seeded: str, tmp_path: Path) -> N
 
 def test_flattening_everything_is_red_with_the_bytes_held_on_the_large_population(tmp_path: Path) -> None:
     """Budget-sized messages from one buffer of all 4 MiB: the collective sizes pass, the memory bound does not."""
-    selection = ["cases/test_equivalence.py::test_largest_buffer_is_bounded_by_the_budget"]
+    selection = ["cases/test_equivalence.py::test_largest_buffer_is_bounded_by_the_budget[gloo]"]
     run = run_target_cases("megatron-0.15", selection, tmp_path, subject=SEEDED / "equivalence_flattens_everything.py")
     failed = run.require_red("equivalence_flattens_everything")
     assert any("the subject held 4194304 bytes of tensors it allocated at once" in t for t in failed.values()), (
@@ -66,7 +66,7 @@ def test_flattening_everything_is_red_with_the_bytes_held_on_the_large_populatio
 
 def test_a_replacement_never_installed_turns_the_gpt_case_red(tmp_path: Path) -> None:
     """Upstream's grads are matched exactly when nothing is replaced: only the call check can see it."""
-    selection = ["cases/test_equivalence.py::test_finalize_model_grads_on_a_real_gpt_model[plain]"]
+    selection = ["cases/test_equivalence.py::test_finalize_model_grads_on_a_real_gpt_model[plain-gloo]"]
     run = run_target_cases("megatron-0.15", selection, tmp_path, subject=SEEDED / "equivalence_never_installed.py")
     failed = run.require_red("equivalence_never_installed")
     assert any("left upstream in place" in text for text in failed.values()), run.output[-4000:]

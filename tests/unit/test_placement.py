@@ -4,6 +4,8 @@ the GPUs needed and the placement."""
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
 from harness.ranks.placement import CUDA_GLOO, GLOO, NCCL, Machine, resolve, skip_reason, this_machine
@@ -71,3 +73,12 @@ def test_this_machine_reports_the_torch_it_runs() -> None:
     assert machine.torch_version == torch.__version__
     assert machine.cuda_build == (torch.version.cuda is not None)
     assert machine.gpus == (torch.cuda.device_count() if machine.cuda_build else 0)
+
+
+@pytest.mark.skipif(this_machine().gpus > 0, reason="this machine has a GPU: the bench's CUDA mode runs here")
+def test_the_bench_refuses_cuda_without_a_gpu_before_measuring(tmp_path: Path) -> None:
+    from harness.bench import timing
+
+    with pytest.raises(SystemExit, match=r"placement cuda-gloo .* needs 1 GPU\(s\); 0 GPU\(s\) found"):
+        timing.main(["--out", str(tmp_path), "--placement", "cuda", "--world-sizes", "2"])
+    assert not (tmp_path / "bench.json").exists()
