@@ -318,6 +318,37 @@ def candidate(session: nox.Session) -> None:
     session.log(f"candidate {spec}: every family green")
 
 
+GPU_SELECTION = ("cases/test_equivalence.py", "-k", "cuda or nccl")
+"""The CUDA cases: generated modules, the memory bound (with the patch-needed finding) and the real GPT step."""
+GPU_UNIT_TESTS = ("tests/unit/test_allocations.py", "tests/unit/test_rank_pool.py", "-k", "cuda or gpu or nccl")
+"""The harness's own checks that need a GPU: the allocator's block rules and the CUDA placements of the rank pool."""
+GPU_BENCH = (
+    *("--placement", "cuda", "--world-sizes", "2", "--populations-mib", "1024", "4096"),
+    *("--budgets-mib", "256", "--tensors", "64", "--repeats", "2"),
+)
+"""The bench's CUDA mode sized for a few minutes on one GPU: 1 and 4 GiB of grads, upstream, the subject, the
+field-style patch and the floor."""
+
+
+@nox.session(python=KNOWN[NEWEST_TARGET].python)
+def gpu(session: nox.Session) -> None:
+    """On a GPU machine: every CUDA case on the newest target, then the bench's CUDA mode (reports/gpu/)."""
+    target = KNOWN[NEWEST_TARGET]
+    requirements = [*target.requirements(), *HARNESS_REQUIREMENTS, "matplotlib"]
+    session.install(*install_command(requirements, session.venv_backend, target.python))
+    probe = "from harness.ranks.placement import gpu_refusal, this_machine; print(gpu_refusal(this_machine()) or '')"
+    refusal = (session.run("python", "-c", probe, silent=True) or "").strip()
+    if refusal:
+        session.error(refusal)
+    out = REPORTS / "gpu"
+    out.mkdir(parents=True, exist_ok=True)
+    cases = case_command(target.session, out / target.session, GPU_SELECTION, matrix=MATRIX.path, options=["-rs"])
+    session.run(*cases)
+    session.run("python", "-m", "pytest", "-p", "no:cacheprovider", "-rs", *GPU_UNIT_TESTS)
+    session.run("python", "-m", "harness.bench.timing", "--out", str(out / "bench"), *GPU_BENCH)
+    session.run("python", "-m", "harness.bench.report", str(out / "bench"), "nox -s gpu")
+
+
 def _findings(report_dir: Path) -> list[dict[str, str]]:
     """The findings a target session recorded (not verdicts: e.g. whether upstream still coalesces everything)."""
     try:

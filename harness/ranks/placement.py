@@ -124,3 +124,10 @@ def enter_rank(name: str, rank: int) -> str:
 def rank_device() -> str:
     """Where this rank keeps its grads (``cpu`` outside a rank, and in a rank placed on the CPU)."""
     return _rank_device[0]
+
+
+def gpu_refusal(machine: Machine) -> str | None:
+    """Why ``nox -s gpu`` cannot run on ``machine`` (no GPU torch can use), or None when it can."""
+    if machine.cuda_build and machine.gpus > 0:
+        return None
+    return f"nox -s gpu needs a CUDA GPU that torch can use: {machine.describe()}"

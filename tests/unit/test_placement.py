@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from harness.ranks.placement import CUDA_GLOO, GLOO, NCCL, Machine, resolve, skip_reason, this_machine
+from harness.ranks.placement import CUDA_GLOO, GLOO, NCCL, Machine, gpu_refusal, resolve, skip_reason, this_machine
 
 CPU_ONLY = Machine("2.13.0+cpu", cuda_build=False, gpus=0)
 CUDA_NO_GPU = Machine("2.13.0", cuda_build=True, gpus=0, nccl=True)
@@ -82,3 +82,11 @@ def test_the_bench_refuses_cuda_without_a_gpu_before_measuring(tmp_path: Path) -
     with pytest.raises(SystemExit, match=r"placement cuda-gloo .* needs 1 GPU\(s\); 0 GPU\(s\) found"):
         timing.main(["--out", str(tmp_path), "--placement", "cuda", "--world-sizes", "2"])
     assert not (tmp_path / "bench.json").exists()
+
+
+def test_the_gpu_command_refuses_a_machine_without_a_gpu_it_can_use() -> None:
+    assert gpu_refusal(ONE_GPU) is None
+    assert gpu_refusal(CPU_ONLY) == (
+        "nox -s gpu needs a CUDA GPU that torch can use: 0 GPU(s) found (torch 2.13.0+cpu, a CPU-only build)"
+    )
+    assert gpu_refusal(CUDA_NO_GPU) is not None
