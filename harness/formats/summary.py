@@ -50,6 +50,11 @@ class SessionSummary:
     exit_status: int | None = 0
     wall_time_s: float = 0.0
     family_seconds: dict[str, float] = field(default_factory=dict)
+    blocked: list[str] = field(default_factory=list)
+    """Why families could not check anything (a Megatron that cannot be imported, a subject that cannot be loaded,
+    a required family without its role): each also a red of every family it blocked."""
+    not_run: dict[str, str] = field(default_factory=dict)
+    """Every family that checked nothing in this session, and why (blocked, skipped, not selected)."""
 
     def write(self, directory: Path) -> Path:
         """Write ``directory/summary.json``; returns its path."""

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import os
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Generator
 from pathlib import Path
 from types import ModuleType
 from typing import Any
@@ -19,10 +19,18 @@ import pytest
 
 from harness.formats.environment import DEFAULT_MATRIX, MATRIX_ENV_VAR, SUBJECT_ENV_VAR, TARGET_ENV_VAR
 from harness.formats.not_declared import not_declared_reason
+from harness.formats.red_section import RedSection
 from harness.plugin import expected_failures, hypothesis_profiles, session_state, verdicts
-from harness.plugin.families import family_of_case
+from harness.plugin.blockers import BLOCKERS, Blocker, megatron_blocker, replace_blocked, subject_blocker
+from harness.plugin.failure import contract_failure
+from harness.plugin.families import Family, UnknownFamily, family, family_of_case
 from harness.plugin.records import append_record, clear_records
-from harness.plugin.session_summary import session_summary, write_terminal_sections
+from harness.plugin.session_summary import (
+    families_not_run,
+    nothing_checked,
+    session_summary,
+    write_terminal_sections,
+)
 from harness.subjects.declaration import Declaration, DeclarationFileError
 from harness.subjects.loading import SubjectError, SubjectRef
 from harness.targets.matrix import Target, load_matrix
@@ -43,6 +51,7 @@ def pytest_addoption(parser: pytest.Parser) -> None:
 
 _STARTED = pytest.StashKey[float]()
 _STALE = pytest.StashKey[list]()
+_NOT_RUN = pytest.StashKey[dict]()
 _family_seconds: dict[str, float] = {}
 """Seconds of setup, call and teardown per family this session, summed over its cases (under xdist the controller
 sees every worker's reports); cases outside the families count under ``other``."""
@@ -69,10 +78,41 @@ def pytest_configure(config: pytest.Config) -> None:
     if not hasattr(config, "workerinput"):
         clear_records(session_state.report_dir_of(config))
     try:
-        if session_state.subject_ref_of(config).declaration is not None:
-            session_state.configured_subject(config)
+        declaration = session_state.subject_ref_of(config).declaration
     except (DeclarationFileError, SubjectError) as err:
         raise pytest.UsageError(str(err)) from None
+    config.stash[BLOCKERS] = []
+    if declaration is not None:
+        # A declared subject is built now (it imports Megatron): Megatron first, so its failure is named as its own.
+        _block_on_megatron_or_subject(config)
+        config.stash[BLOCKERS] += _required_but_missing(declaration)
+
+
+def _block_on_megatron_or_subject(config: pytest.Config) -> None:
+    """Stash the blocker of a Megatron that cannot be imported, else of a subject that cannot be loaded."""
+    blocker = megatron_blocker()
+    if blocker is None:
+        try:
+            session_state.configured_subject(config)
+        except Exception as err:
+            blocker = subject_blocker(err)
+    if blocker is not None:
+        config.stash[BLOCKERS].append(blocker)
+
+
+def _required_but_missing(declaration: Declaration) -> list[Blocker]:
+    """A blocker per family the declaration requires whose role it leaves empty; an unknown family name is a usage
+    error naming the key."""
+    blockers = []
+    for name in declaration.require:
+        try:
+            role = family(name).missing_role(declaration)
+        except UnknownFamily as err:
+            raise pytest.UsageError(str(declaration.fail("subject.require", str(err)))) from None
+        if role:
+            what = f"{declaration.path} requires {name} (subject.require) but declares no [{role}]"
+            blockers.append(Blocker(what, families=(name,), subject_free=False))
+    return blockers
 
 
 def pytest_runtest_logreport(report: pytest.TestReport) -> None:
@@ -141,7 +181,10 @@ def _expected_failures(config: pytest.Config) -> list[tuple[str, list[str]]]:
     return sources
 
 
-def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+@pytest.hookimpl(hookwrapper=True)
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> Generator[None, Any, None]:
+    """Before every other plugin: expected failures and "not declared" skips, on every collected case. After them
+    (deselection done, the fork server started): a red per family a blocker blocks, in place of its cases."""
     config.stash[_STALE] = [
         (source, prefix)
         for source, prefixes in _expected_failures(config)
@@ -153,6 +196,29 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
             missing = _undeclared_role(declaration, item)
             if missing:
                 item.add_marker(pytest.mark.skip(reason=missing))
+    yield
+    blockers = config.stash[BLOCKERS]
+    if declaration is None and not blockers and any(_needs_subject(item) for item in items):
+        # A module subject is loaded here, once Megatron is known to import, so either failure is a red of its own.
+        _block_on_megatron_or_subject(config)
+    elif not blockers and items:
+        blocker = megatron_blocker()
+        blockers += [blocker] if blocker else []
+    if blockers:
+        replace_blocked(items, blockers, lambda owner, what: _blocked_text(config, owner, what))
+
+
+def _blocked_text(config: pytest.Config, owner: Family, what: str) -> str:
+    """The red of a blocked family: its head, then the red section whose repro line re-runs the family's case file."""
+    target = session_state.configured_target(config)
+    repro = verdicts.repro_command(config, owner.case_file)
+    section = RedSection(target.session, owner.name, owner.symbol, repro)
+    return f"{contract_failure(target, owner.name, what)}\n\n{section.text()}"
+
+
+def _needs_subject(item: pytest.Item) -> bool:
+    owner = family_of_case(item.nodeid)
+    return owner is not None and owner.name != "smoke"
 
 
 def _undeclared_role(declaration: Declaration, item: pytest.Item) -> str | None:
@@ -189,13 +255,22 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
     if hasattr(config, "workerinput"):
         return
     reporter = config.pluginmanager.get_plugin("terminalreporter")
+    stats = reporter.stats if reporter else {}
+    not_run = config.stash[_NOT_RUN] = families_not_run(stats, config.stash.get(BLOCKERS, []))
+    if nothing_checked(not_run) and session.exitstatus == pytest.ExitCode.OK:
+        session.exitstatus = pytest.ExitCode.TESTS_FAILED
     stale = [prefix for _, prefix in config.stash[_STALE]]
     summary = session_summary(
-        config, reporter.stats if reporter else {}, int(exitstatus), config.stash[_STARTED], stale, _family_seconds
+        config, stats, int(session.exitstatus), config.stash[_STARTED], stale, _family_seconds, not_run
     )
     summary.write(session_state.report_dir_of(config))
 
 
 def pytest_terminal_summary(terminalreporter: Any, config: pytest.Config) -> None:
     if session_state.TARGET in config.stash:
-        write_terminal_sections(terminalreporter, session_state.report_dir_of(config), config.stash.get(_STALE, []))
+        write_terminal_sections(
+            terminalreporter,
+            session_state.report_dir_of(config),
+            config.stash.get(_STALE, []),
+            config.stash.get(_NOT_RUN, {}),
+        )

@@ -13,8 +13,56 @@ from harness import REPO_ROOT
 from harness.formats.environment import is_default_matrix
 from harness.formats.summary import COUNTED, SessionSummary
 from harness.plugin import session_state
+from harness.plugin.blockers import BLOCKERS, Blocker
+from harness.plugin.families import FAMILIES, family_of_case
 from harness.plugin.records import read_records
 from harness.targets.installed_versions import installed_versions, megatron_origin
+
+NOTHING_CHECKED = "nothing of the subject was checked: every family but smoke is blocked, skipped or not selected"
+_RAN = ("passed", "failed", "error", "xfailed", "xpassed")
+"""Terminal statistics of a case that checked something (a skip checked nothing)."""
+NOT_SELECTED = "not selected in this run"
+
+
+def families_not_run(stats: dict[str, list[Any]], blockers: list[Blocker]) -> dict[str, str]:
+    """Each family that checked nothing, with why: the blocker that stood in its place, the reason its cases were
+    skipped for (the first one, and how many others), or that none of its cases was selected."""
+    ran: set[str] = set()
+    skipped: dict[str, list[str]] = {}
+    for category, reports in stats.items():
+        for report in reports:
+            owner = family_of_case(getattr(report, "nodeid", ""))
+            if owner is None:
+                continue
+            if category in _RAN:
+                ran.add(owner.name)
+            elif category == "skipped":
+                skipped.setdefault(owner.name, []).append(_skip_reason(report))
+    not_run = {}
+    for owner in FAMILIES:
+        blocker = next((b for b in blockers if b.blocks(owner)), None)
+        if blocker is not None and owner.name in ran:
+            not_run[owner.name] = f"blocked: {blocker.what}"
+        elif owner.name in ran:
+            continue
+        elif owner.name in skipped:
+            reasons = list(dict.fromkeys(skipped[owner.name]))
+            more = f" (and {len(reasons) - 1} other reason(s))" if len(reasons) > 1 else ""
+            not_run[owner.name] = f"every case skipped: {reasons[0]}{more}"
+        else:
+            not_run[owner.name] = NOT_SELECTED
+    return not_run
+
+
+def nothing_checked(not_run: dict[str, str]) -> bool:
+    """Whether no family checked anything of the subject (smoke checks the pins, not the subject)."""
+    return all(owner.name in not_run for owner in FAMILIES if owner.name != "smoke")
+
+
+def _skip_reason(report: Any) -> str:
+    longrepr = report.longrepr
+    reason = longrepr[2] if isinstance(longrepr, tuple) and len(longrepr) == 3 else str(longrepr)
+    return reason.removeprefix("Skipped: ").splitlines()[0]
 
 
 def session_summary(
@@ -24,6 +72,7 @@ def session_summary(
     started: float,
     stale: list[str],
     family_seconds: dict[str, float],
+    not_run: dict[str, str],
 ) -> SessionSummary:
     """What this session records about itself, from pytest's terminal statistics and the session's records."""
     target = session_state.configured_target(config)
@@ -55,12 +104,16 @@ def session_summary(
         exit_status=exit_status,
         wall_time_s=round(time.monotonic() - started, 2),
         family_seconds={name: round(seconds, 2) for name, seconds in sorted(family_seconds.items())},
+        blocked=[blocker.what for blocker in config.stash.get(BLOCKERS, [])],
+        not_run=not_run,
     )
 
 
-def write_terminal_sections(terminalreporter: Any, report_dir: Path, stale: list[tuple[str, str]]) -> None:
+def write_terminal_sections(
+    terminalreporter: Any, report_dir: Path, stale: list[tuple[str, str]], not_run: dict[str, str]
+) -> None:
     """The closing sections: what the declaration waived, findings, advisories with their repro lines, stale
-    expected failures."""
+    expected failures, and last the families that did not run."""
     waivers = read_records(report_dir, "waivers")
     if waivers:
         terminalreporter.write_sep("-", "effects the subject's declaration waived")
@@ -85,6 +138,12 @@ def write_terminal_sections(terminalreporter: Any, report_dir: Path, stale: list
         terminalreporter.write_sep("-", "stale expected failures")
         for source, prefix in stale:
             terminalreporter.write_line(f"{source}: {prefix!r} matches no test")
+    if not_run:
+        terminalreporter.write_sep("-", "families that did not run", yellow=True)
+        for name, why in not_run.items():
+            terminalreporter.write_line(f"{name}: {why}", yellow=True)
+        if nothing_checked(not_run):
+            terminalreporter.write_line(f"{NOTHING_CHECKED} (exit 1)", red=True, bold=True)
 
 
 def _selection(config: pytest.Config) -> list[str] | None:

@@ -24,11 +24,12 @@ def runs_on_ranks(item: pytest.Item) -> bool:
     return any(mark.args[:1] == (RANKS_GROUP,) for mark in item.iter_markers("xdist_group"))
 
 
-@pytest.hookimpl(tryfirst=True)
-def pytest_collection_finish(session: pytest.Session) -> None:
-    # First of the plugins' hooks, so the server's imports start before this process's own (the session watch's).
+@pytest.hookimpl(trylast=True)
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    # Once deselection is done, and before the gate imports Megatron (its hook is also trylast, and this plugin is
+    # registered after it, so this one runs first): the server's imports then overlap this process's own.
     # An xdist worker collects every case but runs only its share, known case by case: its pools start lazily.
-    if hasattr(session.config, "workerinput"):
+    if hasattr(config, "workerinput"):
         return
-    if any(runs_on_ranks(item) for item in session.items):
+    if any(runs_on_ranks(item) for item in items):
         start_fork_server()

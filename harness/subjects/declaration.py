@@ -33,7 +33,7 @@ cases that check them are advisories: a framework whose inner providers name the
 never meets either."""
 
 _TABLES: dict[str, tuple[tuple[str, ...], tuple[str, ...]]] = {
-    "subject": (("adapter_package",), ("source_root", "strict")),
+    "subject": (("adapter_package",), ("source_root", "strict", "require")),
     "patch": (("module", "applied"), ("apply", "undo", "function")),
     "budget": ((), ("global", "env", "argument")),
     "splitter": (("function",), ("arguments", "returns")),
@@ -71,6 +71,8 @@ class Declaration:
     source_root: Path
     adapter_package: str
     strict: bool = False
+    require: tuple[str, ...] = ()
+    """Families that must run: a role they need left undeclared is a red, not a skip (names checked by the gate)."""
     patch: Mapping[str, str] = field(default_factory=dict)
     budget: Mapping[str, str] = field(default_factory=dict)
     splitter: Mapping[str, Any] = field(default_factory=dict)
@@ -171,6 +173,7 @@ def _checked(path: Path, raw: dict[str, Any], lines: int) -> Declaration:
         source_root=root,
         adapter_package=_dotted(path, "subject.adapter_package", subject["adapter_package"], qualified=False),
         strict=strict,
+        require=_patterns(path, "subject.require", subject.get("require", [])),
         patch=_patch(path, tables["patch"]),
         budget={k: _string(path, f"budget.{k}", v) for k, v in tables["budget"].items()},
         splitter=_splitter(path, tables["splitter"]),

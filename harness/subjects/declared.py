@@ -12,6 +12,7 @@ the environment at import), or an argument of the apply function.
 from __future__ import annotations
 
 import importlib
+import inspect
 import itertools
 import sys
 from collections.abc import Callable, Iterator
@@ -217,10 +218,22 @@ class DeclaredPatch:
         return module, rebinds
 
     def _call(self, module: ModuleType, role: str, key: str, **kwargs: Any) -> None:
-        function = getattr(module, self.patch[role], None)
+        """Call the declared ``apply``/``undo`` function; whatever it raises becomes one line against ``key``, and an
+        argument it needs that the declaration does not supply names the key that would."""
+        name = self.patch[role]
+        function = getattr(module, name, None)
         if not callable(function):
-            raise self.declaration.fail(key, f"{self.patch['module']!r} has no function {self.patch[role]!r}")
-        function(**kwargs)
+            raise self.declaration.fail(key, f"{self.patch['module']!r} has no function {name!r}")
+        missing = _missing_arguments(function, kwargs)
+        if missing:
+            hint = f'if {missing[0]!r} is the byte budget, declare budget.argument = "{missing[0]}"'
+            if role == "apply" and "argument" not in self.budget:
+                raise self.declaration.fail(key, f"{name}() needs {', '.join(missing)}, which nothing supplies: {hint}")
+            raise self.declaration.fail(key, f"{name}() needs {', '.join(missing)}, which nothing supplies")
+        try:
+            function(**kwargs)
+        except Exception as err:
+            raise self.declaration.fail(key, f"{name}() raised {type(err).__name__}: {err}") from err
 
     def _global(self, module: ModuleType) -> object:
         name = self.budget.get("global")
@@ -257,6 +270,24 @@ class DeclaredPatch:
         if "global" in self.budget:
             setattr(self.module, self.budget["global"], self.default_global)
         self.subject.allreduce_non_tensor_model_parallel_grads = self.rebinds[UPSTREAM_NAME]
+
+
+def _missing_arguments(function: Callable[..., Any], given: dict[str, Any]) -> list[str]:
+    """The parameters ``function`` requires that ``given`` does not supply (none where its signature is unknown)."""
+    try:
+        parameters = inspect.signature(function).parameters.values()
+    except (TypeError, ValueError):
+        return []
+    required = (
+        inspect.Parameter.POSITIONAL_ONLY,
+        inspect.Parameter.POSITIONAL_OR_KEYWORD,
+        inspect.Parameter.KEYWORD_ONLY,
+    )
+    return [
+        p.name
+        for p in parameters
+        if p.kind in required and p.default is inspect.Parameter.empty and p.name not in given
+    ]
 
 
 def _describe(value: object) -> str:

@@ -23,6 +23,7 @@ from harness.contracts.import_side_effects.callable_state import (
     callable_state_changes,
     capture_callable_state,
 )
+from harness.plugin.blockers import BLOCKERS
 from harness.plugin.failure import contract_failure
 from harness.plugin.families import family
 from harness.plugin.session_state import configured_target
@@ -40,6 +41,8 @@ _CASE_FAILED = pytest.StashKey[bool]()
 
 
 def pytest_collection_finish(session: pytest.Session) -> None:
+    if session.config.stash.get(BLOCKERS, []):
+        return  # a Megatron that cannot be imported is already a red of every family (harness.plugin.blockers)
     for name in PRELOADED:
         importlib.import_module(name)
 

@@ -1,0 +1,119 @@
+"""What keeps a family from checking anything, turned into a red per family: a Megatron that cannot be imported, a
+subject that cannot be loaded, a family the declaration requires but cannot run.
+
+Without this, such a session ends in pytest's INTERNALERROR (no case, no repro line, every count 0) or, for a
+family whose role is missing, in a green job that checked nothing of it. Here the collected cases of each blocked
+family are replaced, once collection is done, by one case (:class:`BlockedFamily`) that fails with the reason: the
+red names target, family and symbol like any other, carries the repro line of the family's case file, and reaches
+the terminal, ``summary.json`` and the report the way every red does. The replacement happens in
+``pytest_collection_modifyitems``, so xdist workers collect the same cases.
+"""
+
+from __future__ import annotations
+
+import importlib
+import traceback
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import pytest
+
+from harness.plugin.families import Family, family_of_case
+from harness.subjects.declaration import DeclarationFileError
+from harness.subjects.loading import SubjectError
+from harness.targets.installed_versions import installed_versions
+from harness.targets.matrix import MEGATRON_DISTRIBUTION
+from harness.targets.megatron_names import FINALIZE_MODULE
+
+MEGATRON_MODULES = ("megatron.core", FINALIZE_MODULE)
+"""What every family needs importable before it can check anything."""
+
+BLOCKERS = pytest.StashKey[list["Blocker"]]()
+
+
+@dataclass(frozen=True)
+class Blocker:
+    """Why some families cannot run: one line (``what``) and the families it blocks (``None``: every one)."""
+
+    what: str
+    families: tuple[str, ...] | None = None
+    subject_free: bool = True
+    """Whether it blocks the families that need no subject too (smoke): a Megatron that cannot be imported does."""
+
+    def blocks(self, owner: Family) -> bool:
+        if owner.name == "smoke" and not self.subject_free:
+            return False
+        return self.families is None or owner.name in self.families
+
+
+def _exception_line(error: BaseException) -> str:
+    """``Type: message`` of ``error`` on one line; the gate's own errors (a declaration's key, a subject's spec) say
+    what they are without their type."""
+    if isinstance(error, (DeclarationFileError, SubjectError)):
+        return str(error).splitlines()[0]
+    return "".join(traceback.format_exception_only(error)).strip().splitlines()[-1]
+
+
+def megatron_blocker() -> Blocker | None:
+    """A blocker when Megatron's core or ``finalize_model_grads`` module raises at import (a broken candidate, a
+    dependency the wheel forgot), else None."""
+    for module in MEGATRON_MODULES:
+        try:
+            importlib.import_module(module)
+        except Exception as err:
+            version = installed_versions().get(MEGATRON_DISTRIBUTION) or "(version unknown)"
+            raised = _exception_line(err)
+            return Blocker(f"megatron-core {version} cannot be imported: importing {module} raised {raised}")
+    return None
+
+
+def subject_blocker(error: BaseException) -> Blocker:
+    """The blocker for a subject whose loading raised ``error`` (a declaration's key is in its message)."""
+    return Blocker(f"the subject cannot be loaded: {_exception_line(error)}", subject_free=False)
+
+
+class BlockedError(Exception):
+    """The failure of a :class:`BlockedFamily` case: the blocker's line, nothing of a traceback."""
+
+
+class BlockedFamily(pytest.Item):
+    """The one case a blocked family runs: it fails with why the family could not check anything (its red section
+    already in the text: the repro line re-runs the family's case file, not this case)."""
+
+    def __init__(self, *, reason: str, **kwargs: object) -> None:
+        super().__init__(**kwargs)
+        self.reason = reason
+
+    def runtest(self) -> None:
+        raise BlockedError(self.reason)
+
+    def repr_failure(self, excinfo: pytest.ExceptionInfo[BaseException], style: object = None) -> str:
+        if isinstance(excinfo.value, BlockedError):
+            return str(excinfo.value)
+        return super().repr_failure(excinfo)
+
+    def reportinfo(self) -> tuple[str, int | None, str]:
+        return self.nodeid.split("::", 1)[0], None, self.name
+
+
+def replace_blocked(items: list[pytest.Item], blockers: list[Blocker], wording: Callable[[Family, str], str]) -> None:
+    """Replace, in place, the cases of every family a blocker blocks by one :class:`BlockedFamily` case per family.
+
+    ``wording(family, reason)`` is the failure text (the gate passes :func:`~harness.plugin.failure.contract_failure`
+    bound to its target).
+    """
+    kept: list[pytest.Item] = []
+    done: set[str] = set()
+    for item in items:
+        owner = family_of_case(item.nodeid)
+        blocker = next((b for b in blockers if owner is not None and b.blocks(owner)), None)
+        if blocker is None or owner is None:
+            kept.append(item)
+            continue
+        if owner.name in done:
+            continue
+        done.add(owner.name)
+        module = item.getparent(pytest.Module)
+        name = f"{owner.name.replace('-', '_')}_could_not_run"
+        kept.append(BlockedFamily.from_parent(module, name=name, reason=wording(owner, blocker.what)))
+    items[:] = kept
