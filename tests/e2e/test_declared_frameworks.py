@@ -177,7 +177,10 @@ def test_a_role_left_out_is_not_declared_never_green(tmp_path: Path) -> None:
     run = run_declared(
         "megatron-0.15", path, tmp_path / "report", ["cases/test_model_provider.py", "cases/test_smoke.py"]
     )
-    assert run.returncode == 0, run.output[-3000:]
+    # The one family selected that checks the subject checked nothing: a red exit, with its line and the reason.
+    assert run.returncode == 1 and "nothing of the subject was checked" in run.output, run.output[-3000:]
+    assert f"model-provider: every case skipped: not declared: model-provider needs [provider] in {path}" in run.output
+    assert summary(tmp_path / "report")["not_run"]["model-provider"].startswith("every case skipped: not declared")
     smoke = {name for name in run.verdicts if name in SMOKE_CASES}
     assert smoke == set(SMOKE_CASES) and all(run.verdicts[name][0] == "passed" for name in smoke)
     provider = {name: case for name, case in run.verdicts.items() if name not in SMOKE_CASES}
