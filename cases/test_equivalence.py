@@ -29,10 +29,17 @@ from harness.contracts.populations import (
     fsdp_grads,
     model_like_populations,
 )
+from harness.contracts.step_memory import finding as step_finding
 from harness.plugin.failure import contract_failure
 from harness.plugin.families import family
 from harness.ranks.early_start import ON_RANKS
-from harness.ranks.megatron_state import finalize_module, model_parallel, upstream_fsdp_flag
+from harness.ranks.megatron_state import (
+    GTP_REMAT_GROUP_GETTER,
+    finalize_module,
+    has_gtp_remat,
+    model_parallel,
+    upstream_fsdp_flag,
+)
 from harness.ranks.placement import CUDA, resolve, skip_reason, this_machine
 from harness.ranks.pool import get_pool
 from harness.subjects.loading import SubjectRef
@@ -269,15 +276,56 @@ def test_reduces_with_upstreams_ops(target: Target, subject_ref: SubjectRef) -> 
 @pytest.mark.parametrize("placement", CPU_AND_CUDA)
 @pytest.mark.parametrize("qk_layernorm", [False, True], ids=["plain", "qk-layernorm"])
 def test_finalize_model_grads_on_a_real_gpt_model(
-    target: Target, subject_ref: SubjectRef, qk_layernorm: bool, placement: str
+    target: Target,
+    subject_ref: SubjectRef,
+    qk_layernorm: bool,
+    placement: str,
+    record_finding: Callable[[str, str], None],
 ) -> None:
+    """The step as training takes it, TP 2 + sequence parallel; the plain model on CPU grads also answers, for this
+    target, whether the patch is still needed and enough (both step peaks, and every coalesced reduction of the step
+    the subject leaves unbounded: a finding)."""
     budget = 64
     placement = placed(target, placement, 2)
     with model_parallel(get_pool(2, placement), 2) as pool:
         reports = pool.run(gpt_finalize_task, subject_ref, budget, qk_layernorm)
+    if not qk_layernorm:
+        _record_step_finding(record_finding, f"GPTModel TP 2 + SP, world 2, {placement}", reports)
     assert not any(r.problems for r in reports), contract_failure(
         target,
         FAMILY.name,
         f"{FAMILY.symbol} against upstream (GPTModel TP 2 + SP, world 2, {placement}, budget {budget} bytes)",
         rank_problems(reports),
     )
+
+
+@ON_RANKS
+def test_finalize_model_grads_with_gtp_remat(
+    target: Target, subject_ref: SubjectRef, record_finding: Callable[[str, str], None]
+) -> None:
+    """From 0.19 ``finalize_model_grads`` also reduces every replicated grad over the GTP weight-remat group, in one
+    coalesced buffer of its own, when that group has more than one rank. The same step with a two-rank group there
+    (parallel_state's getter answers the TP group: the weights themselves are not GTP-sharded, which needs gathers
+    this CPU path cannot take): equal to upstream's with the subject installed, and the finding says what that
+    reduction holds under the subject."""
+    if not has_gtp_remat():
+        version = installed_versions().get(MEGATRON_DISTRIBUTION)
+        pytest.skip(f"megatron-core {version} has no GTP weight-remat axis (parallel_state.{GTP_REMAT_GROUP_GETTER})")
+    budget = 64
+    with model_parallel(get_pool(2, "gloo"), 2) as pool:
+        reports = pool.run(gpt_finalize_task, subject_ref, budget, False, gtp_remat=True)
+    shape = "GPTModel TP 2 + SP, a GTP weight-remat group of 2, world 2, gloo"
+    _record_step_finding(record_finding, shape, reports)
+    assert not any(r.problems for r in reports), contract_failure(
+        target,
+        FAMILY.name,
+        f"{FAMILY.symbol} against upstream ({shape}, budget {budget} bytes)",
+        rank_problems(reports),
+    )
+
+
+def _record_step_finding(record: Callable[[str, str], None], configuration: str, reports: list[RankReport]) -> None:
+    steps = [r.step for r in reports if r.step is not None]
+    if len(steps) == len(reports) and all(s.subject_peak_bytes or s.upstream_peak_bytes for s in steps):
+        version = installed_versions().get(MEGATRON_DISTRIBUTION) or "(version unknown)"
+        record(FAMILY.name, step_finding(configuration, version, steps))

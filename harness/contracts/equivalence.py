@@ -32,6 +32,7 @@ from harness.contracts.populations import (
     fsdp_grads,
     population_config,
 )
+from harness.contracts.step_memory import StepMemory
 from harness.ranks import megatron_state as megatron_ranks
 from harness.ranks import placement
 from harness.subjects.loading import SubjectRef
@@ -54,6 +55,9 @@ class RankReport:
     op_choices: list[str] = field(default_factory=list)
     """Where the subject reduced with other ops than upstream (SUM then a division for AVG, say) and its values still
     matched: an advisory, since values decide equivalence."""
+    step: StepMemory | None = None
+    """On a real GPT step: both steps' memory and the coalesced reductions in it
+    (:mod:`harness.contracts.step_memory`)."""
 
 
 class _FakeChunk(torch.nn.Module):

@@ -7,6 +7,7 @@ way training does, through ``finalize_model_grads`` on a model Megatron built, s
 
 from __future__ import annotations
 
+import contextlib
 import resource
 from typing import Any
 
@@ -14,6 +15,7 @@ import torch
 
 from harness.contracts.collectives import CollectiveRecorder
 from harness.contracts.equivalence import RankReport, bits, not_restored, subject_once, tp_group
+from harness.contracts.step_memory import SiteTracker, StepMemory, coalesced_reductions
 from harness.ranks import megatron_state as megatron_ranks
 from harness.ranks import placement
 from harness.subjects.loading import SubjectRef
@@ -51,13 +53,20 @@ class _CallCounter:
 
 
 def gpt_finalize_task(
-    rank: int, world_size: int, subject_ref: SubjectRef, budget: int, qk_layernorm: bool
+    rank: int,
+    world_size: int,
+    subject_ref: SubjectRef,
+    budget: int,
+    qk_layernorm: bool,
+    gtp_remat: bool = False,
 ) -> RankReport:
     """``finalize_model_grads`` on a real GPTModel step, upstream vs subject installed; bitwise comparison per param.
 
     Both runs build the same model from the same seed and take the same step, so any difference comes from the
     all-reduce. The subject must also really have run: ``install()`` must have bound its replacement in upstream's
-    place, and ``finalize_model_grads`` must have called it.
+    place, and ``finalize_model_grads`` must have called it. Both steps' memory is measured too (``report.step``,
+    :mod:`harness.contracts.step_memory`): the step's peaks, and what each coalesced reduction allocated. With
+    ``gtp_remat`` both steps run with a two-rank GTP weight-remat group (``megatron_state.gtp_remat_group_is``).
     """
     from harness.ranks import cpu_gpt
 
@@ -67,26 +76,39 @@ def gpt_finalize_task(
     report.problems += [f"rank {rank}: {p}" for p in megatron_ranks.upstream_changes(pin)]
     megatron_ranks.require_tensor_parallel(world_size)
     module = megatron_ranks.finalize_module()
+    step = report.step = StepMemory(reductions=coalesced_reductions(module))
     device = placement.rank_device()
     with cpu_gpt.device_workarounds(device):
         group = tp_group()
+
+        def finalize(model: Any) -> None:
+            # Only the step's reduction reads the GTP group: the forward pass must not see it (it would GTP-gather).
+            with megatron_ranks.gtp_remat_group_is(group) if gtp_remat else contextlib.nullcontext():
+                cpu_gpt.finalize(model)
+
         model, _ = cpu_gpt.build_gpt(qk_layernorm=qk_layernorm, seed=11, device=device)
         cpu_gpt.forward_backward(model, seed=5)
         # finalize_model_grads looks upstream's name up at call time: bind the pinned object for upstream's run.
         with megatron_ranks.upstream_bound(pin), CollectiveRecorder(group) as upstream_recorder:
-            cpu_gpt.finalize(model)
+            with SiteTracker(device) as upstream_tracker:
+                finalize(model)
         expected = cpu_gpt.main_grads(model)
         model, _ = cpu_gpt.build_gpt(qk_layernorm=qk_layernorm, seed=11, device=device)
         cpu_gpt.forward_backward(model, seed=5)
         bound_before_install = megatron_ranks.bindings(pin)
+        before_install = {name: getattr(module, name) for name in step.reductions}
         subject.install(budget_bytes=budget)
         try:
+            step.replaced = [name for name in step.reductions if getattr(module, name) is not before_install[name]]
             with CollectiveRecorder(group) as recorder, _CallCounter(module, pin.upstream) as counter:
-                cpu_gpt.finalize(model)
+                with SiteTracker(device) as subject_tracker:
+                    finalize(model)
         finally:
             subject.uninstall()
             report.problems += not_restored(rank, pin, bound_before_install)
         got = cpu_gpt.main_grads(model)
+    step.upstream_peak_bytes, step.upstream_sites = upstream_tracker.summary().peak_bytes, upstream_tracker.sites
+    step.subject_peak_bytes, step.subject_sites = subject_tracker.summary().peak_bytes, subject_tracker.sites
     report.collectives, report.upstream_collectives = recorder.calls, upstream_recorder.calls
     if not counter.replaced_upstream or counter.calls == 0:
         what = "was never called" if counter.replaced_upstream else "left upstream in place"

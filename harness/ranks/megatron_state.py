@@ -323,3 +323,31 @@ def upstream_fsdp_flag() -> str:
     if len(flags) != 1:
         raise RuntimeError(f"{FINALIZE_MODULE}.{UPSTREAM_NAME} reads {flags or 'no'} ddp_config flags; expected one")
     return flags[0]
+
+
+GTP_REMAT_GROUP_GETTER = "get_gtp_weight_remat_group"
+
+
+def has_gtp_remat() -> bool:
+    """Whether this Megatron has a GTP weight-remat axis (0.19 on), whose replicated grads ``finalize_model_grads``
+    reduces in one more coalesced buffer when the axis has more than one rank."""
+    from megatron.core import parallel_state
+
+    return hasattr(parallel_state, GTP_REMAT_GROUP_GETTER)
+
+
+@contextlib.contextmanager
+def gtp_remat_group_is(group: Any) -> Iterator[None]:
+    """Rank-side: parallel_state answers ``group`` for the GTP weight-remat group, then its own getter again.
+
+    A real GTP run shards weights with gathers this CPU path cannot take; the reduction ``finalize_model_grads``
+    makes over that axis reads only the group, so giving it a two-rank group runs that reduction on the real step.
+    """
+    from megatron.core import parallel_state
+
+    original = getattr(parallel_state, GTP_REMAT_GROUP_GETTER)
+    setattr(parallel_state, GTP_REMAT_GROUP_GETTER, lambda check_initialized=True: group)
+    try:
+        yield
+    finally:
+        setattr(parallel_state, GTP_REMAT_GROUP_GETTER, original)
