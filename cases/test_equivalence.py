@@ -310,7 +310,8 @@ def test_finalize_model_grads_with_gtp_remat(
     reduction holds under the subject."""
     if not has_gtp_remat():
         version = installed_versions().get(MEGATRON_DISTRIBUTION)
-        pytest.skip(f"megatron-core {version} has no GTP weight-remat axis (parallel_state.{GTP_REMAT_GROUP_GETTER})")
+        missing = f"megatron-core {version} has no GTP weight-remat axis (parallel_state.{GTP_REMAT_GROUP_GETTER})"
+        pytest.skip(contract_failure(target, FAMILY.name, "the step with a GTP weight-remat group cannot run", missing))
     budget = 64
     with model_parallel(get_pool(2, "gloo"), 2) as pool:
         reports = pool.run(gpt_finalize_task, subject_ref, budget, False, gtp_remat=True)

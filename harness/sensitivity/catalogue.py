@@ -22,7 +22,7 @@ CATALOGUE = Path(__file__).resolve().parent / "mutants.yaml"
 _FAMILY_NAMES = tuple(f.name for f in MUTABLE)
 _KINDS = ("megatron", "subject")
 _REQUIRED_KEYS = ("id", "kind", "targets", "why")
-_OPTIONAL_KEYS = ("family", "equivalent", "edits", "subject")
+_OPTIONAL_KEYS = ("family", "equivalent", "edits", "subject", "finding")
 _EDIT_KEYS = ("file", "find", "replace")
 _EDIT_OPTIONAL_KEYS = ("count",)
 
@@ -54,6 +54,10 @@ class Mutant:
     equivalent: bool = False
     edits: tuple[Edit, ...] = ()
     subject: str | None = None
+    finding: str | None = None
+    """Text a finding of its family's run must contain: a mutant that changes no value the subject computes (a new
+    unchunked reduction upstream makes beside the patched one) is caught by what the gate says of the target, not by
+    a red."""
 
     def selection(self) -> list[str]:
         """The case files of the first run: the family that must catch it, or every family but smoke."""
@@ -127,7 +131,11 @@ def _mutant(where: str, entry: dict[str, Any], known: tuple[str, ...], base: Pat
             raise _fail(where, f"subject {subject} does not exist under {base}")
         subject = str((base / subject).resolve())
     why = _text(where, entry, "why")
-    return Mutant(_text(where, entry, "id"), kind, tuple(targets), why, family, equivalent, edits, subject)
+    finding = _text(where, entry, "finding") if "finding" in entry else None
+    if finding is not None and equivalent:
+        raise _fail(where, "a mutant caught by a finding is not equivalent: it names its 'family' instead")
+    mutant_id = _text(where, entry, "id")
+    return Mutant(mutant_id, kind, tuple(targets), why, family, equivalent, edits, subject, finding)
 
 
 def parse_catalogue(

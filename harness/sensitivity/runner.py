@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from harness.formats.junit import JUnitCase
+from harness.formats.summary import SummaryError, read_summary
 from harness.plugin.command import CaseRun, case_command, run_cases
 from harness.plugin.failure import parse_head
 from harness.plugin.families import FAMILIES, MUTABLE, family_of_case
@@ -213,6 +214,17 @@ def judge(mutant: Mutant, run: CaseRun, target: str) -> tuple[str, str]:
     return "killed", f"{elsewhere}; {also}" if also else elsewhere
 
 
+def _finding_naming(mutant: Mutant, report_dir: Path) -> str | None:
+    """The finding of the run in ``report_dir`` that contains the mutant's ``finding`` text, if it declares one."""
+    if mutant.finding is None:
+        return None
+    try:
+        findings = read_summary(report_dir).findings
+    except (OSError, SummaryError):
+        return None
+    return next((f["text"] for f in findings if mutant.finding in f["text"]), None)
+
+
 def _evaluate(mutant: Mutant, target: str, python: Path, package: Path, subject: str, workdir: Path) -> Outcome:
     """Run the gate on one mutant: its family's cases, then every other family if those stayed green."""
     if target not in mutant.targets:
@@ -225,6 +237,11 @@ def _evaluate(mutant: Mutant, target: str, python: Path, package: Path, subject:
     chosen = mutant.subject or subject
     must_fail = not mutant.equivalent
     run = _run_mutant(python, target, mutant.selection(), chosen, site, workdir, first_failure=must_fail)
+    found = _finding_naming(mutant, workdir) if not run.broken() and not run.failed() else None
+    if found is not None:
+        seconds = round(time.monotonic() - started, 1)
+        note = "named by a finding of its family, not by a red: it changes no value the subject computes"
+        return _outcome(mutant, target, "killed", caught_by=[f"finding: {found}"], note=note, seconds=seconds)
     if not run.broken() and must_fail and not run.failed():
         others = [f.case_file for f in MUTABLE if f.name != mutant.family]
         run = _run_mutant(python, target, others, chosen, site, workdir, first_failure=True)

@@ -104,6 +104,16 @@ def split_into_chunks(params, grads, budget_bytes):
 """
 
 
+def test_a_new_unchunked_reduction_is_caught_by_the_real_steps_finding() -> None:
+    """Upstream adds a second coalesced reduction after the patched call: no value differs, so no case is red; the
+    real step's measurement names it as a reduction the subject does not bound, and that counts as caught."""
+    mutants = applicable(("upstream_second_coalesced_reduction",), SESSION)
+    report = run_sensitivity(mutants, {SESSION: target_python(SESSION)}, "harness.reference", 1, print)
+    [outcome] = report.outcomes
+    assert outcome.verdict == "killed" and outcome.caught_by, outcome
+    assert "_resync_sequence_parallel_grads (" in outcome.caught_by[0] and "bytes in one buffer" in outcome.caught_by[0]
+
+
 def test_a_mutant_red_only_through_crashes_is_broken_not_killed(tmp_path: Path) -> None:
     """A real red run whose cases crash (no contract assertion fails): the verdict is read from JUnit as broken."""
     subject = tmp_path / "crashing_subject.py"

@@ -103,6 +103,11 @@ def broken(change: Any) -> dict[str, Any]:
         (lambda ms: ms[1].update(edits=[EDIT]), "mutant 's': a subject mutant takes 'subject', not 'edits'"),
         (lambda ms: ms.append(dict(ms[1])), "mutant 's': duplicate id"),
         (lambda ms: ms.append("m2"), "entry 2 must be a mapping"),
+        (lambda ms: ms[0].update(finding=""), "mutant 'm': 'finding' must be a non-empty string"),
+        (
+            lambda ms: ms[0].update(finding="x", equivalent=True, family=None),
+            "mutant 'm': a mutant caught by a finding is not equivalent",
+        ),
     ],
 )
 def test_catalogue_errors_name_the_mutant_and_the_key(change: Any, message: str) -> None:
@@ -394,3 +399,16 @@ def test_broken_runs_are_counted_apart_and_fail_the_run(tmp_path: Path) -> None:
     assert document["counts"]["broken"] == 2 and document["counts"]["killed"] == 1
     assert document["broken"][0] == {"mutant": "m_broken", "target": SESSION, "crashed": crashed}
     assert document["outcomes"][1]["crashed"] == crashed
+
+
+def test_a_mutant_caught_by_a_finding_names_its_family_and_the_text() -> None:
+    document = copy.deepcopy(VALID)
+    document["mutants"][0]["finding"] = "does not bound: _resync"
+    mutant = cat.parse_catalogue(document, KNOWN)[0]
+    assert (mutant.finding, mutant.equivalent, mutant.family) == (
+        "does not bound: _resync",
+        False,
+        VALID["mutants"][0]["family"],
+    )
+    shipped = {m.id: m for m in catalogue()}["upstream_second_coalesced_reduction"]
+    assert shipped.family == "equivalence" and "_resync_sequence_parallel_grads" in str(shipped.finding)
