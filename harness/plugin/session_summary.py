@@ -144,7 +144,11 @@ def write_terminal_sections(
     if not_run:
         terminalreporter.write_sep("-", "families that did not run", yellow=True)
         for name, why in not_run.items():
-            terminalreporter.write_line(f"{name}: {why}", yellow=True)
+            if why != NOT_SELECTED:
+                terminalreporter.write_line(f"{name}: {why}", yellow=True)
+        unselected = [name for name, why in not_run.items() if why == NOT_SELECTED]
+        if unselected:
+            terminalreporter.write_line(f"{NOT_SELECTED}: {', '.join(unselected)}", yellow=True)
         if nothing_checked(not_run):
             terminalreporter.write_line(f"{NOTHING_CHECKED} (exit 1)", red=True, bold=True)
 
