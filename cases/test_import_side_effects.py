@@ -39,9 +39,10 @@ from harness.contracts.import_side_effects.detector import (
     detect_with_allowances,
     format_effects,
 )
+from harness.contracts.import_side_effects.dry_import import load_subject_afresh, megatron_modules_loaded_by
 from harness.contracts.import_side_effects.fake_modules import build_fakes
 from harness.contracts.import_side_effects.import_time import ImportTimeError, measure_import_times
-from harness.contracts.import_side_effects.isolation import adapter_import_root, isolated_modules, load_isolated
+from harness.contracts.import_side_effects.isolation import adapter_import_root, load_isolated
 from harness.plugin.failure import contract_failure
 from harness.plugin.families import family
 from harness.ranks.early_start import ON_RANKS
@@ -54,7 +55,7 @@ from harness.targets.matrix import Target
 from harness.targets.megatron_names import ALIAS_NAME, UPSTREAM_NAME
 
 FAMILY = family("import-side-effects")
-pytestmark = FAMILY.mark()
+pytestmark = [FAMILY.mark(), ON_RANKS]  # every observation starts after a dry import in a rank
 PATCHED = (UPSTREAM_NAME, ALIAS_NAME)
 FAKE_ONLY = {
     "megatron": {},
@@ -79,16 +80,28 @@ def _budget_waiver(subject: ModuleType) -> str:
     return "budget.env" if getattr(subject, "DECLARATION", None) is not None else "BUDGET_ENV_VAR"
 
 
+_megatron_baseline: dict[str, list[str]] = {}
+"""Per subject spec, the Megatron modules a fresh process has imported once it loaded the subject and its adapter."""
+
+
 @pytest.fixture
 def observe(
-    subject: ModuleType, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, record_waiver: Callable[..., None]
+    subject: ModuleType,
+    subject_ref: SubjectRef,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    record_waiver: Callable[..., None],
 ) -> Callable[..., list[SideEffect]]:
-    """Run a block under the detector from the same starting point in any process: the Megatron modules the subject
-    declares already imported, a private working directory (the file probe's root, never the repository or
+    """Run a block under the detector from the same starting point whatever ran before in the process: the Megatron
+    modules the subject declares, and those loading it imports (a dry run in a throwaway rank,
+    :mod:`~harness.contracts.import_side_effects.dry_import`), already imported, so Megatron's own first-import
+    effects are never the adapter's; a private working directory (the file probe's root, never the repository or
     ``reports/``); effects the subject's declaration waives, and reads of its budget variable, are recorded as
     waivers, the others returned."""
-    for module in _declared_modules(subject):
-        with contextlib.suppress(ImportError):
+    if subject_ref.spec not in _megatron_baseline:
+        _megatron_baseline[subject_ref.spec] = megatron_modules_loaded_by(subject_ref)
+    for module in [*_declared_modules(subject), *_megatron_baseline[subject_ref.spec]]:
+        with contextlib.suppress(Exception):
             importlib.import_module(module)
     private = tmp_path / "cwd"
     private.mkdir()
@@ -127,24 +140,6 @@ def _effects(effects: list[SideEffect]) -> list[str]:
     return format_effects(effects).splitlines()
 
 
-def _load_subject_afresh(subject: SubjectRef) -> None:
-    """Load the subject as a new process would: a module subject under a fresh name; a declared subject with its
-    framework's modules imported again, so their import-time effects are seen whatever ran before."""
-    declaration = subject.declaration
-    if declaration is None:
-        load_isolated(subject.name)
-        return
-    tops = {name.split(".")[0] for name in (declaration.adapter_package, declaration.patch.get("module", ""))}
-    tops |= {
-        declaration.splitter.get("function", "").split(".")[0],
-        declaration.provider.get("factory", "").split(".")[0],
-    }
-    with isolated_modules():
-        for name in [name for name in sys.modules if name.split(".")[0] in tops - {""}]:
-            del sys.modules[name]
-        subject.load()
-
-
 MEGATRON_STATE_KINDS = frozenset(
     {"module-attribute", "function-state", "class-attribute", "mutable-global", "cuda-init"}
 )
@@ -176,7 +171,7 @@ def _observed_once(key: str, observe: Callable[..., list[SideEffect]], block: Ca
 def test_loading_the_subject_changes_nothing(
     target: Target, subject_ref: SubjectRef, observe: Callable[..., list[SideEffect]]
 ) -> None:
-    effects = _megatron_state(_observed_once("load", observe, lambda: _load_subject_afresh(subject_ref)))
+    effects = _megatron_state(_observed_once("load", observe, lambda: load_subject_afresh(subject_ref)))
     assert not effects, contract_failure(
         target, FAMILY.name, f"loading the subject {subject_ref.name} changed Megatron", _effects(effects)
     )
@@ -186,7 +181,7 @@ def test_loading_the_subject_changes_nothing(
 def test_loading_the_subject_has_no_other_effects(
     target: Target, subject_ref: SubjectRef, observe: Callable[..., list[SideEffect]]
 ) -> None:
-    effects = _other_effects(_observed_once("load", observe, lambda: _load_subject_afresh(subject_ref)))
+    effects = _other_effects(_observed_once("load", observe, lambda: load_subject_afresh(subject_ref)))
     assert not effects, contract_failure(
         target, FAMILY.name, f"loading the subject {subject_ref.name} had side effects", _effects(effects)
     )
@@ -394,7 +389,6 @@ def test_after_uninstall_finalize_model_grads_reaches_upstream(target: Target, s
 
 
 @pytest.mark.advisory
-@ON_RANKS
 def test_adapter_import_time_is_small_next_to_megatron(target: Target, subject: ModuleType, report_dir: Path) -> None:
     try:
         root, name = adapter_import_root(subject.ADAPTER_PACKAGE)
