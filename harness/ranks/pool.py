@@ -206,6 +206,7 @@ class RankPool:
                             child_conn,
                             os.getpid(),
                             self.rank_setup,
+                            tuple(RANK_START_HOOKS),
                         ),
                         name=f"rank-pool-w{self.world_size}-gen{self.generation}-rank{rank}",
                     )
@@ -435,6 +436,10 @@ class RankPool:
             self._tmpdir = None
 
 
+RANK_START_HOOKS: list[Callable[[int, int], None]] = []
+"""Picklable module-level functions every rank calls once its process group is up and ``rank_setup`` has run, before
+its first task: a watch over the rank's state takes its baseline there (the session watch registers one)."""
+
 _live_pools: weakref.WeakSet[RankPool] = weakref.WeakSet()
 _cached_pools: dict[tuple[int, str, Callable[[int, int], None] | None], RankPool] = {}
 
@@ -448,6 +453,11 @@ def get_pool(
     if pool is None:
         pool = _cached_pools[key] = RankPool(world_size, placement, rank_setup=rank_setup)
     return pool
+
+
+def cached_pools() -> list[RankPool]:
+    """The pools :func:`get_pool` keeps in this process that have ranks running now."""
+    return [pool for pool in _cached_pools.values() if pool.running]
 
 
 def close_all_pools() -> None:
@@ -582,6 +592,7 @@ def _rank_main(
     conn: multiprocessing.connection.Connection,
     parent_pid: int,
     rank_setup: Callable[[int, int], None] | None,
+    start_hooks: tuple[Callable[[int, int], None], ...] = (),
 ) -> None:
     """Body of one rank process: join the group, then run tasks until told to stop or the parent goes away."""
     _die_with_parent(parent_pid)
@@ -606,6 +617,8 @@ def _rank_main(
         dist.init_process_group(backend, store=store, rank=rank, world_size=world_size)
         if rank_setup is not None:
             rank_setup(rank, world_size)
+        for hook in start_hooks:
+            hook(rank, world_size)
     except Exception as exc:
         _reply(conn, _RAISED, _failure(exc))
         return

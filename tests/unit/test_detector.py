@@ -1049,3 +1049,28 @@ def test_callable_state_ignores_new_submodules_and_prefix_neighbours(
     package.late = ModuleType("conformance_state.late")  # the import system binding a new submodule
     neighbour.f = print
     assert callable_state_changes(before, capture_callable_state(("conformance_state",))) == []
+
+
+def test_callable_state_sees_methods_bound_on_classes_not_class_data(
+    state_modules: tuple[ModuleType, ModuleType],
+) -> None:
+    """A method re-bound, added or deleted on a watched class is a ``class-attribute`` change; class-level data (a
+    cache, a counter) is not compared, as module data globals are not."""
+    _, module = state_modules
+    before = capture_callable_state(("conformance_state",))
+
+    def wrapped(self: object) -> str:
+        return "wrapped"
+
+    module.Reducer.reduce = wrapped
+    module.Reducer.extra = staticmethod(len)
+    module.Reducer.cache = {"a": 1}
+    changes = callable_state_changes(before, capture_callable_state(("conformance_state",)))
+    assert {(c.kind, c.name, c.detail.partition(":")[0]) for c in changes} == {
+        ("class-attribute", "conformance_state.grads.Reducer.reduce", "re-bound"),
+        ("class-attribute", "conformance_state.grads.Reducer.extra", "added"),
+    }, format_effects(changes)
+    del module.Reducer.extra
+    after_delete = capture_callable_state(("conformance_state",))
+    middle = callable_state_changes(before, after_delete)
+    assert ("class-attribute", "conformance_state.grads.Reducer.extra") not in {(c.kind, c.name) for c in middle}

@@ -169,6 +169,17 @@ def _same_items(old: tuple[Any, ...], new: tuple[Any, ...]) -> bool:
 
 
 _BINDING_TYPES = (FunctionType, BuiltinFunctionType, type, ModuleType)
+_CLASS_BINDING_TYPES = (FunctionType, BuiltinFunctionType, staticmethod, classmethod, property, type)
+"""What a class attribute must be bound to for the watch to compare it: methods and what wraps them, nested classes.
+Class-level data (caches, counters) is left alone, as module data globals are."""
+
+
+def _class_bindings(cls: type) -> dict[str, object]:
+    try:
+        items = list(vars(cls).items())
+    except Exception:
+        return {}
+    return {attribute: value for attribute, value in items if issubclass(type(value), _CLASS_BINDING_TYPES)}
 
 
 @dataclass(frozen=True, eq=False)
@@ -179,7 +190,8 @@ class CallableState:
     a function, class or module; ``names`` every attribute name of each module (to tell an added callable from a
     data global re-bound to one); ``functions`` every function reachable from those modules and classes, by
     ``id`` (:meth:`function_name` names one), and ``states`` their ``(__code__, __defaults__, __kwdefaults__, its
-    items)``. It keeps references to all of them, so identities stay meaningful.
+    items)``; ``classes`` every class bound in those modules, by ``id``, and ``class_bindings`` its methods (and what
+    wraps them) by attribute. It keeps references to all of them, so identities stay meaningful.
     """
 
     prefixes: tuple[str, ...]
@@ -188,10 +200,13 @@ class CallableState:
     names: Mapping[str, frozenset[str]]
     functions: Mapping[int, FunctionType]
     states: Mapping[int, FunctionState]
+    classes: Mapping[int, type]
+    class_bindings: Mapping[int, Mapping[str, object]]
     _reach: Reach = dataclasses.field(repr=False)
 
-    def function_name(self, function: FunctionType) -> str:
-        """The dotted name a report uses for one of :attr:`functions` (resolved only when asked: it costs)."""
+    def function_name(self, function: FunctionType | type) -> str:
+        """The dotted name a report uses for one of :attr:`functions` or :attr:`classes` (resolved only when asked:
+        it costs)."""
         return self._reach.name(function)
 
 
@@ -218,12 +233,16 @@ def capture_callable_state(prefixes: Collection[str]) -> CallableState:
         bindings[name] = {attribute: value for attribute, value in items if issubclass(type(value), _BINDING_TYPES)}
         reach.add_module(name, bindings[name])
     states = {key: function_state(function) for key, function in reach.functions.items()}
-    return CallableState(prefixes, modules, bindings, names, reach.functions, states, reach)
+    class_bindings = {key: _class_bindings(cls) for key, cls in reach.classes.items()}
+    return CallableState(
+        prefixes, modules, bindings, names, reach.functions, states, reach.classes, class_bindings, reach
+    )
 
 
 def callable_state_changes(before: CallableState, after: CallableState) -> list[SideEffect]:
-    """What differs between two captures, as ``module-attribute`` and ``function-state`` effects. Only modules
-    ``before`` saw are compared (one imported later is not); data globals are not compared at all."""
+    """What differs between two captures, as ``module-attribute``, ``class-attribute`` and ``function-state``
+    effects. Only modules and classes ``before`` saw are compared (one imported later is not); data globals are not
+    compared at all."""
     effects = []
     for module_name, old_bindings in before.bindings.items():
         module = before.modules[module_name]
@@ -243,7 +262,27 @@ def callable_state_changes(before: CallableState, after: CallableState) -> list[
             continue  # the common case, without building the comparison
         name = before.function_name(function)
         effects += [SideEffect("function-state", name, shorten(change)) for change in function_changes(old, new)]
+    for key, cls in before.classes.items():
+        old_attributes = before.class_bindings[key]
+        new_attributes = after.class_bindings[key] if after.classes.get(key) is cls else _class_bindings(cls)
+        same_keys = old_attributes.keys() == new_attributes.keys()
+        if not same_keys or any(old_attributes[a] is not new_attributes[a] for a in old_attributes):
+            effects += _class_changes(before.function_name(cls), old_attributes, new_attributes)
     return effects
+
+
+def _class_changes(class_name: str, old: Mapping[str, object], new: Mapping[str, object]) -> Iterator[SideEffect]:
+    for attribute in sorted(set(old) | set(new)):
+        before, after = old.get(attribute, MISSING), new.get(attribute, MISSING)
+        if before is after:
+            continue
+        if before is MISSING:
+            detail = f"added: {describe(after)}"
+        elif after is MISSING:
+            detail = f"deleted: {describe(before)}"
+        else:
+            detail = f"re-bound: {describe(before)} -> {describe(after)}"
+        yield SideEffect("class-attribute", f"{class_name}.{attribute}", shorten(detail))
 
 
 def _binding_changes(
