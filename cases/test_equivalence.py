@@ -227,28 +227,28 @@ def _size(nbytes: int) -> str:
 
 
 def _memory_finding(report: RankReport, grad_bytes: int) -> str:
-    """One line: does upstream on this target hold more than a chunked all-reduce may, for the large population?"""
+    """One line about the largest-buffer population, not a training step (the real step's finding is the GPT case's):
+    does upstream's call on this target hold more than a chunked all-reduce may?"""
     version = installed_versions().get(MEGATRON_DISTRIBUTION) or "(version unknown)"
     upstream, subject = report.upstream_allocations, report.allocations
+    population = f"the largest-buffer population ({_size(grad_bytes)} of sequence-parallel grads)"
     if upstream is None:
         return f"megatron-core {version}: upstream's allocations were not measured"
     if upstream.peak_bytes <= report.memory_bound_bytes:
         return (
-            f"megatron-core {version} chunks on its own (peak {upstream.peak_bytes} bytes for {_size(grad_bytes)} "
-            f"of sequence-parallel grads, within the {report.memory_bound_bytes}-byte bound): the patch is not "
-            "needed for memory here"
+            f"megatron-core {version} chunks {population} on its own (peak {upstream.peak_bytes} bytes, within the "
+            f"{report.memory_bound_bytes}-byte bound)"
         )
     how = (
-        f"coalesces all {_size(grad_bytes)} of sequence-parallel grads into one buffer"
+        "coalesces all of it into one buffer"
         if upstream.largest_bytes >= grad_bytes
-        else f"holds {upstream.peak_bytes} bytes at once for {_size(grad_bytes)} of sequence-parallel grads"
+        else f"holds {upstream.peak_bytes} bytes of it at once"
     )
     if subject is None:
-        return f"megatron-core {version} {how}; the subject's peak was not measured (it raised)"
-    raised = upstream.peak_bytes - subject.peak_bytes
+        return f"megatron-core {version}, {population}: upstream {how}; the subject's peak was not measured (it raised)"
     return (
-        f"megatron-core {version} {how}: dropping a chunked patch raises this step's peak by {raised} bytes "
-        f"({_size(raised)}) here ({subject.peak_bytes} -> {upstream.peak_bytes})"
+        f"megatron-core {version}, {population}: upstream {how} (peak {upstream.peak_bytes} bytes), the subject's "
+        f"call peaks at {subject.peak_bytes}"
     )
 
 

@@ -178,6 +178,7 @@ def render_html(grid: ResultGrid) -> str:
         '<span class="advisory">advisory (need not be met; never a red)</span><span>— not run</span></p>'
     )
     notes = [f"<li>{html.escape(run.session)}: {html.escape(note)}</li>" for run in grid.targets for note in run.notes]
+    findings = [f"<li>{html.escape(run.session)}: {html.escape(f)}</li>" for run in grid.targets for f in run.findings]
     failures = [_html_failure(failure) for failure in grid.failures]
     advisories = [_html_advisory(advisory) for advisory in grid.advisories]
     return "\n".join(
@@ -188,6 +189,11 @@ def render_html(grid: ResultGrid) -> str:
             f"<title>Megatron compatibility</title><style>{_CSS}</style></head><body>",
             "<h1>Megatron compatibility</h1>",
             f"<p>{html.escape(headline(grid))}</p>",
+            *(
+                ["<h2>Findings: is the patch still needed, and enough?</h2>", "<ul>", *findings, "</ul>"]
+                if findings
+                else []
+            ),
             legend,
             *(line for matrix in grid.matrices for line in _html_matrix(matrix)),
             *(["<h2>Notes</h2>", "<ul>", *notes, "</ul>"] if notes else []),

@@ -146,9 +146,13 @@ def _within_limit(text: str, sections: list[tuple[str, list[str]]], limit: int) 
 
 
 def render_markdown(grid: ResultGrid, limit: int = _MARKDOWN_LIMIT) -> str:
-    """The report as Markdown: headline, legend, one matrix per subject, notes, then the failures and the advisories
-    (within ``limit`` chars)."""
-    blocks = ["## Megatron compatibility", headline(grid), _LEGEND, *(_md_matrix(matrix) for matrix in grid.matrices)]
+    """The report as Markdown: headline, findings, legend, one matrix per subject, notes, then the failures and the
+    advisories (within ``limit`` chars)."""
+    blocks = ["## Megatron compatibility", headline(grid)]
+    findings = [f"- {run.session}: {finding}" for run in grid.targets for finding in run.findings]
+    if findings:
+        blocks.append("\n".join(["### Findings: is the patch still needed, and enough?", "", *findings]))
+    blocks += [_LEGEND, *(_md_matrix(matrix) for matrix in grid.matrices)]
     notes = [f"- {run.session}: {note}" for run in grid.targets for note in run.notes]
     if notes:
         blocks.append("\n".join(["### Notes", "", *notes]))

@@ -135,6 +135,9 @@ class TargetRun:
     notes: list[str]
     advisories: list[Advisory] = field(default_factory=list)
     target: Target | None = None
+    findings: list[str] = field(default_factory=list)
+    """What the session found about the target that is no verdict (is the patch still needed, and enough?), and what
+    blocked its families: shown first in the report."""
 
     @property
     def ran(self) -> bool:
@@ -436,10 +439,13 @@ def load_target(directory: Path, target: Target | None = None) -> TargetRun:
         notes.append(f"pytest exited with status {recorded.exit_status} without a failing test: see the session's log")
     notes += [f"stale expected failure: {prefix!r} matches no test" for prefix in recorded.stale_expected_failures]
     notes += [f"waived by the subject's declaration: {waiver_text(w)}" for w in recorded.waivers]
-    notes += [f"finding ({f['family']}): {f['text']}" for f in recorded.findings]
+    findings = [f"blocked: {line}" for line in recorded.blocked]
+    findings += [f"{f['family']}: {f['text']}" for f in recorded.findings]
+    notes += [f"did not run: {name}: {why}" for name, why in recorded.not_run.items() if not why.startswith("blocked")]
     if recorded.family_seconds:
         notes.append(time_note(recorded))
-    return TargetRun(session, summary, results, notes, _advisories(recorded.advisories, session), target)
+    advisories = _advisories(recorded.advisories, session)
+    return TargetRun(session, summary, results, notes, advisories, target, findings)
 
 
 def waiver_text(waiver: Mapping[str, str]) -> str:

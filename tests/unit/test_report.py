@@ -227,11 +227,27 @@ def test_waivers_the_subject_declared_are_shown(synthetic: Path) -> None:
     ) in notes
 
 
-def test_findings_are_shown(synthetic: Path) -> None:
-    finding = {"family": "equivalence", "text": "megatron-core 0.15.3 coalesces all 4 MiB into one buffer"}
-    (synthetic / "megatron-0.15" / "summary.json").write_text(json.dumps(summary("megatron-0.15", findings=[finding])))
-    notes = render_markdown(collect(synthetic))
-    assert "- megatron-0.15: finding (equivalence): megatron-core 0.15.3 coalesces all 4 MiB into one buffer" in notes
+def test_findings_and_blockers_come_first(synthetic: Path) -> None:
+    """What the gate found about the target (is the patch still needed, and enough?) and what blocked its families
+    lead the report, above the matrices; families that did not run are noted below them."""
+    finding = {"family": "equivalence", "text": "real step: coalesced reductions the subject does not bound: _x"}
+    record = summary(
+        "megatron-0.15",
+        findings=[finding],
+        blocked=["megatron-core 0.15.3 cannot be imported: RuntimeError: boom"],
+        not_run={"model-provider": "every case skipped: not declared: model-provider needs [provider] in x.toml"},
+    )
+    (synthetic / "megatron-0.15" / "summary.json").write_text(json.dumps(record))
+    grid = collect(synthetic)
+    markdown = render_markdown(grid)
+    first = markdown.index("### Findings: is the patch still needed, and enough?")
+    assert first < markdown.index("| contract / case")
+    top = markdown[first : markdown.index("| contract / case")]
+    assert "- megatron-0.15: blocked: megatron-core 0.15.3 cannot be imported: RuntimeError: boom" in top
+    assert "- megatron-0.15: equivalence: real step: coalesced reductions the subject does not bound: _x" in top
+    assert "- megatron-0.15: did not run: model-provider: every case skipped: not declared" in markdown
+    page = render_html(grid)
+    assert page.index("Findings: is the patch still needed") < page.index("<table")
 
 
 def test_where_the_time_went_is_shown_per_family(synthetic: Path) -> None:
