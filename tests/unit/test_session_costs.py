@@ -69,9 +69,8 @@ def _item(*groups: str) -> SimpleNamespace:
     return SimpleNamespace(iter_markers=lambda name: marks if name == "xdist_group" else [])
 
 
-def _session(items: list[SimpleNamespace], worker: bool = False) -> SimpleNamespace:
-    config = SimpleNamespace(workerinput={}) if worker else SimpleNamespace()
-    return SimpleNamespace(items=items, config=config)
+def _config(worker: bool = False) -> SimpleNamespace:
+    return SimpleNamespace(workerinput={}) if worker else SimpleNamespace()
 
 
 @pytest.mark.parametrize(
@@ -88,7 +87,7 @@ def test_the_fork_server_starts_once_collection_finds_a_case_on_ranks(
 ) -> None:
     calls: list[bool] = []
     monkeypatch.setattr(early_start, "start_fork_server", lambda: calls.append(True) or True)
-    early_start.pytest_collection_finish(_session(items, worker))
+    early_start.pytest_collection_modifyitems(_config(worker), items)
     assert calls == ([True] if started else [])
 
 
