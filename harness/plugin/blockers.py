@@ -12,6 +12,9 @@ the terminal, ``summary.json`` and the report the way every red does. The replac
 from __future__ import annotations
 
 import importlib
+import multiprocessing
+import multiprocessing.connection
+import os
 import traceback
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -20,7 +23,7 @@ import pytest
 
 from harness.plugin.families import Family, family_of_case
 from harness.subjects.declaration import DeclarationFileError
-from harness.subjects.loading import SubjectError
+from harness.subjects.loading import SubjectError, SubjectRef
 from harness.targets.installed_versions import installed_versions
 from harness.targets.matrix import MEGATRON_DISTRIBUTION
 from harness.targets.megatron_names import FINALIZE_MODULE
@@ -67,9 +70,44 @@ def megatron_blocker() -> Blocker | None:
     return None
 
 
-def subject_blocker(error: BaseException) -> Blocker:
+def subject_blocker(error: BaseException | str) -> Blocker:
     """The blocker for a subject whose loading raised ``error`` (a declaration's key is in its message)."""
-    return Blocker(f"the subject cannot be loaded: {_exception_line(error)}", subject_free=False)
+    what = error if isinstance(error, str) else _exception_line(error)
+    return Blocker(f"the subject cannot be loaded: {what}", subject_free=False)
+
+
+SUBJECT_LOAD_TIMEOUT_S = 120.0
+
+
+def subject_load_error(subject: SubjectRef, timeout_s: float = SUBJECT_LOAD_TIMEOUT_S) -> str | None:
+    """Why loading a module subject fails, found in a child forked from this process (Megatron already imported
+    here, so it costs the subject's own import): the gate's process never imports it itself before a case does, so a
+    subject that patches Megatron at import changes nothing the cases read before they pin upstream. None when it
+    loads."""
+    context = multiprocessing.get_context("fork")
+    receiver, sender = context.Pipe(duplex=False)
+    child = context.Process(target=_try_load, args=(subject, sender), name="megatron-conformance-subject-load")
+    child.start()
+    sender.close()
+    child.join(timeout_s)
+    if child.is_alive():
+        child.kill()
+        child.join()
+        return f"loading {subject.spec} did not finish within {timeout_s:.0f} s"
+    if receiver.poll():
+        return receiver.recv()
+    return f"loading {subject.spec} ended its process with exit status {child.exitcode}"
+
+
+def _try_load(subject: SubjectRef, sender: multiprocessing.connection.Connection) -> None:
+    try:
+        subject.load()
+        sender.send(None)
+    except BaseException as err:
+        sender.send(_exception_line(err))
+    finally:
+        sender.close()
+        os._exit(0)
 
 
 class BlockedError(Exception):

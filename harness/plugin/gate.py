@@ -21,7 +21,14 @@ from harness.formats.environment import DEFAULT_MATRIX, MATRIX_ENV_VAR, SUBJECT_
 from harness.formats.not_declared import not_declared_reason
 from harness.formats.red_section import RedSection
 from harness.plugin import expected_failures, hypothesis_profiles, session_state, verdicts
-from harness.plugin.blockers import BLOCKERS, Blocker, megatron_blocker, replace_blocked, subject_blocker
+from harness.plugin.blockers import (
+    BLOCKERS,
+    Blocker,
+    megatron_blocker,
+    replace_blocked,
+    subject_blocker,
+    subject_load_error,
+)
 from harness.plugin.failure import contract_failure
 from harness.plugin.families import Family, UnknownFamily, family, family_of_case
 from harness.plugin.records import append_record, clear_records
@@ -89,13 +96,17 @@ def pytest_configure(config: pytest.Config) -> None:
 
 
 def _block_on_megatron_or_subject(config: pytest.Config) -> None:
-    """Stash the blocker of a Megatron that cannot be imported, else of a subject that cannot be loaded."""
+    """Stash the blocker of a Megatron that cannot be imported, else of a subject that cannot be loaded: a declared
+    subject is built here (the session needs it built), a module subject is loaded in a forked child only."""
     blocker = megatron_blocker()
-    if blocker is None:
+    if blocker is None and session_state.declaration_of(config) is not None:
         try:
             session_state.configured_subject(config)
         except Exception as err:
             blocker = subject_blocker(err)
+    elif blocker is None:
+        error = subject_load_error(session_state.subject_ref_of(config))
+        blocker = subject_blocker(error) if error else None
     if blocker is not None:
         config.stash[BLOCKERS].append(blocker)
 
@@ -199,7 +210,7 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     yield
     blockers = config.stash[BLOCKERS]
     if declaration is None and not blockers and any(_needs_subject(item) for item in items):
-        # A module subject is loaded here, once Megatron is known to import, so either failure is a red of its own.
+        # A module subject is tried here (in a forked child), once Megatron is known to import: either failure is a red.
         _block_on_megatron_or_subject(config)
     elif not blockers and items:
         blocker = megatron_blocker()

@@ -134,7 +134,6 @@ def test_a_rule_name_the_wrapper_never_reads_is_red_naming_file_and_key(tmp_path
 @pytest.mark.parametrize(
     ("old", "new", "key", "reason"),
     [
-        ("grad_chunking:_split_into_chunks", "grad_chunking:_split_in_chunks", "splitter.function", "no attribute"),
         ("[provider]\n", "[provider]\nwrapper = 1\n", "provider.wrapper", "unknown key"),
         ('applied = "call"\n', "", "patch.applied", "missing required key"),
         (
@@ -154,6 +153,20 @@ def test_a_bad_declaration_stops_the_session_with_one_line(
     assert run.returncode == 4, run.output[-2000:]
     lines = [line for line in run.output.splitlines() if f"{path}: key '{key}': " in line]
     assert len(lines) == 1 and reason in lines[0], run.output[-2000:]
+
+
+def test_a_name_that_does_not_resolve_is_a_red_of_every_family_needing_the_subject(tmp_path: Path) -> None:
+    """A declaration that reads but cannot be built: each blocked family is one red naming the key; smoke, which
+    needs no subject, still runs."""
+    path = seeded_declaration(tmp_path, "grad_chunking:_split_into_chunks", "grad_chunking:_split_in_chunks")
+    run = run_declared(
+        "megatron-0.15", path, tmp_path / "report", ["cases/test_chunk_splitting.py", "cases/test_smoke.py"]
+    )
+    failed = run.require_red("a splitter name that does not resolve")
+    assert list(failed) == ["chunk_splitting_could_not_run"], failed
+    assert f"the subject cannot be loaded: {path}: key 'splitter.function': " in failed["chunk_splitting_could_not_run"]
+    assert "no attribute" in failed["chunk_splitting_could_not_run"]
+    assert all(run.verdicts[name][0] == "passed" for name in SMOKE_CASES), run.verdicts
 
 
 def test_expected_failures_in_the_declaration_are_strict_and_stale_ones_reported(tmp_path: Path) -> None:

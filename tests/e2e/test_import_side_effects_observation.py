@@ -55,7 +55,7 @@ def test_a_lazy_patch_is_red_where_the_first_call_happens(tmp_path: Path) -> Non
     )
     failed = after_chunks.require_red("lazy patch, called first by the chunk cases")
     watch = [text for name, text in failed.items() if name.startswith("test_partition")]
-    assert watch and "first seen after cases/test_chunk_splitting.py::test_partition" in watch[0], after_chunks.output[
+    assert watch and "changed during cases/test_chunk_splitting.py::test_partition" in watch[0], after_chunks.output[
         -3000:
     ]
     assert "finalize_model_grads" in watch[0]
