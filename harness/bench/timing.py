@@ -7,6 +7,12 @@ and its peak RSS above the level before the call (the kernel's high-water mark i
 warm-up run of each variant, whose time is not kept, also measures the peak of live tensor bytes it allocated (the
 equivalence family's ``AllocationTracker``), so the tracking costs no timed run anything.
 Run in a target's venv: ``python -m harness.bench.timing --out reports/bench`` (``nox -s bench`` does this).
+
+``--placement cuda`` is the CUDA mode (``nox -s gpu`` runs it): the grads live on the GPU, the ranks reduce over NCCL
+where every rank has a GPU and over gloo sharing the GPUs otherwise (:mod:`harness.ranks.placement`), each call is
+timed between device synchronisations, and the memory figure is the warm-up's peak in the caching allocator's terms
+(RSS says nothing about device memory). A population that would not fit three times over on a GPU (the grads,
+upstream's flattened copy, the chunks) is left out, with a line saying so.
 """
 
 from __future__ import annotations
@@ -169,8 +175,7 @@ def _time_task(
     device = _flat[0].device
     on_cuda = device.type == "cuda"
     call, subject = _variant_call(method, budget_bytes, subject_ref)
-    # On CUDA the allocator's own peak is the figure: every timed run reads it (it costs nothing).
-    tracker = AllocationTracker(device) if track or on_cuda else contextlib.nullcontext()
+    tracker = AllocationTracker(device) if track else contextlib.nullcontext()
     try:
         Path("/proc/self/clear_refs").write_text("5")
         before = _status_kib("VmRSS")
@@ -263,9 +268,6 @@ def _measure_allreduce(plan: _BenchPlan, progress: Callable[..., object] = print
                             row.largest_buffer_bytes = max(r["largest_buffer_bytes"] for r in results)
                             rss = [r["peak_extra_rss_bytes"] for r in results]
                             row.peak_extra_rss_bytes = None if None in rss else max(row.peak_extra_rss_bytes, *rss)
-                            row.peak_allocated_bytes = max(
-                                [row.peak_allocated_bytes] + [r["peak_allocated_bytes"] or 0 for r in results]
-                            )
                     pool.run(_free_task)
                     samples.extend(rows.values())
                     upstream = rows[_UPSTREAM].median_s

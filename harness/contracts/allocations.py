@@ -137,13 +137,14 @@ class AllocationTracker(TorchDispatchMode):
             self._note(tensor, inputs, func)
         return out
 
-    def _note(self, tensor: torch.Tensor, inputs: set[int], func: Any) -> None:
+    def _note(self, tensor: torch.Tensor, inputs: set[int], func: Any) -> int | None:
+        """Track ``tensor``'s storage if it is a new allocation; its bytes as counted, else None."""
         ptr = _storage_ptr(tensor)
         if ptr == 0 or ptr in inputs:
-            return
+            return None
         self._prune()
         if ptr in self._live:
-            return
+            return None
         storage = tensor.untyped_storage()
         nbytes = self._counted(storage.nbytes(), tensor.device)
         self._live[ptr] = (StorageWeakRef(storage), nbytes)
@@ -157,6 +158,7 @@ class AllocationTracker(TorchDispatchMode):
         allocation = Allocation(str(func), nbytes, str(tensor.device))
         if len(summary.allocations) < self.keep or allocation.device != str(self.device or allocation.device):
             summary.allocations.append(allocation)
+        return nbytes
 
     def _counted(self, nbytes: int, device: torch.device) -> int:
         """A storage's bytes as this tracker's allocator counts them."""

@@ -99,14 +99,12 @@ class SiteTracker(AllocationTracker):
         super().__init__(device)
         self.sites: dict[str, int] = {}
 
-    def _note(self, tensor: torch.Tensor, inputs: set[int], func: Any) -> None:
-        count = self._summary.count
-        super()._note(tensor, inputs, func)
-        if self._summary.count > count:
-            site = _site()
-            if site is not None:
-                nbytes = self._counted(tensor.untyped_storage().nbytes(), tensor.device)
-                self.sites[site] = max(self.sites.get(site, 0), nbytes)
+    def _note(self, tensor: torch.Tensor, inputs: set[int], func: Any) -> int | None:
+        nbytes = super()._note(tensor, inputs, func)
+        site = _site() if nbytes is not None else None
+        if site is not None:
+            self.sites[site] = max(self.sites.get(site, 0), nbytes)
+        return nbytes
 
 
 def finding(configuration: str, version: str, steps: list[StepMemory]) -> str:

@@ -137,8 +137,7 @@ class BlockedFamily(pytest.Item):
 def replace_blocked(items: list[pytest.Item], blockers: list[Blocker], wording: Callable[[Family, str], str]) -> None:
     """Replace, in place, the cases of every family a blocker blocks by one :class:`BlockedFamily` case per family.
 
-    ``wording(family, reason)`` is the failure text (the gate passes :func:`~harness.plugin.failure.contract_failure`
-    bound to its target).
+    ``wording(family, reason)`` is the whole failure text, red section included (the gate words it).
     """
     kept: list[pytest.Item] = []
     done: set[str] = set()

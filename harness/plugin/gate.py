@@ -95,16 +95,17 @@ def pytest_configure(config: pytest.Config) -> None:
         config.stash[BLOCKERS] += _required_but_missing(declaration)
 
 
-def _block_on_megatron_or_subject(config: pytest.Config) -> None:
-    """Stash the blocker of a Megatron that cannot be imported, else of a subject that cannot be loaded: a declared
-    subject is built here (the session needs it built), a module subject is loaded in a forked child only."""
+def _block_on_megatron_or_subject(config: pytest.Config, subject: bool = True) -> None:
+    """Stash the blocker of a Megatron that cannot be imported, else (with ``subject``) of a subject that cannot be
+    loaded: a declared subject is built here (the session needs it built), a module subject is loaded in a forked
+    child only."""
     blocker = megatron_blocker()
-    if blocker is None and session_state.declaration_of(config) is not None:
+    if blocker is None and subject and session_state.declaration_of(config) is not None:
         try:
             session_state.configured_subject(config)
         except Exception as err:
             blocker = subject_blocker(err)
-    elif blocker is None:
+    elif blocker is None and subject:
         error = subject_load_error(session_state.subject_ref_of(config))
         blocker = subject_blocker(error) if error else None
     if blocker is not None:
@@ -209,12 +210,9 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
                 item.add_marker(pytest.mark.skip(reason=missing))
     yield
     blockers = config.stash[BLOCKERS]
-    if declaration is None and not blockers and any(_needs_subject(item) for item in items):
-        # A module subject is tried here (in a forked child), once Megatron is known to import: either failure is a red.
-        _block_on_megatron_or_subject(config)
-    elif not blockers and items:
-        blocker = megatron_blocker()
-        blockers += [blocker] if blocker else []
+    if not blockers and items:
+        # A declared subject was built at configure time; a module subject is tried now, where a case needs it.
+        _block_on_megatron_or_subject(config, declaration is None and any(_needs_subject(item) for item in items))
     if blockers:
         replace_blocked(items, blockers, lambda owner, what: _blocked_text(config, owner, what))
 

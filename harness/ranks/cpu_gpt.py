@@ -146,25 +146,23 @@ def _block_spec(qk_layernorm: bool) -> Any:
 
 
 def build_gpt(qk_layernorm: bool = False, seed: int = 1234, device: str = "cpu") -> tuple[torch.nn.Module, Any]:
-    """A tiny GPT wrapped in Megatron's DDP with fp32 ``main_grad`` buffers, and its config; sequence-parallel where
-    the TP size (read from ``parallel_state``) is over 1, which Megatron requires of sequence parallelism.
+    """A tiny sequence-parallel GPT wrapped in Megatron's DDP with fp32 ``main_grad`` buffers, and its config.
 
-    Call inside :func:`device_workarounds`, after ``initialize_model_parallel``. Weights are drawn on CPU from
-    ``seed`` as full matrices and then split, so the TP ranks hold shards of one model, then moved to ``device``; the
-    caller's torch RNG state is left as it was.
+    Call inside :func:`device_workarounds`, after ``initialize_model_parallel(tensor_model_parallel_size=2)``; the TP
+    size is read from there. Weights are drawn on CPU from ``seed`` as full matrices and then split, so the TP ranks
+    hold shards of one model, then moved to ``device``; the caller's torch RNG state is left as it was.
     """
     from megatron.core import parallel_state
     from megatron.core.distributed import DistributedDataParallel, DistributedDataParallelConfig
     from megatron.core.models.gpt.gpt_model import GPTModel
     from megatron.core.transformer.transformer_config import TransformerConfig
 
-    tensor_parallel = parallel_state.get_tensor_model_parallel_world_size()
     config = TransformerConfig(
         num_layers=TINY_GPT.num_layers,
         hidden_size=TINY_GPT.hidden_size,
         num_attention_heads=TINY_GPT.num_attention_heads,
-        tensor_model_parallel_size=tensor_parallel,
-        sequence_parallel=tensor_parallel > 1,
+        tensor_model_parallel_size=parallel_state.get_tensor_model_parallel_world_size(),
+        sequence_parallel=True,
         qk_layernorm=qk_layernorm,
         use_cpu_initialization=True,
         hidden_dropout=0.0,
