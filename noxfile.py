@@ -26,7 +26,13 @@ import nox
 ROOT = Path(__file__).resolve().parent
 sys.path.insert(0, str(ROOT))
 
-from harness.formats.environment import DEFAULT_MATRIX, MATRIX_ENV_VAR  # noqa: E402
+from harness.formats.environment import (  # noqa: E402
+    DEFAULT_MATRIX,
+    ENVDIR_ENV_VAR,
+    MATRIX_ENV_VAR,
+    REPORTS_ENV_VAR,
+    launcher,
+)
 from harness.formats.summary import SummaryError, read_summary  # noqa: E402
 from harness.plugin.command import case_command  # noqa: E402
 from harness.reports.api_diff import ApiDiffError, compare, render_markdown, write_report  # noqa: E402
@@ -47,7 +53,9 @@ try:
     MATRIX = load_matrix(os.environ.get(MATRIX_ENV_VAR, DEFAULT_MATRIX))
 except MatrixError as err:
     raise SystemExit(f"megatron-conformance: {err}") from None
-REPORTS = Path(os.environ.get("MEGATRON_CONFORMANCE_REPORTS", ROOT / "reports"))
+REPORTS = Path(os.environ.get(REPORTS_ENV_VAR, ROOT / "reports"))
+ENVDIR = Path(os.environ.get(ENVDIR_ENV_VAR, ROOT / ".nox"))
+"""The target venvs: the checkout's ``.nox/``, or the framework's own when the installed command runs the gate."""
 DEFAULT_TARGETS = ("megatron-0.13", "megatron-0.15")
 NEWEST_TARGET = MATRIX.targets[-1].session
 TESTS_TARGETS = tuple(
@@ -60,11 +68,12 @@ nox.needs_version = ">=2025.2.9"
 nox.options.sessions = [name for name in DEFAULT_TARGETS if name in KNOWN]
 nox.options.default_venv_backend = "uv|venv"
 nox.options.error_on_missing_interpreters = True
+nox.options.envdir = str(ENVDIR)
 if hasattr(nox.options, "download_python"):
     nox.options.download_python = "never"
 
 
-INTERPRETER_LINKS = ROOT / ".nox" / ".interpreters"
+INTERPRETER_LINKS = ENVDIR / ".interpreters"
 
 
 def _python_available(version: str) -> bool:
@@ -168,7 +177,6 @@ def _ensure_browser(session: nox.Session) -> str:
     )
 
 
-@nox.session(python=HARNESS_TARGET.python)
 def tests(session: nox.Session) -> None:
     """The harness's own tests: -- unit (no target venv, a minute) or -- e2e; both by default, the end-to-end suite
     after running megatron-0.13, -0.15 and -0.16 through the newest target."""
@@ -192,12 +200,17 @@ def tests(session: nox.Session) -> None:
     session.run("python", "-m", "pytest", "-n", workers, *narrowing, *selection, env=env)
 
 
-@nox.session(python=HARNESS_TARGET.python)
 def lint(session: nox.Session) -> None:
     """ruff check and ruff format --check over the project."""
     session.install("ruff")
     session.run("ruff", "check", ".")
     session.run("ruff", "format", "--check", ".")
+
+
+# The installed gate ships no tests/: its command lists only the sessions a framework can run.
+if (ROOT / "tests").is_dir():
+    nox.session(python=HARNESS_TARGET.python)(tests)
+    nox.session(python=HARNESS_TARGET.python)(lint)
 
 
 def _built_target_pythons(session: nox.Session, names: list[str]) -> dict[str, Path]:
@@ -206,9 +219,11 @@ def _built_target_pythons(session: nox.Session, names: list[str]) -> dict[str, P
     for name in names:
         if name not in KNOWN:
             session.error(f"no target named {name!r} in {MATRIX.path.name} (known: {', '.join(KNOWN)})")
-        python = venv_python(ROOT, name)
+        python = venv_python(ENVDIR, name)
         if not python.exists():
-            session.error(f"target {name}: its venv {python.parent.parent} is not built; build it with: nox -s {name}")
+            session.error(
+                f"target {name}: its venv {python.parent.parent} is not built; build it with: {launcher()} -s {name}"
+            )
         pythons[name] = python
     return pythons
 
@@ -217,7 +232,7 @@ def _built_target_pythons(session: nox.Session, names: list[str]) -> dict[str, P
 def api_diff(session: nox.Session) -> None:
     """Diff the subject's declared Megatron symbols between two built targets: -- megatron-0.13 megatron-0.16."""
     if len(session.posargs) != 2 or len(set(session.posargs)) != 2:
-        session.error("name two different targets: nox -s api-diff -- megatron-0.13 megatron-0.16")
+        session.error(f"name two different targets: {launcher()} -s api-diff -- megatron-0.13 megatron-0.16")
     _print_drift(session, _built_target_pythons(session, session.posargs))
 
 
@@ -295,7 +310,9 @@ def _derived_contract(session: nox.Session, python: Path) -> dict | None:
 def candidate(session: nox.Session) -> None:
     """All families on a candidate Megatron, then its drift: -- megatron-core==0.19.2 | a .whl | a tree | a git URL."""
     if not session.posargs or session.posargs[0].startswith("-"):
-        session.error("name the candidate: nox -s candidate -- megatron-core==0.19.2 (or a .whl, a tree, a git+ URL)")
+        session.error(
+            f"name the candidate: {launcher()} -s candidate -- megatron-core==0.19.2 (or a .whl, a tree, a git+ URL)"
+        )
     spec, pytest_args = session.posargs[0], session.posargs[1:]
     out = REPORTS / "candidate"
     try:
@@ -308,17 +325,17 @@ def candidate(session: nox.Session) -> None:
     matrix = candidates.write_matrix(entry, out / "matrix.yaml")
     session.log(f"candidate {spec}: megatron-core {found.version or '(version unknown)'} on Python {python}")
     _nested_nox(session, ["-s", candidates.SESSION, "--install-only"], matrix)
-    derived = _derived_contract(session, venv_python(ROOT, candidates.SESSION))
+    derived = _derived_contract(session, venv_python(ENVDIR, candidates.SESSION))
     if derived is not None:
         entry, notes = candidates.with_derived_contract(entry, derived)
         for note in notes:
             session.log(f"candidate: {note}")
         candidates.write_matrix(entry, matrix)
     gate = _nested_nox(session, ["-R", "-s", candidates.SESSION, "--", *pytest_args], matrix, check=False)
-    if not venv_python(ROOT, baseline.session).exists():
+    if not venv_python(ENVDIR, baseline.session).exists():
         _nested_nox(session, ["-s", baseline.session, "--install-only"])
     session.log(f"drift of the candidate from {baseline.session}, the newest target of another version:")
-    pythons = {s: venv_python(ROOT, s) for s in (baseline.session, candidates.SESSION)}
+    pythons = {s: venv_python(ENVDIR, s) for s in (baseline.session, candidates.SESSION)}
     # A red gate (a candidate whose Megatron does not import, say) keeps its verdict even if the drift cannot be read.
     _print_drift(session, pythons, fatal=gate == 0)
     for finding in _findings(REPORTS / candidates.SESSION):
@@ -374,7 +391,7 @@ def _time_gate(session: nox.Session, out: Path) -> None:
     """Wall time of the default targets' gate on built venvs, as a user runs it; writes ``gate.json``."""
     command = ["nox", "-R", "-s", *DEFAULT_TARGETS]
     run = [sys.executable, "-m", "nox", "-f", str(ROOT / "noxfile.py"), "-R", "-s", *DEFAULT_TARGETS]
-    unbuilt = [name for name in DEFAULT_TARGETS if not venv_python(ROOT, name).exists()]
+    unbuilt = [name for name in DEFAULT_TARGETS if not venv_python(ENVDIR, name).exists()]
     if unbuilt:
         session.log(f"building {', '.join(unbuilt)} first, so that the timed run is warm")
         subprocess.run(run, cwd=ROOT, check=True)

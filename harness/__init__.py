@@ -17,6 +17,8 @@
   providers, import isolation and side effects, fingerprints). May import ``formats``, ``targets``, ``subjects``,
   ``plugin`` and ``ranks``.
 - ``reference``: the built-in reference subject. Imports only Megatron and torch.
+- ``launch``: the ``megatron-conformance`` command of the installed gate, which runs the noxfile from a framework's
+  checkout. Imports only ``formats``.
 - ``reports``, ``sensitivity``, ``bench``: tools that read what target sessions left behind, or drive them. May
   import every package above.
 """
@@ -37,5 +39,6 @@ MAY_IMPORT = {
     "reports": ("formats", "targets", "subjects", "plugin", "ranks", "contracts"),
     "sensitivity": ("formats", "targets", "subjects", "plugin", "ranks", "contracts", "reference", "reports"),
     "bench": ("formats", "targets", "subjects", "plugin", "ranks", "contracts", "reference", "reports"),
+    "launch": ("formats",),
 }
 """The packages each package may import besides itself and this one (tests/unit/test_layout.py enforces it)."""

@@ -36,7 +36,7 @@ SEEDED = ROOT / "harness" / "sensitivity" / "seeded"
 
 def target_python(session: str) -> Path:
     """The interpreter of ``session``'s nox venv; the test fails (not skips) when it has not been built."""
-    python = venv_python(ROOT, session)
+    python = venv_python(ROOT / ".nox", session)
     if not python.exists():
         pytest.fail(f"target venv for {session} is missing ({python}); build it with: nox -s {session}")
     return python

@@ -7,6 +7,7 @@ here too.
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 from harness import REPO_ROOT
@@ -19,6 +20,18 @@ MATRIX_ENV_VAR = "MEGATRON_CONFORMANCE_MATRIX"
 
 TARGET_ENV_VAR = "MEGATRON_CONFORMANCE_TARGET"
 """The target session in force, for the case command run by hand (``--target`` wins over it)."""
+
+REPORTS_ENV_VAR = "MEGATRON_CONFORMANCE_REPORTS"
+"""Where sessions write their reports (default: ``reports/`` of the checkout; the installed command points it at the
+framework's own ``reports/``)."""
+
+ENVDIR_ENV_VAR = "MEGATRON_CONFORMANCE_ENVDIR"
+"""Where nox builds the target venvs (default: ``.nox/`` of the checkout; the installed command points it at the
+framework's own checkout, never at the installed gate)."""
+
+LAUNCHER_ENV_VAR = "MEGATRON_CONFORMANCE_LAUNCHER"
+"""The command a repro line starts with: ``nox`` in a checkout of the gate, ``megatron-conformance`` where the gate is
+installed (the command sets it for the sessions it runs)."""
 
 REFERENCE_SUBJECT = "harness.reference"
 """The subject when none is named: the built-in reference adapter."""
@@ -40,3 +53,8 @@ def repro_environment(subject: str | None, matrix: str | Path | None) -> dict[st
     if matrix and not is_default_matrix(matrix):
         environment[MATRIX_ENV_VAR] = str(matrix)
     return environment
+
+
+def launcher() -> str:
+    """The command that runs the gate's sessions here: what every repro line starts with."""
+    return os.environ.get(LAUNCHER_ENV_VAR) or "nox"

@@ -11,6 +11,8 @@ import shlex
 from collections.abc import Mapping
 from dataclasses import dataclass
 
+from harness.formats.environment import launcher
+
 TITLE = "megatron-conformance"
 """The section's title in pytest's failure report."""
 
@@ -36,7 +38,7 @@ def repro_line(session: str, nodeid: str, environment: Mapping[str, str] | None 
     """The shell line that re-runs ``nodeid`` on ``session``, with the environment assignments it needs first (the
     subject, a generated matrix)."""
     prefix = "".join(f"{name}={shlex.quote(value)} " for name, value in (environment or {}).items())
-    return f"{prefix}nox -R -s {session} -- {shlex.quote(nodeid)}"
+    return f"{prefix}{launcher()} -R -s {session} -- {shlex.quote(nodeid)}"
 
 
 def parse(text: str) -> tuple[RedSection | None, str | None]:

@@ -9,9 +9,13 @@ and shrinking an example that fails on every draw re-runs a rank task dozens of 
 from __future__ import annotations
 
 import os
+from pathlib import Path
 
 import pytest
 from hypothesis import HealthCheck, Phase, settings
+from hypothesis.configuration import set_hypothesis_home_dir
+
+from harness.formats.environment import ENVDIR_ENV_VAR
 
 _PROFILES = {
     "ci": {"max_examples": 200, "derandomize": True},
@@ -22,7 +26,12 @@ _PROFILES = {
 
 
 def register() -> None:
-    """Register the profiles; must run before hypothesis' own plugin reads ``--hypothesis-profile``."""
+    """Register the profiles; must run before hypothesis' own plugin reads ``--hypothesis-profile``. Where the venvs
+    live in a framework's checkout (the installed command), hypothesis' example database lives beside them, not in
+    the installed gate's directory that the cases run from."""
+    envdir = os.environ.get(ENVDIR_ENV_VAR)
+    if envdir:
+        set_hypothesis_home_dir(Path(envdir) / ".hypothesis")
     for name, options in _PROFILES.items():
         settings.register_profile(
             name,

@@ -99,10 +99,10 @@ class Matrix:
         raise MatrixError(f"{self.path}: no target named {session!r} (known: {known})")
 
 
-def venv_python(root: Path, session: str) -> Path:
-    """The interpreter of a target's nox venv under the project ``root``: ``.nox/megatron-0-15/bin/python`` for
-    ``megatron-0.15`` (nox replaces the dots of a session name)."""
-    return root / ".nox" / session.replace(".", "-") / "bin" / "python"
+def venv_python(envdir: Path, session: str) -> Path:
+    """The interpreter of a target's nox venv under nox's ``envdir`` (``.nox/`` of a checkout):
+    ``.nox/megatron-0-15/bin/python`` for ``megatron-0.15`` (nox replaces the dots of a session name)."""
+    return envdir / session.replace(".", "-") / "bin" / "python"
 
 
 def load_matrix(path: str | Path) -> Matrix:
