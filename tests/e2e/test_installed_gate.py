@@ -84,6 +84,9 @@ def test_the_installed_command_is_green_on_the_framework_as_written(repository: 
     installed = Path(where.stdout.strip())
     assert (installed / "noxfile.py").is_file(), where.stderr
     assert not any((installed / name).exists() for name in ("reports", ".nox", ".hypothesis"))
+    listed = _run(repository, "megatron-conformance -l").stdout
+    assert f"* {TARGET} " in listed and "- report " in listed
+    assert "- tests " not in listed and "- lint " not in listed, "the installed gate ships no tests/ to run"
 
 
 def test_a_seeded_break_in_the_framework_is_red_with_a_repro_line_that_replays_it(repository: Path) -> None:

@@ -1,5 +1,7 @@
-"""The GitHub workflow users copy: valid against the workflow schema, jobs wired through their outputs, and its
-listing step, run as written, yields this noxfile's four target sessions.
+"""The GitHub workflows: the one users copy and the reusable one a framework calls. Both valid against the workflow
+schema, jobs wired through their outputs, and their listing steps, run as written, yield this noxfile's targets (the
+reusable one through the installed command, narrowed to the targets the caller names); the caller the README shows
+fits in ten lines and gives every input the workflow requires.
 
 The workflow cannot run here; the schema (vendored in check-jsonschema, so no network) catches unknown keys and wrong
 shapes, and the structural checks catch what a schema cannot: an output, need or matrix key that is never produced.
@@ -22,6 +24,7 @@ import yaml
 from tests.pytest_helpers import ROOT
 
 WORKFLOW = ROOT / ".github" / "workflows" / "megatron-gate.yml"
+REUSABLE = ROOT / ".github" / "workflows" / "megatron-conformance.yml"
 SHIPPED = yaml.safe_load((ROOT / "matrix.yaml").read_text())["targets"]
 EXPRESSION = re.compile(r"\$\{\{(.*?)\}\}")
 
@@ -50,11 +53,17 @@ def _environment(**extra: str) -> dict[str, str]:
     return {**os.environ, "PATH": os.pathsep.join([str(Path(sys.executable).parent), os.environ["PATH"]]), **extra}
 
 
-def test_valid_against_the_github_workflow_schema() -> None:
+@pytest.fixture(scope="module")
+def reusable() -> dict[Any, Any]:
+    return yaml.safe_load(REUSABLE.read_text())
+
+
+@pytest.mark.parametrize("path", [WORKFLOW, REUSABLE], ids=lambda path: path.name)
+def test_valid_against_the_github_workflow_schema(path: Path) -> None:
     if importlib.util.find_spec("check_jsonschema") is None:
         pytest.fail("check-jsonschema is missing from this venv: pip install check-jsonschema")
     completed = subprocess.run(
-        [sys.executable, "-m", "check_jsonschema", "--builtin-schema", "vendor.github-workflows", str(WORKFLOW)],
+        [sys.executable, "-m", "check_jsonschema", "--builtin-schema", "vendor.github-workflows", str(path)],
         capture_output=True,
         text=True,
         timeout=120,
@@ -94,8 +103,14 @@ def test_jobs_are_wired_listing_to_matrix_to_report(workflow: dict[Any, Any]) ->
     assert comment["with"]["path"] == "reports/compatibility.md"
 
 
-def test_every_expression_names_something_that_exists(workflow: dict[Any, Any]) -> None:
-    jobs = workflow["jobs"]
+@pytest.mark.parametrize("path", [WORKFLOW, REUSABLE], ids=lambda path: path.name)
+def test_every_expression_names_something_that_exists(path: Path) -> None:
+    document = yaml.safe_load(path.read_text())
+    jobs = document["jobs"]
+    inputs = document.get(True, document.get("on", {})).get("workflow_call", {}) or {}
+    for expression in EXPRESSION.findall(yaml.safe_dump(document)):
+        for name in re.findall(r"inputs\.([\w-]+)", expression):
+            assert name in inputs.get("inputs", {}), f"{path.name} reads inputs.{name}, which it does not declare"
     for name, job in jobs.items():
         text = yaml.safe_dump(job)
         needs = job.get("needs", [])
@@ -141,3 +156,84 @@ def test_summary_step_appends_the_markdown_report(workflow: dict[Any, Any], tmp_
         ["bash", "-e", "-c", script], cwd=tmp_path, env=_environment(GITHUB_STEP_SUMMARY=str(summary)), check=True
     )
     assert summary.read_text() == "earlier\n## Megatron compatibility\n"
+
+
+def _command_shim(directory: Path) -> Path:
+    """A ``megatron-conformance`` on PATH that is this checkout's command, as ``pip install "$GATE"`` leaves one."""
+    directory.mkdir()
+    shim = directory / "megatron-conformance"
+    shim.write_text(f'#!/usr/bin/env bash\nPYTHONPATH={ROOT} exec {sys.executable} -m harness.launch.command "$@"\n')
+    shim.chmod(0o755)
+    return directory
+
+
+def test_reusable_jobs_install_the_named_gate_and_run_its_command(reusable: dict[Any, Any]) -> None:
+    inputs = reusable[True]["workflow_call"]["inputs"]
+    assert {name for name, spec in inputs.items() if spec.get("required")} == {"gate-repository", "gate-version"}
+    assert inputs["declaration"]["default"] == "pyproject.toml" and inputs["targets"]["default"] == ""
+    gate_source = "git+https://github.com/${{ inputs.gate-repository }}@${{ inputs.gate-version }}"
+    assert reusable["env"]["GATE"] == f"megatron-conformance @ {gate_source}"
+    jobs = reusable["jobs"]
+    assert list(jobs) == ["targets", "gate", "report"]
+    for job in jobs.values():
+        _step(job, _runs('pip install "$GATE"'))
+    gate = jobs["gate"]
+    assert gate["strategy"]["matrix"] == {"include": "${{ fromJSON(needs.targets.outputs.sessions) }}"}
+    _step(gate, _uses("actions/checkout"))
+    run = _step(gate, _runs("megatron-conformance --subject"))
+    assert run["run"] == 'megatron-conformance --subject "$DECLARATION" -s "$SESSION"'
+    assert run["env"] == {"DECLARATION": "${{ inputs.declaration }}", "SESSION": "${{ matrix.session }}"}
+    assert _step(gate, _uses("actions/upload-artifact"))["with"]["name"] == "reports-${{ matrix.session }}"
+    report = jobs["report"]
+    names = [step.get("run") or step.get("uses", "").split("@")[0] for step in report["steps"]]
+    reporting = 'megatron-conformance --subject "$DECLARATION" -s report'
+    assert names.index(reporting) > names.index("actions/download-artifact")
+    assert report["permissions"]["pull-requests"] == "write"
+
+
+@pytest.mark.parametrize(
+    ("asked", "expected"),
+    [("", [t["session"] for t in SHIPPED]), ("megatron-0.19 megatron-0.15", ["megatron-0.19", "megatron-0.15"])],
+    ids=["every-target", "two-named"],
+)
+def test_reusable_listing_yields_the_targets_asked_for(
+    reusable: dict[Any, Any], tmp_path: Path, asked: str, expected: list[str]
+) -> None:
+    script = _step(reusable["jobs"]["targets"], _runs("megatron-conformance -l --json"))["run"]
+    output = tmp_path / "github_output"
+    shims = _command_shim(tmp_path / "bin")
+    env = _environment(GITHUB_OUTPUT=str(output), TARGETS=asked)
+    env["PATH"] = os.pathsep.join([str(shims), env["PATH"]])
+    completed = subprocess.run(
+        ["bash", "-e", "-c", script], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=120
+    )
+    assert completed.returncode == 0, completed.stdout + completed.stderr
+    name, _, value = output.read_text().strip().partition("=")
+    python = {entry["session"]: entry["python"] for entry in SHIPPED}
+    assert name == "sessions" and json.loads(value) == [{"session": s, "python": python[s]} for s in expected]
+
+
+def test_reusable_listing_refuses_a_target_the_gate_does_not_have(reusable: dict[Any, Any], tmp_path: Path) -> None:
+    script = _step(reusable["jobs"]["targets"], _runs("megatron-conformance -l --json"))["run"]
+    env = _environment(GITHUB_OUTPUT=str(tmp_path / "out"), TARGETS="megatron-0.15 megatron-9.9")
+    env["PATH"] = os.pathsep.join([str(_command_shim(tmp_path / "bin")), env["PATH"]])
+    completed = subprocess.run(
+        ["bash", "-e", "-c", script], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=120
+    )
+    assert completed.returncode != 0
+    assert "no target named ['megatron-9.9'] in the gate" in completed.stderr
+    assert not (tmp_path / "out").exists()
+
+
+def test_the_readme_caller_fits_in_ten_lines_and_gives_every_required_input(reusable: dict[Any, Any]) -> None:
+    blocks = re.findall(r"```yaml\n(.*?)```", (ROOT / "README.md").read_text(), re.DOTALL)
+    callers = [block for block in blocks if "/.github/workflows/megatron-conformance.yml@" in block]
+    assert len(callers) == 1, "README.md shows one caller of the reusable workflow"
+    caller = callers[0]
+    assert len(caller.strip().splitlines()) <= 10, caller
+    job = next(iter(yaml.safe_load(caller)["jobs"].values()))
+    inputs = reusable[True]["workflow_call"]["inputs"]
+    required = {name for name, spec in inputs.items() if spec.get("required")}
+    assert required <= set(job["with"]) <= set(inputs)
+    assert job["uses"].split("@")[1] == job["with"]["gate-version"]
+    assert job["permissions"]["pull-requests"] == "write"
