@@ -8,10 +8,16 @@ import re
 import xml.etree.ElementTree as ET
 from pathlib import Path
 
+from harness.targets.matrix import Target, load_matrix
+from tests.pytest_helpers import ROOT
+
 INSTALLED = {
     "megatron-0.13": {"python": "3.11.7", "megatron-core": "0.13.1", "torch": "2.13.0+cpu", "numpy": "1.26.4"},
     "megatron-0.15": {"python": "3.11.7", "megatron-core": "0.15.3", "torch": "2.13.0+cpu", "numpy": "1.26.4"},
     "megatron-0.16": {"python": "3.11.7", "megatron-core": "0.16.1", "torch": "2.13.0+cpu", "numpy": "2.4.6"},
+    "megatron-0.17": {"python": "3.12.1", "megatron-core": "0.17.1", "torch": "2.13.0+cpu", "numpy": "2.5.5"},
+    "megatron-0.18": {"python": "3.12.1", "megatron-core": "0.18.2", "torch": "2.13.0+cpu", "numpy": "2.5.5"},
+    "megatron-0.19": {"python": "3.12.1", "megatron-core": "0.19.2", "torch": "2.13.0+cpu", "numpy": "2.5.5"},
 }
 SEEDED_SUBJECT = "harness/sensitivity/seeded/chunk_splitting_reversed.py"
 PARTITION_MESSAGE = (
@@ -171,14 +177,149 @@ def synthetic_reports(reports: Path) -> Path:
     return reports
 
 
+KESTREL = "tests/frameworks/kestrel/megatron-conformance.toml"
+KESTREL_LABEL = "kestrel.backends.megatron (megatron-conformance.toml)"
+SEVEN = tuple(f"megatron-0.{minor}" for minor in range(13, 20))
+"""The seven targets of a full gate run, oldest first."""
+NOT_RUN = "megatron-0.14"
+"""The one of :data:`SEVEN` that leaves nothing behind in :func:`seven_target_reports` (its install failed)."""
+FULL_RUN = {
+    "cases.test_smoke": (
+        "test_installed_versions_are_the_pins",
+        "test_megatron_is_imported_from_the_installed_distribution",
+        "test_torch_build_is_recorded_as_torch_reports_it",
+    ),
+    "cases.test_chunk_splitting": (
+        "test_partition",
+        "test_alignment",
+        "test_budget_and_oversize_alone",
+        "test_no_empty_chunks",
+        "test_greedy_tightness",
+        "test_bytes_use_element_size[dtype0]",
+        "test_bytes_use_element_size[dtype1]",
+        "test_invalid_budget_is_a_value_error[0]",
+        "test_invalid_budget_is_a_value_error[1.5]",
+        "test_cost_is_linear_in_tensor_count[one-long-chunk]",
+    ),
+    "cases.test_equivalence": (
+        "test_matches_upstream_on_generated_modules[world2-tp2-gloo]",
+        "test_matches_upstream_on_generated_modules[world2-tp2-nccl]",
+        "test_matches_upstream_on_generated_modules[world4-tp4-gloo]",
+        "test_largest_buffer_is_bounded_by_the_budget[gloo]",
+        "test_largest_buffer_is_bounded_by_the_budget[cuda]",
+        "test_reduces_with_upstreams_ops",
+        "test_finalize_model_grads_on_a_real_gpt_model[plain-gloo]",
+        "test_finalize_model_grads_on_a_real_gpt_model[plain-cuda]",
+        "test_finalize_model_grads_with_gtp_remat",
+    ),
+    "cases.test_model_provider": (
+        "test_keywords_reach_the_inner_provider",
+        "test_no_keyword_the_caller_did_not_pass_reaches_the_inner_provider",
+        "test_keywords_of_call_shapes_the_subject_does_not_meet_here",
+        "test_freeze_rules_set_after_wrapping_still_apply",
+        "test_real_gpt_model_through_the_wrapper[plain]",
+        "test_real_gpt_model_through_the_wrapper[virtual_pipeline]",
+    ),
+    "cases.test_api_fingerprint": (
+        "test_declared_symbols_exist",
+        "test_declaration_covers_every_megatron_use_in_the_source",
+        "test_replacements_accept_every_call_upstream_accepts",
+    ),
+    "cases.test_import_side_effects": (
+        "test_loading_the_subject_changes_nothing",
+        "test_importing_the_adapter_with_real_megatron_has_no_other_effects",
+        "test_importing_the_adapter_with_only_fakes_has_no_other_effects",
+        "test_install_rebinds_exactly_the_documented_names",
+        "test_after_uninstall_finalize_model_grads_reaches_upstream",
+    ),
+}
+"""A full run's cases by module, with the long names of the real case files (they set the matrix's width)."""
+GTP_STEP = (
+    "megatron-core 0.19.2, real step (GPTModel TP 2 + SP, a GTP weight-remat group of 2, world 2, gloo): peak 17728 "
+    "bytes under upstream, 17728 with the subject; coalesced reductions the subject does not bound: "
+    "_allreduce_replicated_grads_over_gtp_remat_group (17728 bytes in one buffer); not exercised here, and not "
+    "replaced by the subject: _allreduce_conditional_embedding_grads, _allreduce_router_grads"
+)
+"""The real step's finding on 0.19.2 as a gate run recorded it: a coalesced reduction the subject leaves alone."""
+
+
+def _full_run_case(session: str, module: str, name: str) -> tuple[str, str, str | None, dict[str, str], str]:
+    """A case of :data:`FULL_RUN` as a CPU machine leaves it: CUDA placements skipped, the GTP step only on 0.19."""
+    if "cuda" in name or "nccl" in name:
+        reason = f"[{session}] equivalence: cannot run here: 0 GPU(s) found"
+        return module, name, "skipped", {"type": "pytest.skip", "message": reason}, ""
+    if "gtp_remat" in name and session != "megatron-0.19":
+        reason = f"[{session}] equivalence: the step with a GTP weight-remat group cannot run"
+        return module, name, "skipped", {"type": "pytest.skip", "message": reason}, ""
+    return module, name, None, {}, ""
+
+
+def full_run_findings(session: str) -> list[dict[str, str]]:
+    """The equivalence family's findings as a full run records them: the real step and the largest-buffer population
+    (upstream coalesces it on every release), and on 0.19 the step with a GTP weight-remat group."""
+    version = INSTALLED[session]["megatron-core"]
+    texts = [
+        f"megatron-core {version}, real step (GPTModel TP 2 + SP, world 2, gloo): peak 896 bytes under upstream, 4 "
+        "with the subject; every coalesced reduction that ran is bounded by the subject; not exercised here, and not "
+        "replaced by the subject: _allreduce_conditional_embedding_grads",
+        f"megatron-core {version}, the largest-buffer population (4 MiB of sequence-parallel grads): upstream "
+        "coalesces all of it into one buffer (peak 4194304 bytes), the subject's call peaks at 131072",
+    ]
+    if session == "megatron-0.19":
+        texts.insert(0, GTP_STEP)
+    return [{"family": "equivalence", "text": text} for text in texts]
+
+
+def _full_run_advisory(session: str) -> dict[str, str]:
+    case = "cases/test_chunk_splitting.py::test_invalid_budget_is_a_value_error[1.5]"
+    return {
+        "family": "chunk-splitting",
+        "case": case,
+        "text": f"[{session}] chunk-splitting: property 'budget validation' violated by split_into_chunks: budget 1.5 "
+        "raised TypeError('budget_bytes must be an int number of bytes, got 1.5'), not ValueError",
+        "repro": f"MEGATRON_CONFORMANCE_SUBJECT={KESTREL} nox -R -s {session} -- '{case}'",
+    }
+
+
+def seven_target_reports(reports: Path) -> Path:
+    """A full gate run of one declared framework on the seven targets: six green (CUDA cases skipped, one advisory,
+    the equivalence findings each), and :data:`NOT_RUN` with no folder, as a failed install leaves it. Collect it with
+    :func:`seven_targets` so that the last one is a column too."""
+    for session in SEVEN:
+        if session == NOT_RUN:
+            continue
+        record = summary(
+            session,
+            subject=KESTREL,
+            subject_kind="declaration",
+            subject_label=KESTREL_LABEL,
+            findings=full_run_findings(session),
+            advisories=[_full_run_advisory(session)],
+        )
+        cases = [_full_run_case(session, module, name) for module, names in FULL_RUN.items() for name in names]
+        write_target(reports, session, record, junit_document(cases))
+    return reports
+
+
+def matrix_targets() -> dict[str, Target]:
+    """The shipped matrix's targets by session, as ``nox -s report`` hands them to the report."""
+    return {target.session: target for target in load_matrix(ROOT / "matrix.yaml").targets}
+
+
+def seven_targets() -> dict[str, Target]:
+    """The matrix entries of :data:`SEVEN`, as ``nox -s report`` hands them to the report."""
+    known = matrix_targets()
+    return {session: known[session] for session in SEVEN}
+
+
 def _parse_table(lines: list[str]) -> tuple[list[str], dict[str, list[str]]]:
     split = [[cell.strip() for cell in re.split(r"(?<!\\)\|", line)[1:-1]] for line in lines]
     return split[0][1:], {cells[0]: cells[1:] for cells in split[1:]}
 
 
-def tables(markdown: str) -> dict[str, tuple[list[str], dict[str, list[str]]]]:
-    """Every matrix of a Markdown report keyed by the heading above it (``Subject `harness.reference` (module)``):
-    column headers, and the cells of each row keyed by its first cell."""
+def _tables(markdown: str) -> dict[str, tuple[list[str], dict[str, list[str]]]]:
+    """Every table of a Markdown report keyed by the heading above it: column headers, and the cells of each row keyed
+    by its first cell."""
     found: dict[str, list[str]] = {}
     heading = ""
     for line in markdown.splitlines():
@@ -187,6 +328,25 @@ def tables(markdown: str) -> dict[str, tuple[list[str], dict[str, list[str]]]]:
         elif line.startswith("| "):
             found.setdefault(heading, []).append(line)
     return {heading: _parse_table(lines) for heading, lines in found.items()}
+
+
+def tables(markdown: str) -> dict[str, tuple[list[str], dict[str, list[str]]]]:
+    """Every per-case matrix of a Markdown report keyed by the heading above it (``Subject `harness.reference`
+    (module)``): column headers, and the cells of each row keyed by its first cell."""
+    return {heading: found for heading, found in _tables(markdown).items() if heading.startswith("Subject ")}
+
+
+def summaries(markdown: str) -> dict[str, tuple[list[str], dict[str, list[str]]]]:
+    """Every summary table (families by targets) of a Markdown report keyed by its subject (``subject
+    `harness.reference` (module)``)."""
+    prefix = "Summary: "
+    found = _tables(markdown).items()
+    return {heading.removeprefix(prefix): table for heading, table in found if heading.startswith(prefix)}
+
+
+def findings(markdown: str) -> tuple[list[str], dict[str, list[str]]]:
+    """The findings table of a Markdown report: targets as columns, a row per finding."""
+    return _tables(markdown)["Findings: is the patch still needed, and enough?"]
 
 
 def columns(markdown: str) -> dict[str, dict[str, list[str]]]:
@@ -200,7 +360,7 @@ def columns(markdown: str) -> dict[str, dict[str, list[str]]]:
 
 
 def table(markdown: str) -> tuple[list[str], dict[str, list[str]]]:
-    """The first matrix of a Markdown report (the only one when every session ran one subject)."""
+    """The first per-case matrix of a Markdown report (the only one when every session ran one subject)."""
     return next(iter(tables(markdown).values()))
 
 

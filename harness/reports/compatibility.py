@@ -1,13 +1,16 @@
 """The compatibility report: every target session's results read into one matrix per subject, as Markdown and HTML.
 
 Each target session leaves ``reports/<session>/junit.xml`` and ``summary.json``, on one machine or as one CI artifact
-per matrix job. Reading those files back (no venv, no Megatron) gives the table a reviewer reads before bumping
-Megatron: targets as columns with the versions actually installed, contracts and their cases as rows, every red linked
-to what failed and to the line that replays it. ``nox -s report`` writes it as ``reports/compatibility.md`` (a PR
-comment, the job summary) and ``reports/compatibility.html`` (one self-contained page, no scripts, no network).
+per matrix job. Reading those files back (no venv, no Megatron) gives what a reviewer reads before bumping Megatron,
+on one screen: the findings (is the patch still needed, and enough?) and a summary (families by targets, one verdict
+a cell), then, folded, every case with the versions actually installed, every red linked to what failed and to the
+line that replays it. ``nox -s report`` writes it as ``reports/compatibility.md`` (a PR comment, the job summary) and
+``reports/compatibility.html`` (one self-contained page, no scripts, no network).
 
-The model and the reading of a session folder are :mod:`harness.reports.results`; the renderings are
-:mod:`harness.reports.markdown` and :mod:`harness.reports.html`.
+The model and the reading of a session folder are :mod:`harness.reports.results`, the findings' rows
+:mod:`harness.reports.findings`, the summary's verdicts :mod:`harness.reports.overview`; the renderings are
+:mod:`harness.reports.markdown` and :mod:`harness.reports.html`, their first screens
+:mod:`harness.reports.markdown_overview` and :mod:`harness.reports.html_overview`.
 """
 
 from __future__ import annotations

@@ -1,11 +1,18 @@
 """The compatibility report as one HTML page: ``reports/compatibility.html``, self-contained (inline CSS, no scripts,
-no network), with every failure the Markdown comment may have had to leave out."""
+no network), with every failure the Markdown comment may have had to leave out.
+
+The first screen is :mod:`harness.reports.html_overview` (findings, then a summary per subject); every case, the
+notes, failures and advisories follow in ``<details>`` blocks, folded unless they hold a red. The page must not be
+wider than the window at 1400 px with seven targets: tables take the page's width and names wrap where they break
+(``<wbr>`` after ``_``, ``.`` and ``/``)."""
 
 from __future__ import annotations
 
 import html
 from collections.abc import Iterable
 
+from harness.reports.findings import findings_table
+from harness.reports.html_overview import breakable, findings_html, summary_heading, summary_html
 from harness.reports.results import (
     INSTALLED,
     KINDS,
@@ -25,12 +32,19 @@ from harness.reports.results import (
 _CSS = """
 body { font: 14px/1.45 "DejaVu Sans", "Segoe UI", Helvetica, Arial, sans-serif; margin: 24px; color: #1f2328; }
 h1 { font-size: 22px; margin: 0 0 4px; }
+h2 { font-size: 18px; margin: 18px 0 6px; }
 code, pre { font-family: "DejaVu Sans Mono", Menlo, Consolas, monospace; font-size: 13px; }
-table { border-collapse: collapse; margin: 12px 0; }
-th, td { border: 1px solid #d0d7de; padding: 4px 10px; text-align: left; vertical-align: top; }
+table { border-collapse: collapse; margin: 8px 0 12px; }
+th, td { border: 1px solid #d0d7de; padding: 4px 8px; text-align: left; vertical-align: top; }
 thead th { background: #f6f8fa; }
 thead th .pins { display: block; font-weight: normal; font-size: 12px; color: #57606a; }
 tbody th { font-weight: normal; }
+table.findings, table.summary, table.matrix { table-layout: fixed; width: 100%; }
+table.findings th, table.findings td, table.summary th, table.summary td, table.matrix th, table.matrix td {
+  overflow-wrap: anywhere;
+}
+thead th:first-child { width: 18%; }
+table.findings tbody th { color: #57606a; }
 tr.total th, tr.total td { font-weight: bold; border-bottom: 2px solid #8c959f; }
 tr.family th { font-weight: bold; background: #eef1f4; }
 tr.case th { padding-left: 28px; }
@@ -40,10 +54,15 @@ td.passed { background: #d2f4dc; }
 td.xfailed { background: #fff0b3; }
 td.skipped { background: #eceff1; color: #57606a; }
 td.undeclared { background: #e1e4e8; color: #57606a; font-style: italic; }
-td.none { color: #8c959f; }
+td.none, .quiet { color: #8c959f; }
+td.unbounded { background: #fff1e0; }
+.quiet { font-size: 12px; }
 .advisory { background: #ffb547; color: #4d2d00; padding: 0 6px; border-radius: 3px; font-weight: bold; }
 a.advisory { text-decoration: none; }
-.legend span { display: inline-block; padding: 0 8px; margin-right: 6px; border: 1px solid #d0d7de; }
+.legend { font-size: 12px; }
+.legend span { display: inline-block; padding: 0 6px; margin: 0 4px 4px 0; border: 1px solid #d0d7de; }
+details.section { margin: 10px 0; border-top: 1px solid #d0d7de; padding-top: 6px; }
+details.section > summary { font-size: 17px; font-weight: bold; cursor: pointer; }
 .failure, .advisory-entry { padding: 2px 14px; margin: 18px 0; }
 .failure { border-left: 4px solid #cf222e; }
 .advisory-entry { border-left: 4px solid #e8890c; }
@@ -77,9 +96,9 @@ def _html_header(run: TargetRun) -> str:
     lines = [] if run.ran else ["not run"]
     if run.subject:
         title = html.escape(f"{run.subject.spec} ({run.subject.kind})")
-        lines.append(f'subject <code title="{title}">{html.escape(run.subject.short)}</code>')
+        lines.append(f'subject <code title="{title}">{breakable(run.subject.short)}</code>')
     if run.selection:
-        lines.append(f"selection <code>{html.escape(' '.join(run.selection))}</code>")
+        lines.append(f"selection <code>{breakable(' '.join(run.selection))}</code>")
     if run.pinned:
         lines.append("pins from matrix.yaml")
     lines += [f"{name} {html.escape(run.version(name))}" for name in INSTALLED]
@@ -93,9 +112,9 @@ def _html_row(row: Row, targets: Iterable[TargetRun]) -> str:
         kind = "family"
         label = html.escape(row.label)
         if row.label != row.module:
-            label += f" <code>{html.escape(row.module)}</code>"
+            label += f" <code>{breakable(row.module)}</code>"
     else:
-        kind, label = "case", f"<code>{html.escape(row.label)}</code>"
+        kind, label = "case", f"<code>{breakable(row.label)}</code>"
     cells = "".join(_html_cell(row.cells[run.session]) for run in targets)
     return f'<tr class="{kind}"><th scope="row">{label}</th>{cells}</tr>'
 
@@ -143,19 +162,13 @@ def _html_undeclared(undeclared: Undeclared) -> str:
     return f"<li>{where}: <code>{html.escape(undeclared.message)}</code></li>"
 
 
-def _html_heading(matrix: SubjectMatrix) -> str:
-    if matrix.subject is None:
-        return "<h2>Subject not recorded (no readable summary.json)</h2>"
-    subject = matrix.subject
-    return f"<h2>Subject <code>{html.escape(subject.spec)}</code> ({html.escape(subject.kind)})</h2>"
-
-
 def _html_matrix(matrix: SubjectMatrix) -> list[str]:
-    """One subject's heading and table, then the messages of the families its declaration leaves out."""
+    """One subject's table of every case, then the messages of the families its declaration leaves out: folded, and
+    open when it holds a red."""
     head = "".join(_html_header(run) for run in matrix.targets)
     body = "\n".join(_html_row(row, matrix.targets) for row in matrix.rows)
     lines = [
-        _html_heading(matrix),
+        _fold(f"Every case: {summary_heading(matrix)}", matrix.red),
         f'<table class="matrix"><thead><tr><th scope="col">contract / case</th>{head}</tr></thead>',
         f"<tbody>\n{body}\n</tbody></table>",
     ]
@@ -163,22 +176,43 @@ def _html_matrix(matrix: SubjectMatrix) -> list[str]:
     if undeclared:
         intro = "<p>Not declared: the subject's declaration leaves these roles out, so their cases ran nothing.</p>"
         lines += [intro, '<ul class="undeclared">', *undeclared, "</ul>"]
-    return lines
+    return [*lines, "</details>"]
+
+
+def _fold(summary: str, open_: bool) -> str:
+    """The opening of a folded block; one that holds a red is open, so that no red is hidden behind a click."""
+    return f'<details class="section"{" open" if open_ else ""}><summary>{summary}</summary>'
+
+
+def _section(title: str, entries: list[str], open_: bool = False, before: str = "", after: str = "") -> list[str]:
+    """A folded block of the page's lower part, its count in its summary line; nothing when it has no entries."""
+    if not entries:
+        return []
+    head = _fold(f"{title} ({len(entries)})", open_)
+    return [head, *([before] if before else []), *entries, *([after] if after else []), "</details>"]
+
+
+_LEGEND = (
+    '<p class="legend">'
+    '<span style="background:#d2f4dc">passed</span><span style="background:#ffd7d5">failed, errored or blocked</span>'
+    '<span style="background:#fff0b3">expected failure (xfail)</span>'
+    '<span style="background:#eceff1">skipped</span>'
+    '<span style="background:#e1e4e8">not declared (nothing ran)</span>'
+    '<span class="advisory">advisories (need not be met; never a red)</span>'
+    "<span>—, did not run, not run: nothing checked</span></p>"
+)
+
+_FAILURES = "<p>A red cell links to its first failure; the others of that cell follow it.</p>"
+_ADVISORIES = (
+    "<p>Properties a correct adapter need not meet, so none of them turns a cell red; an advisory mark links to its "
+    "cell's first advisory, the others of that cell follow it.</p>"
+)
 
 
 def render_html(grid: ResultGrid) -> str:
-    """The report as one HTML page: one grid per subject with coloured cells, anchors to every failure and advisory,
-    inline CSS."""
-    legend = (
-        '<p class="legend">'
-        '<span style="background:#d2f4dc">passed</span><span style="background:#ffd7d5">failed or errored</span>'
-        '<span style="background:#fff0b3">expected failure (xfail)</span>'
-        '<span style="background:#eceff1">skipped</span>'
-        '<span style="background:#e1e4e8">not declared (nothing ran)</span>'
-        '<span class="advisory">advisory (need not be met; never a red)</span><span>— not run</span></p>'
-    )
+    """The report as one HTML page: headline, findings and a summary per subject first, then every case, the notes,
+    the failures (open) and the advisories, folded; anchors to every failure and advisory, inline CSS."""
     notes = [f"<li>{html.escape(run.session)}: {html.escape(note)}</li>" for run in grid.targets for note in run.notes]
-    findings = [f"<li>{html.escape(run.session)}: {html.escape(f)}</li>" for run in grid.targets for f in run.findings]
     failures = [_html_failure(failure) for failure in grid.failures]
     advisories = [_html_advisory(advisory) for advisory in grid.advisories]
     return "\n".join(
@@ -188,17 +222,14 @@ def render_html(grid: ResultGrid) -> str:
             '<meta name="viewport" content="width=device-width, initial-scale=1">',
             f"<title>Megatron compatibility</title><style>{_CSS}</style></head><body>",
             "<h1>Megatron compatibility</h1>",
-            f"<p>{html.escape(headline(grid))}</p>",
-            *(
-                ["<h2>Findings: is the patch still needed, and enough?</h2>", "<ul>", *findings, "</ul>"]
-                if findings
-                else []
-            ),
-            legend,
+            f'<p class="headline">{html.escape(headline(grid))}</p>',
+            *findings_html(findings_table(grid.targets)),
+            *(line for matrix in grid.matrices for line in summary_html(matrix)),
+            _LEGEND,
             *(line for matrix in grid.matrices for line in _html_matrix(matrix)),
-            *(["<h2>Notes</h2>", "<ul>", *notes, "</ul>"] if notes else []),
-            *(["<h2>Failures</h2>", *failures] if failures else []),
-            *(["<h2>Advisories</h2>", *advisories] if advisories else []),
+            *_section("Notes", notes, before="<ul>", after="</ul>"),
+            *_section("Failures", failures, open_=True, before=_FAILURES),
+            *_section("Advisories", advisories, before=_ADVISORIES),
             "</body></html>",
             "",
         ]

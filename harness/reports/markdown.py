@@ -1,7 +1,9 @@
 """The compatibility report as Markdown: ``reports/compatibility.md``, posted as a PR comment and the job summary.
 
-Everything quoted is escaped through :mod:`harness.formats.markdown`; failures and advisories past GitHub's comment
-size are left to the HTML page (:mod:`harness.reports.html`).
+It opens on :mod:`harness.reports.markdown_overview` (findings, then a summary per subject); every case, the notes,
+the failures and the advisories follow in ``<details>`` blocks (GitHub renders them folded), open when they hold a
+red. Everything quoted is escaped through :mod:`harness.formats.markdown`; failures and advisories past GitHub's
+comment size are left to the HTML page (:mod:`harness.reports.html`).
 """
 
 from __future__ import annotations
@@ -9,6 +11,8 @@ from __future__ import annotations
 import html
 
 from harness.formats.markdown import code_block, code_span, table_row
+from harness.reports.findings import findings_table
+from harness.reports.markdown_overview import ADVISORY, MARKS, findings_markdown, summary_markdown
 from harness.reports.results import (
     INSTALLED,
     KINDS,
@@ -24,32 +28,35 @@ from harness.reports.results import (
     part_text,
 )
 
-_MARKS = {"failed": "❌", "xfailed": "🟡", "passed": "✅", "undeclared": "⚪", "skipped": "⏭️"}
-_ADVISORY = "🟠"
-"""The advisory marker: neither the red nor the green, beside whatever colour the cell has."""
 _LEGEND = (
-    "✅ passed · ❌ failed or errored (links to its failures) · 🟡 expected failure · ⏭️ skipped · "
+    "✅ passed · ❌ failed, errored or blocked (links to its failures) · 🟡 expected failure · ⏭️ skipped · "
     "⚪ not declared (the subject's declaration leaves the role out: nothing ran) · "
-    f"{_ADVISORY} advisory (a property a correct adapter need not meet, never a red; links to it) · — not run"
+    f"{ADVISORY} advisories (properties a correct adapter need not meet, never a red; links to them) · "
+    "— or did not run: the family checked nothing there (see the notes) · not run: the target left no reports"
 )
 _MARKDOWN_LIMIT = 60_000
 """GitHub refuses comment bodies over 65,536 characters; entries past this budget are left to the HTML page."""
-_FAILURES = "\n## Failures\n\nA red cell links to its first failure; the others of that cell follow it.\n\n"
-_ADVISORIES = (
-    "\n## Advisories\n\nProperties a correct adapter need not meet, so none of them turns a cell red; an advisory mark "
-    "links to its cell's first advisory, the others of that cell follow it.\n\n"
+_FAILURES = (
+    "\n<details open><summary><b>Failures</b> ({count})</summary>\n\n"
+    "A red cell links to its first failure; the others of that cell follow it.\n\n"
 )
+_ADVISORIES = (
+    "\n<details><summary><b>Advisories</b> ({count})</summary>\n\nProperties a correct adapter need not meet, so "
+    "none of them turns a cell red; an advisory mark links to its cell's first advisory, the others of that cell "
+    "follow it.\n\n"
+)
+_CLOSE = "\n</details>\n"
 
 
 def _md_cell(cell: Cell) -> str:
     parts = []
     for status, count in cell.parts:
-        text = f"{_MARKS[status]} {part_text(status, count)}"
+        text = f"{MARKS[status]} {part_text(status, count)}"
         if status == "failed":
             text = f"[{text}](#{cell.failures[0].anchor})"
         parts.append(text)
     if cell.advisories:
-        parts.append(f"[{_ADVISORY} {advisory_text(len(cell.advisories))}](#{cell.advisories[0].anchor})")
+        parts.append(f"[{ADVISORY} {advisory_text(len(cell.advisories))}](#{cell.advisories[0].anchor})")
     return " · ".join(parts) or "—"
 
 
@@ -121,8 +128,11 @@ def _md_heading(matrix: SubjectMatrix) -> str:
 
 
 def _md_matrix(matrix: SubjectMatrix) -> str:
-    """One subject's heading and table, then the messages of the families its declaration leaves out."""
-    lines = [_md_heading(matrix), ""]
+    """One subject's heading and table of every case, then the messages of the families its declaration leaves out:
+    folded, and open when it holds a red."""
+    subject = f"<code>{html.escape(matrix.subject.spec)}</code>" if matrix.subject else "not recorded"
+    lines = [f"<details{' open' if matrix.red else ''}><summary><b>Every case</b>: subject {subject}</summary>"]
+    lines += ["", _md_heading(matrix), ""]
     lines.append(table_row(["contract / case", *(_md_header(run) for run in matrix.targets)]))
     lines.append("|---" * (len(matrix.targets) + 1) + "|")
     for row in matrix.rows:
@@ -131,31 +141,36 @@ def _md_matrix(matrix: SubjectMatrix) -> str:
     if undeclared:
         lines += ["", "Not declared: the subject's declaration leaves these roles out, so their cases ran nothing.", ""]
         lines += [f"- {u.family} on {', '.join(u.sessions)}: {code_span(u.message)}" for u in undeclared]
-    return "\n".join(lines)
+    return "\n".join([*lines, "", "</details>"])
 
 
 def _within_limit(text: str, sections: list[tuple[str, list[str]]], limit: int) -> str:
-    """``text``, then each section's heading and entries as far as ``limit`` allows; the rest are counted and left
-    to the HTML page."""
-    blocks = [(head if i == 0 else "") + entry + "\n" for head, entries in sections for i, entry in enumerate(entries)]
-    for shown, block in enumerate(blocks):
-        if len(text) + len(block) > limit:
-            return text + f"{len(blocks) - shown} more not shown here (comment size limit): see compatibility.html.\n"
-        text += block
+    """``text``, then each section (its folded heading, its entries, its closing tag) as far as ``limit`` allows;
+    the entries past it are counted and left to the HTML page."""
+    left = sum(len(entries) for _, entries in sections)
+    for head, entries in sections:
+        for shown, entry in enumerate(entries):
+            block = ("" if shown else head.format(count=len(entries))) + entry + "\n"
+            if len(text) + len(block) + len(_CLOSE) > limit:
+                cut = f"{left} more not shown here (comment size limit): see compatibility.html.\n"
+                return text + cut + (_CLOSE if shown else "")
+            text += block
+            left -= 1
+        text += _CLOSE if entries else ""
     return text
 
 
 def render_markdown(grid: ResultGrid, limit: int = _MARKDOWN_LIMIT) -> str:
-    """The report as Markdown: headline, findings, legend, one matrix per subject, notes, then the failures and the
-    advisories (within ``limit`` chars)."""
-    blocks = ["## Megatron compatibility", headline(grid)]
-    findings = [f"- {run.session}: {finding}" for run in grid.targets for finding in run.findings]
-    if findings:
-        blocks.append("\n".join(["### Findings: is the patch still needed, and enough?", "", *findings]))
-    blocks += [_LEGEND, *(_md_matrix(matrix) for matrix in grid.matrices)]
+    """The report as Markdown: headline, findings, a summary per subject and the legend, then, folded, every case
+    per subject, the notes, the failures (open) and the advisories (within ``limit`` chars)."""
+    blocks = ["## Megatron compatibility", headline(grid), *findings_markdown(findings_table(grid.targets))]
+    blocks += [*(summary_markdown(matrix) for matrix in grid.matrices), _LEGEND]
+    blocks += [_md_matrix(matrix) for matrix in grid.matrices]
     notes = [f"- {run.session}: {note}" for run in grid.targets for note in run.notes]
     if notes:
-        blocks.append("\n".join(["### Notes", "", *notes]))
+        blocks.append(
+            "\n".join([f"<details><summary><b>Notes</b> ({len(notes)})</summary>", "", *notes, "", "</details>"])
+        )
     sections = [
         (_FAILURES, [_md_failure(failure) for failure in grid.failures]),
         (_ADVISORIES, [_md_advisory(advisory) for advisory in grid.advisories]),

@@ -22,7 +22,7 @@ from typing import Any
 from xml.etree.ElementTree import Element, ParseError
 
 from harness.formats import red_section
-from harness.formats.environment import repro_environment
+from harness.formats.environment import launcher, repro_environment
 from harness.formats.junit import JUnitCase, read_cases
 from harness.formats.not_declared import is_not_declared
 from harness.formats.summary import FILE_NAME as SUMMARY_FILE
@@ -135,9 +135,6 @@ class TargetRun:
     notes: list[str]
     advisories: list[Advisory] = field(default_factory=list)
     target: Target | None = None
-    findings: list[str] = field(default_factory=list)
-    """What the session found about the target that is no verdict (is the patch still needed, and enough?), and what
-    blocked its families: shown first in the report."""
 
     @property
     def ran(self) -> bool:
@@ -257,6 +254,11 @@ class SubjectMatrix:
     subject: Subject | None
     targets: list[TargetRun]
     rows: list[Row]
+
+    @property
+    def red(self) -> bool:
+        """Whether a red is among its cases (the total row holds them all): its folded table of every case opens."""
+        return any(cell.failures for cell in self.rows[0].cells.values())
 
     @property
     def not_declared(self) -> list[Undeclared]:
@@ -439,13 +441,11 @@ def load_target(directory: Path, target: Target | None = None) -> TargetRun:
         notes.append(f"pytest exited with status {recorded.exit_status} without a failing test: see the session's log")
     notes += [f"stale expected failure: {prefix!r} matches no test" for prefix in recorded.stale_expected_failures]
     notes += [f"waived by the subject's declaration: {waiver_text(w)}" for w in recorded.waivers]
-    findings = [f"blocked: {line}" for line in recorded.blocked]
-    findings += [f"{f['family']}: {f['text']}" for f in recorded.findings]
     notes += [f"did not run: {name}: {why}" for name, why in recorded.not_run.items() if not why.startswith("blocked")]
     if recorded.family_seconds:
         notes.append(time_note(recorded))
     advisories = _advisories(recorded.advisories, session)
-    return TargetRun(session, summary, results, notes, advisories, target, findings)
+    return TargetRun(session, summary, results, notes, advisories, target)
 
 
 def waiver_text(waiver: Mapping[str, str]) -> str:
@@ -522,7 +522,7 @@ def collect(reports: Path, expected: Mapping[str, Target] | None = None) -> Resu
     if not found:
         raise ReportError(
             f"no target session in {reports}: expected <session>/junit.xml or <session>/{SUMMARY_FILE} there; "
-            "run a target first (nox -s megatron-0.15) or download the gate's artifacts into it"
+            f"run a target first ({launcher()} -s megatron-0.15) or download the gate's artifacts into it"
         )
     sessions = found | set(expected)
     targets = [load_target(reports / name, expected.get(name)) for name in sorted(sessions, key=natural_key)]
@@ -530,10 +530,12 @@ def collect(reports: Path, expected: Mapping[str, Target] | None = None) -> Resu
 
 
 def headline(grid: ResultGrid) -> str:
-    """How many targets and which are red; and, when the sessions ran different subjects, that each has its own
-    matrix (a reader who stops at the first one must not take it for all of them)."""
+    """How many targets ran and which are red; and, when the sessions ran different subjects, that each has its own
+    matrix (a reader who stops at the first one must not take it for all of them). "7 targets, no failure" with one
+    of them not run would pass a target nothing checked for green."""
     red = [run for run in grid.targets if any(r.failure for r in run.results)]
-    count = f"{len(grid.targets)} target{'s' if len(grid.targets) != 1 else ''}"
+    ran, total = sum(1 for run in grid.targets if run.ran), len(grid.targets)
+    count = f"{total} target{'s' if total != 1 else ''}" if ran == total else f"{ran} of {total} targets ran"
     names = ", ".join(f"{run.session} ({sum(1 for r in run.results if r.failure)})" for run in red)
     text = f"{count}; failures on {names}." if red else f"{count}, no failure."
     if len(grid.matrices) > 1:

@@ -1,5 +1,5 @@
-"""The report end to end: its HTML rendered by a real headless browser, and a seeded red whose repro line, taken from
-the report's red cell, reproduces exactly that failure on a real target."""
+"""The report end to end: its HTML rendered by a real headless browser (seven targets within a 1400 px window), and a
+seeded red whose repro line, taken from the report's red cell, reproduces exactly that failure on a real target."""
 
 from __future__ import annotations
 
@@ -17,7 +17,15 @@ from harness.reports.compatibility import write_reports
 from harness.reports.markdown import render_markdown
 from harness.reports.results import collect, load_target
 from tests.pytest_helpers import ROOT, SEEDED, run_target_cases
-from tests.report_helpers import failure_entry, repro_of, synthetic_reports, table
+from tests.report_helpers import (
+    SEVEN,
+    failure_entry,
+    repro_of,
+    seven_target_reports,
+    seven_targets,
+    synthetic_reports,
+    table,
+)
 
 CHROMIUM_FLAGS = [
     "--headless",
@@ -58,7 +66,8 @@ def test_html_renders_in_headless_chromium(synthetic: Path, tmp_path: Path) -> N
         [*common, "--dump-dom", page.as_uri()], capture_output=True, text=True, timeout=120, check=True
     ).stdout
     assert '<table class="matrix">' in dom
-    headers = re.findall(r'<th scope="col">([^<]+)<span class="pins">', dom)
+    per_case = dom[dom.index('<table class="matrix">') :]
+    headers = re.findall(r'<th scope="col">([^<]+)<span class="pins">', per_case)
     assert headers == ["megatron-0.9", "megatron-0.13", "megatron-0.15", "megatron-0.16"]
     assert '<td class="failed"><a href="#fail-megatron-0-15-2">1 failed</a></td>' in dom
     assert '<section class="failure" id="fail-megatron-0-16-2">' in dom
@@ -71,6 +80,43 @@ def test_html_renders_in_headless_chromium(synthetic: Path, tmp_path: Path) -> N
     )
     assert _png_size(screenshot) == (1400, 900)
     assert screenshot.stat().st_size > 20_000, "the screenshot is (nearly) blank"
+
+
+MEASURE = (
+    "<script>for (const folded of document.querySelectorAll('details')) folded.open = true;"
+    "const page = document.documentElement;"
+    "document.body.dataset.widths = `${page.scrollWidth} ${page.clientWidth}`;</script>"
+)
+"""Appended to a copy of the page (the report itself has no script): unfolds every ``<details>``, then records how
+wide the page lays out against the window."""
+
+
+def test_seven_targets_fit_a_1400_px_window_unfolded(tmp_path: Path) -> None:
+    """Seven columns of long pins and case names once overflowed after the fifth; with every fold open the page
+    must still be no wider than the window."""
+    _, _, page = write_reports(seven_target_reports(tmp_path / "reports"), seven_targets())
+    measured = tmp_path / "measured.html"
+    measured.write_text(page.read_text().replace("</body>", f"{MEASURE}</body>"))
+    dom = subprocess.run(
+        [
+            headless_browser(),
+            *CHROMIUM_FLAGS,
+            f"--user-data-dir={tmp_path / 'profile'}",
+            "--window-size=1400,900",
+            "--dump-dom",
+            measured.as_uri(),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=True,
+    ).stdout
+    assert dom.count("<details") == dom.count('<details class="section" open="">') == 3, "the folds did not open"
+    summary = dom[dom.index('<table class="summary">') : dom.index("</thead>", dom.index('<table class="summary">'))]
+    assert re.findall(r'<th scope="col">(megatron-[\d.]+)<', summary) == list(SEVEN)
+    scroll, window = map(int, re.search(r'data-widths="(\d+) (\d+)"', dom).groups())
+    assert 1300 < window <= 1400, f"the window is {window} px wide, not 1400"
+    assert scroll <= window, f"the page is {scroll} px wide in a {window} px window"
 
 
 def test_repro_from_the_red_cell_reproduces_the_failure(tmp_path: Path) -> None:

@@ -1,6 +1,7 @@
-"""The compatibility report on synthetic JUnit/summary files: columns with their subject and pins, one matrix per
-subject, cells, failure and advisory entries with their repro lines, families not declared, notes, the comment limit,
-self-contained HTML, and ``nox -s report``."""
+"""The compatibility report on synthetic JUnit/summary files: the headline, the findings and the summary on top,
+columns with their subject and pins, one matrix per subject, cells, failure and advisory entries with their repro
+lines, families not declared, notes, what is folded and what stays open, the comment limit, self-contained HTML, and
+``nox -s report``."""
 
 from __future__ import annotations
 
@@ -14,20 +15,30 @@ from pathlib import Path
 
 import pytest
 
+from harness.formats.summary import SessionSummary
+from harness.reports.findings import Peak, target_findings
 from harness.reports.html import render_html
 from harness.reports.markdown import render_markdown
-from harness.reports.results import ReportError, collect, load_target, natural_key
-from harness.targets.matrix import MegatronSource, Target, load_matrix
+from harness.reports.results import ReportError, TargetRun, collect, headline, load_target, natural_key
+from harness.targets.matrix import MegatronSource
 from tests.pytest_helpers import ROOT
 from tests.report_helpers import (
     BLOB,
+    GTP_STEP,
+    NOT_RUN,
     PARTITION_MESSAGE,
     PARTITION_REPRO,
     SEEDED_SUBJECT,
+    SEVEN,
     columns,
     failure_entry,
+    findings,
     junit_document,
+    matrix_targets,
     repro_of,
+    seven_target_reports,
+    seven_targets,
+    summaries,
     summary,
     synthetic_reports,
     table,
@@ -42,16 +53,13 @@ UNRECORDED = "Subject not recorded (no readable summary.json)"
 DECLARATION = "/work/adapters/slime/megatron_gate.toml"
 NOT_DECLARED = f"not declared: model-provider needs [provider] in {DECLARATION}"
 CHUNKS = "**chunk-splitting** `cases/test_chunk_splitting.py`"
+FAMILY_ROWS = ("all cases", "chunk-splitting", "equivalence", "new-api", "model-provider", "smoke")
+"""The summary's rows for the synthetic sessions: the total, then each family in the per-case matrix's order."""
 
 
 @pytest.fixture
 def synthetic(tmp_path: Path) -> Path:
     return synthetic_reports(tmp_path / "reports")
-
-
-def matrix_targets() -> dict[str, Target]:
-    """The shipped matrix's targets by session, as ``nox -s report`` hands them to the report."""
-    return {target.session: target for target in load_matrix(ROOT / "matrix.yaml").targets}
 
 
 def test_columns_are_targets_in_version_order_with_installed_pins(synthetic: Path) -> None:
@@ -92,7 +100,7 @@ def test_cells_green_red_xfail_skip_with_counts(synthetic: Path) -> None:
 
 def test_failure_entry_has_message_repro_and_hypothesis_replay(synthetic: Path) -> None:
     markdown = render_markdown(collect(synthetic))
-    assert markdown.index("## Failures") > markdown.index("| **all cases** |")
+    assert markdown.index("<b>Failures</b>") > markdown.index("| **all cases** |")
     entry = failure_entry(markdown, "fail-megatron-0-15-2")
     assert entry.startswith(
         '<a id="fail-megatron-0-15-2"></a>megatron-0.15 · `cases/test_chunk_splitting.py::test_partition`'
@@ -138,7 +146,7 @@ def test_reds_without_a_repro_line_get_one_built_from_the_summary(synthetic: Pat
 
 def test_notes_name_missing_files_stale_expectations_and_silent_exits(synthetic: Path) -> None:
     markdown = render_markdown(collect(synthetic))
-    notes = markdown[markdown.index("### Notes") : markdown.index("## Failures")]
+    notes = markdown[markdown.index("<b>Notes</b>") : markdown.index("<b>Failures</b>")]
     assert "- megatron-0.9: no summary.json" in notes and "megatron-0.9: no junit.xml" not in notes
     assert "- megatron-0.13: stale expected failure: 'cases/test_gone.py' matches no test" in notes
     assert "megatron-0.15: pytest exited" not in notes
@@ -151,10 +159,11 @@ def test_notes_name_missing_files_stale_expectations_and_silent_exits(synthetic:
 def test_failures_past_the_comment_limit_are_left_to_the_html_page(synthetic: Path) -> None:
     matrix = collect(synthetic)
     full = render_markdown(matrix)
-    cut = render_markdown(matrix, limit=full.index("## Failures") + 2000)
-    assert len(cut) < full.index("## Failures") + 2200
+    cut = render_markdown(matrix, limit=full.index("<b>Failures</b>") + 2000)
+    assert len(cut) < full.index("<b>Failures</b>") + 2200
     assert 'id="fail-megatron-0-15-1"' in cut and 'id="fail-megatron-0-16-1"' not in cut
-    assert re.search(r"\n\d+ more not shown here \(comment size limit\): see compatibility.html.\n$", cut)
+    assert re.search(r"\n\d+ more not shown here \(comment size limit\): see compatibility.html.\n\n</details>\n$", cut)
+    assert cut.count("<details") == cut.count("</details>"), "a folded section the cut left open swallows the rest"
 
 
 def test_html_is_self_contained_and_links_every_red(synthetic: Path) -> None:
@@ -164,7 +173,8 @@ def test_html_is_self_contained_and_links_every_red(synthetic: Path) -> None:
     for failure in matrix.failures:
         assert f'<section class="failure" id="{failure.anchor}">' in page
         assert f'href="#{failure.anchor}"' in page
-    red_cells = re.findall(r'<td class="failed">(.*?)</td>', page)
+    per_case = page[page.index('<table class="matrix">') :]
+    red_cells = re.findall(r'<td class="failed">(.*?)</td>', per_case)
     assert len(red_cells) == 11 and all(cell.startswith('<a href="#fail-') for cell in red_cells)
     assert '<td class="failed"><a href="#fail-megatron-0-15-2">1 failed</a></td>' in page
     assert '<td class="xfailed">1 xfail</td>' in page and '<td class="skipped">1 skipped</td>' in page
@@ -195,9 +205,8 @@ def test_report_session_writes_both_files(synthetic: Path) -> None:
     completed = report_session(synthetic)
     assert completed.returncode == 0, completed.stdout + completed.stderr
     targets = matrix_targets()
-    assert f"{len({*targets, 'megatron-0.9'})} targets; failures on megatron-0.15 (3), megatron-0.16 (2)." in (
-        completed.stderr
-    )
+    ran = f"4 of {len({*targets, 'megatron-0.9'})} targets ran"
+    assert f"{ran}; failures on megatron-0.15 (3), megatron-0.16 (2)." in completed.stderr
     headers, rows = tables((synthetic / "compatibility.md").read_text())[SEEDED]
     assert headers[1].startswith("megatron-0.14<br><sub>not run<br>") and rows["**all cases**"][1] == "—"
     expected = render_markdown(collect(synthetic, targets))
@@ -291,8 +300,9 @@ def test_every_column_names_its_subject_and_selection(tmp_path: Path) -> None:
         "selection `cases/test_chunk_splitting.py::test_partition -k not slow`",
         "megatron-core 0.16.1",
     ]
-    page = render_html(grid)
-    assert f"<h2>Subject <code>{DECLARATION}</code> (declaration)</h2>" in page
+    page = render_html(grid).replace("<wbr>", "")
+    assert f"<h2>Summary: subject <code>{DECLARATION}</code> (declaration)</h2>" in page
+    assert f"<summary>Every case: subject <code>{DECLARATION}</code> (declaration)</summary>" in page
     assert page.count(f'subject <code title="{DECLARATION} (declaration)">megatron_gate.toml</code>') == 2
     assert page.count("selection <code>cases/test_chunk_splitting.py::test_partition -k not slow</code>") == 1
 
@@ -317,7 +327,7 @@ def test_a_declaration_column_names_its_framework_package_and_file(tmp_path: Pat
     legacy = ROOT / "tests" / "frameworks" / "legacyrl" / "megatron-conformance.toml"
     assert found[f"Subject `{modern}` (declaration)"]["megatron-0.15"][0] == f"subject `{labels['modernrl']}`"
     assert found[f"Subject `{legacy}` (declaration)"]["megatron-0.16"][0] == f"subject `{labels['legacyrl']}`"
-    page = render_html(grid)
+    page = render_html(grid).replace("<wbr>", "")
     assert f'subject <code title="{modern} (declaration)">{labels["modernrl"]}</code>' in page
 
 
@@ -346,9 +356,9 @@ def test_sessions_of_different_subjects_get_a_matrix_each(synthetic: Path) -> No
     assert repro_of(failure_entry(markdown, "fail-megatron-0-16-2")) == (
         f"MEGATRON_CONFORMANCE_SUBJECT='{adapter}' nox -R -s megatron-0.16 -- cases/test_model_provider.py"
     )
-    page = render_html(grid)
-    assert page.count('<table class="matrix">') == 4
-    assert f"<h2>Subject <code>{adapter}</code> (module)</h2>" in page
+    page = render_html(grid).replace("<wbr>", "")
+    assert page.count('<table class="matrix">') == page.count('<table class="summary">') == 4
+    assert f"<h2>Summary: subject <code>{adapter}</code> (module)</h2>" in page
 
 
 def test_a_target_that_did_not_run_shows_its_matrix_pins(synthetic: Path, tmp_path: Path) -> None:
@@ -408,7 +418,7 @@ def test_advisories_are_amber_beside_the_cell_colour_and_listed_with_repro_lines
     assert "advisory · contract `chunk-splitting`" in entry
     assert "```text\nfew-collectives: 3 collectives where 2 suffice on megatron-0.13\n```" in entry
     assert repro_of(entry) == "nox -R -s megatron-0.13 -- cases/test_chunk_splitting.py::test_alignment"
-    assert markdown.index("## Advisories") > markdown.index("## Failures")
+    assert markdown.index("<b>Advisories</b>") > markdown.index("<b>Failures</b>")
     assert "failures on megatron-0.15 (3), megatron-0.16 (2)." in markdown
     page = render_html(grid)
     assert '<td class="passed">4 passed · <a class="advisory" href="#adv-megatron-0-13-1">1 advisory</a></td>' in page
@@ -436,8 +446,12 @@ def test_a_family_the_declaration_leaves_out_reads_not_declared(tmp_path: Path) 
     assert rows["**all cases**"] == ["✅ 1 passed · ⚪ not declared", "✅ 1 passed · ⚪ not declared · ⏭️ 1 skipped"]
     listing = f"\n- model-provider on megatron-0.15, megatron-0.16: `{NOT_DECLARED}`\n"
     assert markdown.index(listing) > markdown.index("| **all cases** |")
-    page = render_html(grid)
-    assert len(re.findall(r'<td class="undeclared">not declared</td>', page)) == 6
+    _, summary_rows = summaries(markdown)[f"subject `{DECLARATION}` (declaration)"]
+    assert summary_rows["**model-provider**"] == ["⚪ not declared", "⚪ not declared"]
+    assert summary_rows["**equivalence**"] == ["did not run", "⏭️ 1 skipped"]
+    page = render_html(grid).replace("<wbr>", "")
+    per_case = page[page.index('<table class="matrix">') :]
+    assert len(re.findall(r'<td class="undeclared">not declared</td>', per_case)) == 6
     provider = re.search(
         r'<th scope="row">model-provider <code>cases/test_model_provider.py</code></th>(.*?)</tr>', page
     )
@@ -453,3 +467,172 @@ def test_a_rebuilt_repro_line_names_the_matrix_the_session_ran_from(synthetic: P
     xpass = failure_entry(render_markdown(collect(synthetic)), "fail-megatron-0-15-1")
     prefix = f"MEGATRON_CONFORMANCE_SUBJECT={SEEDED_SUBJECT} MEGATRON_CONFORMANCE_MATRIX={matrix} nox -R -s "
     assert repro_of(xpass).startswith(f"{prefix}megatron-0.15 -- ")
+
+
+def test_the_headline_says_how_many_targets_ran(synthetic: Path, tmp_path: Path) -> None:
+    """A target of the matrix that left nothing is no green: "7 targets, no failure" would pass it for one."""
+    seven = seven_target_reports(tmp_path / "seven")
+    assert headline(collect(seven, seven_targets())) == "6 of 7 targets ran, no failure."
+    assert headline(collect(seven)) == "6 targets, no failure."
+    grid = collect(synthetic, {NOT_RUN: matrix_targets()[NOT_RUN]})
+    assert headline(grid).startswith("4 of 5 targets ran; failures on megatron-0.15 (3), megatron-0.16 (2).")
+    assert "\n4 of 5 targets ran; failures on" in render_markdown(grid)
+    assert '<p class="headline">4 of 5 targets ran; failures on' in render_html(grid)
+
+
+def test_the_summary_is_a_row_per_family_and_a_column_per_target_above_every_case(synthetic: Path) -> None:
+    grid = collect(synthetic, {NOT_RUN: matrix_targets()[NOT_RUN]})
+    markdown = render_markdown(grid)
+    headers, rows = summaries(markdown)[f"subject `{SEEDED_SUBJECT}` (module)"]
+    assert headers == [
+        "megatron-0.13<br><sub>0.13.1</sub>",
+        "megatron-0.14<br><sub>not run</sub>",
+        "megatron-0.15<br><sub>0.15.3</sub>",
+        "megatron-0.16<br><sub>0.16.1</sub>",
+    ]
+    assert list(rows) == [f"**{name}**" for name in FAMILY_ROWS]
+    assert rows["**all cases**"] == [
+        "✅ 5 passed",
+        "not run",
+        "[❌ 3 of 5 failed](#fail-megatron-0-15-1)",
+        "[❌ 2 of 3 failed](#fail-megatron-0-16-1)",
+    ]
+    assert rows["**chunk-splitting**"][2] == "[❌ 2 of 4 failed](#fail-megatron-0-15-1)"
+    assert rows["**smoke**"] == ["✅ 1 passed", "not run", "[❌ 1 of 1 failed](#fail-megatron-0-15-3)", "did not run"]
+    assert rows["**equivalence**"] == ["⏭️ 1 skipped", "not run", "did not run", "did not run"]
+    assert markdown.index("### Summary: ") < markdown.index(f"### {SEEDED}")
+    page = render_html(grid)
+    summary = page[page.index('<table class="summary">') : page.index('<table class="matrix">')]
+    assert '<th scope="col">megatron-0.14<span class="pins">not run</span></th>' in summary
+    assert '<td class="failed"><a href="#fail-megatron-0-15-1">3 of 5 failed</a></td>' in summary
+    assert '<td class="none">not run</td>' in summary and '<td class="skipped">1 skipped</td>' in summary
+
+
+def test_a_blocked_family_reads_blocked_and_links_its_red(synthetic: Path) -> None:
+    blocker = "megatron-core 0.15.3 cannot be imported: importing megatron.core raised RuntimeError: no megatron"
+    not_run = {"smoke": f"blocked: {blocker}", "equivalence": "not selected in this run"}
+    record = summary("megatron-0.15", exit_status=1, blocked=[blocker], not_run=not_run)
+    (synthetic / "megatron-0.15" / "summary.json").write_text(json.dumps(record))
+    grid = collect(synthetic)
+    markdown = render_markdown(grid)
+    _, rows = summaries(markdown)[f"subject `{SEEDED_SUBJECT}` (module)"]
+    assert rows["**smoke**"][1] == "[❌ blocked](#fail-megatron-0-15-3)"
+    assert f"\n- megatron-0.15: blocked: {blocker}\n" in markdown[: markdown.index("### Summary: ")]
+    page = render_html(grid)
+    assert f'<td class="failed" title="blocked: {blocker}"><a href="#fail-megatron-0-15-3">blocked</a></td>' in page
+    assert '<td class="none" title="not selected in this run">did not run</td>' in page
+
+
+def test_findings_lead_the_report_as_a_column_per_target(tmp_path: Path) -> None:
+    """Whether the patch is still needed and what it leaves unbounded, read into a few short rows above the summary,
+    and not listed again as the sessions worded it."""
+    grid = collect(seven_target_reports(tmp_path / "reports"), seven_targets())
+    markdown = render_markdown(grid)
+    headers, rows = findings(markdown)
+    assert headers == list(SEVEN)
+    assert rows["patch still needed?"] == ["**needed**", "not run", *["**needed**"] * 5]
+    assert rows["real step (GPTModel TP 2 + SP, world 2, gloo)"] == [
+        "896 B → 4 B",
+        "—",
+        *["896 B → 4 B"] * 5,
+    ]
+    gtp = "real step (GPTModel TP 2 + SP, a GTP weight-remat group of 2, world 2, gloo)"
+    assert rows[gtp] == ["—"] * 6 + ["17.3 KiB → 17.3 KiB"]
+    assert rows["largest-buffer population, 4 MiB"][-1] == "4 MiB → 128 KiB"
+    unbounded = "`_allreduce_replicated_grads_over_gtp_remat_group` (17.3 KiB in one buffer)"
+    assert rows["coalesced reductions the subject does not bound"] == ["none", "—", *["none"] * 4, unbounded]
+    assert rows["not exercised here, and not replaced by the subject"][-1] == "`_allreduce_conditional_embedding_grads`"
+    assert list(rows)[1:4] == [
+        "real step (GPTModel TP 2 + SP, world 2, gloo)",
+        gtp,
+        "largest-buffer population, 4 MiB",
+    ]
+    assert GTP_STEP not in markdown and "megatron-core 0.15.3, real step" not in markdown
+    assert markdown.index("### Findings: ") < markdown.index("### Summary: ") < markdown.index("<b>Every case</b>")
+    page = render_html(grid)
+    assert page.index('<table class="findings">') < page.index('<table class="summary">')
+    assert '<td class="unbounded"><code>_<wbr>allreduce_<wbr>replicated_<wbr>grads_<wbr>over_<wbr>gtp_<wbr>' in page
+
+
+def test_findings_of_other_shapes_are_kept_whole_and_a_target_within_the_bound_needs_no_patch(tmp_path: Path) -> None:
+    reports = tmp_path / "reports"
+    population = "the largest-buffer population (4 MiB of sequence-parallel grads)"
+    own = f"megatron-core 0.16.1 chunks {population} on its own (peak 131072 bytes, within the 524288-byte bound)"
+    fallback = "world 2, TP 2, gloo: upstream raised AttributeError: 'NoneType' (3 example(s))"
+    cuda = (
+        f"on CUDA (nccl): megatron-core 0.13.1, {population}: upstream holds 2097152 bytes of it at once (peak "
+        "2097152 bytes), the subject's call peaks at 131072"
+    )
+    for session, texts in (("megatron-0.13", [cuda]), ("megatron-0.16", [own, fallback])):
+        records = [{"family": "equivalence", "text": text} for text in texts]
+        write_target(reports, session, summary(session, findings=records), None)
+    markdown = render_markdown(collect(reports))
+    _, rows = findings(markdown)
+    assert rows["patch still needed?"] == ["**needed**", "**not needed**"]
+    assert rows["largest-buffer population, 4 MiB, CUDA nccl"] == ["2 MiB → 128 KiB", "—"]
+    assert rows["largest-buffer population, 4 MiB"] == ["—", "128 KiB, within the bound"]
+    assert rows["coalesced reductions the subject does not bound"] == ["—", "—"]
+    assert f"\n- megatron-0.16: equivalence: {fallback}" in markdown
+    assert own not in markdown and cuda not in markdown
+
+
+def test_the_real_steps_finding_is_read_as_step_memory_words_it() -> None:
+    """The findings row reads the sentence :func:`harness.contracts.step_memory.finding` writes (imported here: it
+    needs torch, the rest of this file does not); a rewording there fails here, not silently in the report."""
+    from harness.contracts.step_memory import StepMemory, finding
+
+    step = StepMemory(
+        upstream_peak_bytes=17728,
+        subject_peak_bytes=17728,
+        reductions=["_replaced", "_left_alone", "_idle"],
+        replaced=["_replaced"],
+        subject_sites={"_left_alone": 17728},
+        upstream_sites={"_left_alone": 17728},
+    )
+    text = finding("GPTModel TP 2 + SP, world 2, gloo", "0.19.2", [step])
+    run = TargetRun("megatron-0.19", SessionSummary(findings=[{"family": "equivalence", "text": text}]), [], [])
+    row = target_findings(run)
+    assert row.peaks == [Peak("real step (GPTModel TP 2 + SP, world 2, gloo)", 17728, 17728, False)]
+    assert (row.unbounded, row.not_exercised, row.other) == ({"_left_alone": 17728}, ["_idle"], [])
+    assert row.verdict == "not needed"
+
+
+def _folds(text: str) -> dict[str, bool]:
+    """Every ``id`` in ``text`` (HTML or the Markdown's HTML), and whether every ``<details>`` around it is open."""
+    opened: list[bool] = []
+    found = {}
+    for tag in re.finditer(r'<details( open)?[^>]*>|</details>|\bid="([^"]+)"', text):
+        if tag.group(0).startswith("<details"):
+            opened.append(" open" in tag.group(0))
+        elif tag.group(0) == "</details>":
+            opened.pop()
+        else:
+            found[tag.group(2)] = all(opened)
+    assert not opened, "a <details> is never closed"
+    return found
+
+
+def test_every_case_and_the_entries_are_folded_and_a_fold_holding_a_red_is_open(
+    synthetic: Path, tmp_path: Path
+) -> None:
+    grid = collect(synthetic)
+    markdown, page = render_markdown(grid), render_html(grid)
+    for text in (markdown, page):
+        folds = _folds(text)
+        assert {anchor for anchor in folds if anchor.startswith("fail-")} == {f.anchor for f in grid.failures}
+        assert all(folds[failure.anchor] for failure in grid.failures), "a red is folded away"
+    assert f"<details open><summary><b>Every case</b>: subject <code>{SEEDED_SUBJECT}</code></summary>" in markdown
+    assert "<details><summary><b>Every case</b>: subject not recorded</summary>" in markdown
+    assert "<details open><summary><b>Failures</b> (5)</summary>" in markdown
+    assert "<details><summary><b>Notes</b> (2)</summary>" in markdown
+    assert '<details class="section" open><summary>Failures (5)</summary>' in page
+    assert '<details class="section"><summary>Notes (2)</summary>' in page
+    unbroken = page.replace("<wbr>", "")
+    every_case = f"<summary>Every case: subject <code>{SEEDED_SUBJECT}</code> (module)</summary>"
+    assert f'<details class="section" open>{every_case}' in unbroken
+    assert '<details class="section"><summary>Every case: subject not recorded' in unbroken
+    green = collect(seven_target_reports(tmp_path / "seven"), seven_targets())
+    markdown, page = render_markdown(green), render_html(green)
+    assert "<details open" not in markdown and '<details class="section" open' not in page
+    assert markdown.count("<details>") == page.count('<details class="section">') == 3
+    assert not any(_folds(markdown).values()), "an advisory of a green report is left open"
