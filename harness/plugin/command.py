@@ -1,9 +1,9 @@
 """The one pytest command that runs cases on a target, and running it to read the verdicts back.
 
 The nox target sessions, the sensitivity runner and the harness's own tests all build it here, so what ``tests/``
-exercises is the command users run. The plugins are loaded with ``-p`` (the gate's, and the import-side-effects family's
-session watch); the command runs from the repository root, which ``python -m`` puts on ``sys.path`` so the ``harness``
-package is found.
+exercises is the command users run. The plugins are loaded with ``-p`` (the gate's, the import-side-effects family's
+session watch, the grouped warnings); the command runs from the repository root, which ``python -m`` puts on
+``sys.path`` so the ``harness`` package is found.
 """
 
 from __future__ import annotations
@@ -22,10 +22,11 @@ _PLUGINS = (
     "harness.plugin.gate",
     "harness.ranks.early_start",
     "harness.contracts.import_side_effects.session_watch",
+    "harness.plugin.warnings_summary",
 )
 """The quick exit (first: its exit function must be registered before any other but logging's), the gate plugin,
-the early start of the fork server, and the import-side-effects family's watch over the whole session (Megatron
-unchanged after every case)."""
+the early start of the fork server, the import-side-effects family's watch over the whole session (Megatron
+unchanged after every case), and the installed packages' warnings told one line per kind."""
 _CASES_INI = Path(__file__).resolve().parent / "cases.ini"
 _DEFAULT_SELECTION = ("cases",)
 
