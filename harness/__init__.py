@@ -10,8 +10,8 @@
   reading and checking declarations, the subject built from one, what a subject says about itself. May import
   ``formats`` and ``targets``.
 - ``plugin``: the pytest plugin every target session loads (``-p harness.plugin.gate``), the command that runs it,
-  the table of contract families, the failure-message helper of the cases. May import ``formats``, ``targets`` and
-  ``subjects``.
+  the table of contract families, the failure-message helper of the cases. May import ``formats``, ``targets``,
+  ``subjects`` and ``ranks`` (the warnings plugin registers a rank start hook).
 - ``ranks``: rank processes and the Megatron state inside them. May import ``targets``.
 - ``contracts``: what each family needs besides its case file (populations, rank-side comparison, generated
   providers, import isolation and side effects, fingerprints). May import ``formats``, ``targets``, ``subjects``,
@@ -32,7 +32,7 @@ MAY_IMPORT = {
     "formats": (),
     "targets": ("formats",),
     "subjects": ("formats", "targets"),
-    "plugin": ("formats", "targets", "subjects"),
+    "plugin": ("formats", "targets", "subjects", "ranks"),
     "ranks": ("targets",),
     "reference": (),
     "contracts": ("formats", "targets", "subjects", "plugin", "ranks"),

@@ -4,5 +4,6 @@ what the session has in force (``session_state``), what a failed case becomes (`
 ``summary.json`` at its end (``records``, ``session_summary``), the table of contract families, the failure-message
 helper every case file uses, expected failures and hypothesis profiles.
 
-May import ``harness.formats``, ``harness.targets`` and ``harness.subjects``.
+May import ``harness.formats``, ``harness.targets``, ``harness.subjects`` and ``harness.ranks`` (the warnings plugin
+registers a rank start hook).
 """

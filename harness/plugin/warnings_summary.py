@@ -10,6 +10,11 @@ package the files lie in. Every other warning (the subject's, the harness's, a f
 pytest's own warnings summary, in full. The attribution is the warning's own (its ``stacklevel``): a deprecated torch
 function the subject calls is torch's when torch's warning names torch's file; it is still one of the lines.
 
+Rank processes print their warnings to their own stderr, in the middle of the progress lines (Megatron's "Apex is
+not installed" and torch's deprecations, once per rank): a rank start hook (:data:`harness.ranks.pool.RANK_START_HOOKS`)
+diverts the installed packages' ones, by the same rule, into a file per rank that the summary counts with the rest;
+the subject's and every other warning of a rank still reach its stderr.
+
 The grouped lines stand where pytest's summary does: after the failures with their red sections, before the
 findings, advisories and the short test summary; pytest's final line still counts every warning. ``--all-warnings``
 gives pytest's full summary back. Loaded with ``-p harness.plugin.warnings_summary`` by the case command
@@ -18,10 +23,14 @@ gives pytest's full summary back. Loaded with ``-p harness.plugin.warnings_summa
 
 from __future__ import annotations
 
+import functools
+import json
 import os
 import re
+import shutil
 import sys
 import sysconfig
+import tempfile
 import warnings
 from collections.abc import Generator, Iterable
 from dataclasses import dataclass
@@ -32,6 +41,7 @@ import pytest
 
 from harness import REPO_ROOT
 from harness.plugin import session_state
+from harness.ranks.pool import RANK_START_HOOKS, WARNINGS_ENV_VAR
 
 ALL_WARNINGS = "--all-warnings"
 FULL_LIST = f"full list: add -- {ALL_WARNINGS}"
@@ -47,6 +57,8 @@ records every worker's), from the same calls, replays included, that make pytest
 terminal summary, once the subject in force is known, by the same rule as pytest's list."""
 _GROUPED = pytest.StashKey[list[tuple[str, str, str]]]()
 """``(category, message, package)`` of the installed packages' warnings, taken out of pytest's summary."""
+_MADE_DIRECTORY = pytest.StashKey[Path]()
+_RANK_HOOK = pytest.StashKey[functools.partial[None]]()
 
 
 @dataclass(frozen=True)
@@ -140,6 +152,48 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     )
 
 
+def divert_rank_warnings(ownership: Ownership, directory: str, rank: int, world_size: int) -> None:
+    """In a rank: the installed packages' warnings written to this rank's file instead of its stderr."""
+    show = warnings.showwarning
+    path = Path(directory) / f"rank{rank}-{os.getpid()}.jsonl"
+
+    def divert(message: Warning | str, category: type[Warning], filename: str, lineno: int, *args: Any) -> None:
+        if ownership.installed_package(filename) is None:
+            show(message, category, filename, lineno, *args)
+            return
+        with path.open("a") as out:
+            out.write(json.dumps([category.__name__, str(message), filename]) + "\n")
+
+    warnings.showwarning = divert
+
+
+def rank_warnings(directory: Path) -> list[tuple[str, str, str]]:
+    """``(category, message, filename)`` of every warning the ranks of this session diverted."""
+    return [tuple(json.loads(line)) for path in sorted(directory.glob("*.jsonl")) for line in path.open()]
+
+
+@pytest.hookimpl(trylast=True)
+def pytest_configure(config: pytest.Config) -> None:
+    """The ranks' hook, once the gate plugin has named the subject (its warnings must keep reaching stderr)."""
+    if config.getoption("all_warnings"):
+        return
+    directory = os.environ.get(WARNINGS_ENV_VAR)
+    if directory is None:
+        directory = tempfile.mkdtemp(prefix="megatron-conformance-warnings-")
+        os.environ[WARNINGS_ENV_VAR] = directory
+        config.stash[_MADE_DIRECTORY] = Path(directory)
+    hook = config.stash[_RANK_HOOK] = functools.partial(divert_rank_warnings, ownership_of(config), directory)
+    RANK_START_HOOKS.append(hook)
+
+
+def pytest_unconfigure(config: pytest.Config) -> None:
+    if _RANK_HOOK in config.stash and config.stash[_RANK_HOOK] in RANK_START_HOOKS:
+        RANK_START_HOOKS.remove(config.stash[_RANK_HOOK])
+    if _MADE_DIRECTORY in config.stash:
+        os.environ.pop(WARNINGS_ENV_VAR, None)
+        shutil.rmtree(config.stash[_MADE_DIRECTORY], ignore_errors=True)
+
+
 def pytest_warning_recorded(warning_message: warnings.WarningMessage) -> None:
     """Kept with its category and message: pytest's own record of it is a formatted string."""
     category = getattr(warning_message.category, "__name__", "Warning")
@@ -151,18 +205,27 @@ def pytest_terminal_summary(terminalreporter: Any, config: pytest.Config) -> Gen
     """Around every summary (pytest's included): the installed packages' warnings taken out of pytest's for the
     grouped lines, and put back for its final line, which counts every warning."""
     everything = terminalreporter.stats.get("warnings")
-    if everything and not config.getoption("all_warnings"):
+    if not config.getoption("all_warnings"):
         ownership = ownership_of(config)
-        package_of = {filename: ownership.installed_package(filename) for _, _, filename in _recorded}
+        directory = os.environ.get(WARNINGS_ENV_VAR)
+        diverted = rank_warnings(Path(directory)) if directory else []
+        package_of = {filename: ownership.installed_package(filename) for _, _, filename in [*_recorded, *diverted]}
         config.stash[_GROUPED] = [
             (category, message, package_of[filename])
             for category, message, filename in _recorded
             if package_of[filename] is not None
         ]
-        # A report leaves pytest's list only where a grouped line counts its file's warnings.
-        terminalreporter.stats["warnings"] = [
-            report for report in everything if report.fslocation is None or package_of.get(report.fslocation[0]) is None
+        # Diverted warnings reach no other summary: one the rule does not count as installed keeps its file's name.
+        config.stash[_GROUPED] += [
+            (category, message, package_of[filename] or filename) for category, message, filename in diverted
         ]
+        # A report leaves pytest's list only where a grouped line counts its file's warnings.
+        if everything:
+            terminalreporter.stats["warnings"] = [
+                report
+                for report in everything
+                if report.fslocation is None or package_of.get(report.fslocation[0]) is None
+            ]
     try:
         return (yield)
     finally:

@@ -436,6 +436,10 @@ class RankPool:
             self._tmpdir = None
 
 
+WARNINGS_ENV_VAR = "MEGATRON_CONFORMANCE_RANK_WARNINGS"
+"""The directory where the fork server (``harness.ranks.preload``) and the ranks write the warnings the terminal counts
+instead of printing them (set by ``harness.plugin.warnings_summary``; unset, warnings print as usual)."""
+
 RANK_START_HOOKS: list[Callable[[int, int], None]] = []
 """Picklable module-level functions every rank calls once its process group is up and ``rank_setup`` has run, before
 its first task: a watch over the rank's state takes its baseline there (the session watch registers one)."""

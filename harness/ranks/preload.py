@@ -8,6 +8,10 @@ own.
 Importing this module anywhere else does no harm: where ``megatron.core`` was imported already, nothing is timed.
 Megatron may be missing (the harness's own venv): the server then preloads what it can.
 
+Its imports' warnings (Megatron's "Transformer Engine and Apex are not installed" and the like) are written to the
+directory :data:`harness.ranks.pool.WARNINGS_ENV_VAR` names, where the session's warnings summary counts them with
+every rank's, rather than to the server's stderr in the middle of the progress lines.
+
 The server exits when the process that started it does; Python's teardown of torch's and Megatron's modules would
 then take it 1-2 s more, holding the session's output pipe open (nox waits for it) for nothing. In the server only,
 an exit function leaves at once. The ranks it forks never run exit functions: they leave with ``os._exit``.
@@ -18,10 +22,14 @@ from __future__ import annotations
 import atexit
 import contextlib
 import importlib
+import json
 import os
 import sys
 import time
+import warnings
+from pathlib import Path
 
+from harness.ranks.pool import WARNINGS_ENV_VAR
 from harness.targets.megatron_names import FINALIZE_MODULE
 
 RANK_MODULES = (
@@ -61,9 +69,22 @@ def _preloaded_by_the_fork_server() -> bool:
     return False
 
 
+def _preload() -> None:
+    global MEGATRON_IMPORT_NS
+    MEGATRON_IMPORT_NS = _time_first_megatron_import()
+    for name in RANK_MODULES:
+        with contextlib.suppress(ImportError):
+            importlib.import_module(name)
+
+
+_directory = os.environ.get(WARNINGS_ENV_VAR)
 if _preloaded_by_the_fork_server():
     atexit.register(os._exit, 0)
-MEGATRON_IMPORT_NS = _time_first_megatron_import()
-for _name in RANK_MODULES:
-    with contextlib.suppress(ImportError):
-        importlib.import_module(_name)
+if _directory and _preloaded_by_the_fork_server():
+    with warnings.catch_warnings(record=True) as _caught:
+        _preload()
+    with (Path(_directory) / f"forkserver-{os.getpid()}.jsonl").open("a") as _out:
+        for _warning in _caught:
+            _out.write(json.dumps([_warning.category.__name__, str(_warning.message), _warning.filename]) + "\n")
+else:
+    _preload()

@@ -9,6 +9,7 @@ import subprocess
 import sys
 import sysconfig
 import textwrap
+import warnings
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -21,9 +22,11 @@ from harness.plugin.warnings_summary import (
     FULL_LIST,
     RUNNER_PACKAGES,
     Ownership,
+    divert_rank_warnings,
     grouped_lines,
     installed_dirs,
     ownership_of,
+    rank_warnings,
 )
 from harness.subjects.declaration import read_declaration_file
 from harness.subjects.loading import SubjectRef
@@ -212,3 +215,25 @@ def test_disable_warnings_shows_no_warnings_grouped_either(tmp_path: Path) -> No
     text = "\n".join(lines)
     assert status == 1 and "seeded red" in text, text
     assert "warnings from installed packages" not in text and " warnings summary " not in text, text
+
+
+def test_a_rank_writes_installed_packages_warnings_to_its_file_and_prints_the_rest(
+    ownership: Ownership, tmp_path: Path
+) -> None:
+    installed = str(ownership.installed[0] / "megatron" / "core" / "models" / "backends.py")
+    subject = str(tmp_path / "checkout" / "modernrl" / "grad_chunking.py")
+    directory = tmp_path / "warnings"
+    directory.mkdir()
+    printed: list[str] = []
+    shown = warnings.showwarning
+    try:
+        warnings.showwarning = lambda message, *rest: printed.append(str(message))
+        divert_rank_warnings(ownership, str(directory), 1, 2)
+        with warnings.catch_warnings():
+            warnings.simplefilter("always")
+            warnings.warn_explicit("Apex is not installed.", UserWarning, installed, 10)
+            warnings.warn_explicit("the subject's own", UserWarning, subject, 3)
+    finally:
+        warnings.showwarning = shown
+    assert rank_warnings(directory) == [("UserWarning", "Apex is not installed.", installed)]
+    assert printed == ["the subject's own"]
