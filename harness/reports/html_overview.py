@@ -17,7 +17,7 @@ from harness.reports.findings import (
     peak_text,
     size,
 )
-from harness.reports.overview import Verdict, summary_rows, verdict
+from harness.reports.overview import NO_SUBJECT, Verdict, header_version, summary_rows, verdict
 from harness.reports.results import SubjectMatrix, TargetRun, advisory_text
 
 
@@ -94,14 +94,14 @@ def _summary_cell(found: Verdict) -> str:
 
 
 def _summary_header(run: TargetRun) -> str:
-    version = html.escape(run.version("megatron-core")) if run.ran else "not run"
+    version = html.escape(header_version(run))
     return f'<th scope="col">{html.escape(run.session)}<span class="pins">{version}</span></th>'
 
 
 def summary_heading(matrix: SubjectMatrix) -> str:
     """What a summary table and its folded matrix are headed by: the subject's full spec."""
     if matrix.subject is None:
-        return "subject not recorded (no readable summary.json)"
+        return NO_SUBJECT
     return f"subject <code>{breakable(matrix.subject.spec)}</code> ({html.escape(matrix.subject.kind)})"
 
 

@@ -18,7 +18,7 @@ from harness.reports.findings import (
     peak_text,
     size,
 )
-from harness.reports.overview import Verdict, summary_rows, verdict
+from harness.reports.overview import NO_SUBJECT, Verdict, header_version, summary_rows, verdict
 from harness.reports.results import SubjectMatrix, TargetRun
 
 MARKS = {"failed": "❌", "xfailed": "🟡", "passed": "✅", "undeclared": "⚪", "skipped": "⏭️"}
@@ -70,14 +70,14 @@ def _summary_cell(found: Verdict) -> str:
 
 
 def _summary_header(run: TargetRun) -> str:
-    version = html.escape(run.version("megatron-core")) if run.ran else "not run"
+    version = html.escape(header_version(run))
     return f"{run.session}<br><sub>{version}</sub>"
 
 
 def summary_heading(matrix: SubjectMatrix) -> str:
     """What a summary table is headed by: the subject's full spec."""
     if matrix.subject is None:
-        return "subject not recorded (no readable summary.json)"
+        return NO_SUBJECT
     return f"subject {code_span(matrix.subject.spec)} ({matrix.subject.kind})"
 
 

@@ -27,6 +27,15 @@ class Verdict:
     why: str | None = None
 
 
+NO_SUBJECT = "subject not recorded (no readable summary.json)"
+"""A summary's heading where no target left a summary naming the subject."""
+
+
+def header_version(run: TargetRun) -> str:
+    """What a target's column header says under its name: the installed megatron-core, or that it did not run."""
+    return run.version("megatron-core") if run.ran else "not run"
+
+
 def summary_rows(matrix: SubjectMatrix) -> list[Row]:
     """The rows of the summary: the total and each family, in the matrix's order, without their cases."""
     return [row for row in matrix.rows if row.function is None]
