@@ -34,6 +34,7 @@ from typing import Any
 
 from harness.bench import variants
 from harness.formats.environment import REFERENCE_SUBJECT
+from harness.formats.progress import Progress
 from harness.ranks import megatron_state as megatron_ranks
 from harness.ranks import placement as placements
 from harness.ranks.pool import RankPool
@@ -240,6 +241,7 @@ def _measure_allreduce(plan: _BenchPlan, progress: Callable[..., object] = print
     samples: list[_Sample] = []
     subject = resolve_subject(plan.subject)
     machine = placements.this_machine()
+    steps = Progress(len(plan.world_sizes) * len(plan.populations_mib) * len(plan.tensors))
     for world_size in plan.world_sizes:
         placement = placements.resolve(plan.placement, world_size, machine).name
         pool = RankPool(world_size, placement, timeout_s=_TASK_TIMEOUT_S)
@@ -249,7 +251,9 @@ def _measure_allreduce(plan: _BenchPlan, progress: Callable[..., object] = print
                     population = population_mib * _MIB
                     if None in pool.run(_allocate_task, population, tensors):
                         progress(
-                            f"world {world_size}, {population_mib} MiB: does not fit the GPU, left out", flush=True
+                            f"{steps.advance()} world {world_size}, {population_mib} MiB: does not fit the GPU, "
+                            "left out",
+                            flush=True,
                         )
                         continue
                     rows = {m: _Sample(world_size, population, tensors, m, b) for m, b in plan.methods()}
@@ -272,7 +276,8 @@ def _measure_allreduce(plan: _BenchPlan, progress: Callable[..., object] = print
                     samples.extend(rows.values())
                     upstream = rows[_UPSTREAM].median_s
                     progress(
-                        f"world {world_size}, {population_mib} MiB in {tensors} tensors: upstream {upstream:.3f} s; "
+                        f"{steps.advance()} world {world_size}, {population_mib} MiB in {tensors} tensors: "
+                        f"upstream {upstream:.3f} s; "
                         + ", ".join(f"{m} {r.median_s / upstream:.2f}x" for m, r in rows.items() if m != _UPSTREAM),
                         flush=True,
                     )

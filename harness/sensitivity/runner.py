@@ -7,7 +7,6 @@ judges nothing and is an error.
 
 from __future__ import annotations
 
-import itertools
 import re
 import subprocess
 import tempfile
@@ -19,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from harness.formats.junit import JUnitCase
+from harness.formats.progress import Progress
 from harness.formats.summary import SummaryError, read_summary
 from harness.plugin.command import CaseRun, case_command, run_cases
 from harness.plugin.failure import parse_head
@@ -304,7 +304,8 @@ def run_sensitivity(
     jobs = [(m, t) for t in pythons for m in mutants]
     # Equivalent mutants run every family and take longest: start them first so the pool ends evenly.
     jobs.sort(key=lambda job: (not job[0].equivalent, job[0].kind != "megatron"))
-    finished = itertools.count(1)
+    steps = Progress(len(jobs))
+    must_catch: list[Outcome] = []
 
     def job(mutant: Mutant, target: str) -> Outcome:
         with tempfile.TemporaryDirectory(prefix=f"mutant-{mutant.id}-") as workdir:
@@ -312,10 +313,16 @@ def run_sensitivity(
                 outcome = _evaluate(mutant, target, pythons[target], packages[target], subject, Path(workdir))
             except (MutationError, subprocess.TimeoutExpired) as err:
                 outcome = _outcome(mutant, target, "error", note=str(err))
-        done = next(finished)
+        if not outcome.equivalent and outcome.verdict != "not applicable":
+            must_catch.append(outcome)
+        status = steps.advance()
         if outcome.verdict != "not applicable":
             cases = f" ({len(outcome.caught_by)} failing cases)" if outcome.caught_by else ""
-            progress(f"[{done}/{len(jobs)}] {outcome.verdict}: {mutant.id} on {target}{cases} {outcome.seconds} s")
+            killed = sum(o.verdict == "killed" for o in list(must_catch))
+            progress(
+                f"{status} {outcome.verdict}: {mutant.id} on {target}{cases} {outcome.seconds} s; "
+                f"{killed} of {len(must_catch)} must-catch mutants killed so far"
+            )
         return outcome
 
     with ThreadPoolExecutor(max_workers=workers) as pool:
