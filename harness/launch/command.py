@@ -2,16 +2,19 @@
 
 A framework installs the gate like any other test tool and runs it from its own checkout: the matrix, the cases and
 the harness are the installed version's (upgrading the gate is one version bump), while the target venvs
-(``.nox/``), the reports (``reports/``) and the subject (``[tool.megatron-conformance]`` of the framework's
-``pyproject.toml``, or ``--subject``) are the framework's. Everything else goes to nox as it is, so
-``megatron-conformance -s megatron-0.15 megatron-0.19``, ``-R``, ``-l``, ``-s report`` and ``-- <test id>`` mean what
-they mean in a checkout of the gate.
+(``.nox/megatron-conformance/``, apart from the framework's own nox venvs), the reports (``reports/``) and the
+subject (``[tool.megatron-conformance]`` of the framework's ``pyproject.toml``, or ``--subject``) are the
+framework's. Everything else goes to nox as it is, so ``megatron-conformance -s megatron-0.15 megatron-0.19``,
+``-R``, ``-l``, ``-s report`` and ``-- <test id>`` mean what they mean in a checkout of the gate.
+
+The sessions run from the gate's own directory (nox changes into the noxfile's), so every path handed to them is made
+absolute here; and a run that would check no adapter of the framework's (no declaration found, no ``--subject``)
+stops with one line instead of checking the gate's reference subject and going green.
 """
 
 from __future__ import annotations
 
 import os
-import subprocess
 import sys
 import tomllib
 from collections.abc import Sequence
@@ -24,17 +27,25 @@ GATE_ROOT = Path(__file__).resolve().parents[2]
 site-packages."""
 COMMAND = "megatron-conformance"
 DECLARATION_TABLE = "megatron-conformance"
+VENVS = Path(".nox") / "megatron-conformance"
+"""The target venvs under the framework's checkout: beside, never among, the framework's own nox venvs."""
+REFERENCE = "harness.reference"
 USAGE = f"""usage: {COMMAND} [--subject PATH] [nox arguments] [-- pytest arguments]
 
-Runs the megatron-conformance gate's nox sessions from this checkout: target venvs in .nox/, reports in reports/.
-The subject is [tool.{DECLARATION_TABLE}] of the nearest pyproject.toml, or --subject (a declaration .toml, a .py
-file, a package directory or a dotted module).
+Runs the megatron-conformance gate's nox sessions from this checkout: target venvs in {VENVS}/, reports in reports/.
+The subject is [tool.{DECLARATION_TABLE}] of the nearest pyproject.toml that has one, or --subject (a declaration
+.toml, a .py file or a package directory; --subject {REFERENCE} checks the gate's own reference subject).
 
   {COMMAND} -s megatron-0.15 megatron-0.19     two targets
   {COMMAND} -R -s megatron-0.15 -- <test id>   reuse the venv, one case (every red prints such a line)
-  {COMMAND} -s report                          reports/compatibility.md and .html from the targets that ran
+  {COMMAND} -s report -- megatron-0.15 megatron-0.19
+                                               reports/compatibility.md and .html of those targets
   {COMMAND} -l                                 every session
 """
+_SESSION_OPTIONS = ("-s", "--session", "--sessions", "-e")
+_LISTING_OPTIONS = ("-l", "--list", "--list-sessions", "--json")
+_SUBJECTLESS_SESSIONS = {"report"}
+"""Sessions that read what target sessions left and check no subject."""
 
 
 class UsageError(Exception):
@@ -62,20 +73,12 @@ def split_subject(arguments: Sequence[str]) -> tuple[str | None, list[str]]:
         if argument == "--subject":
             subject = next(items, None)
             if subject is None:
-                raise UsageError("--subject needs a value: a declaration .toml, a .py file or a dotted module")
+                raise UsageError("--subject needs a value: a declaration .toml, a .py file or a package directory")
         elif argument.startswith("--subject="):
             subject = argument.split("=", 1)[1]
         else:
             rest.append(argument)
     return subject, rest
-
-
-def find_pyproject(start: Path) -> Path | None:
-    """The nearest ``pyproject.toml`` at or above ``start``: the framework's checkout root."""
-    for directory in (start, *start.parents):
-        if (directory / "pyproject.toml").is_file():
-            return directory / "pyproject.toml"
-    return None
 
 
 def declares_subject(pyproject: Path) -> bool:
@@ -88,16 +91,58 @@ def declares_subject(pyproject: Path) -> bool:
     return DECLARATION_TABLE in document.get("tool", {})
 
 
-def _subject_path(subject: str, cwd: Path) -> str:
-    """A subject given as a path made absolute (the sessions run from the gate's root); a dotted name as given."""
-    path = cwd / subject
-    return str(path.resolve()) if path.exists() else subject
+def find_project(start: Path) -> tuple[Path, Path | None]:
+    """The framework's checkout root and its declaring ``pyproject.toml``: the nearest one at or above ``start`` that
+    has the table (a monorepo's package or ``docs/`` may have a pyproject.toml of its own without it); without one
+    anywhere, the nearest pyproject.toml's directory (else ``start``) and None."""
+    pyprojects = [d / "pyproject.toml" for d in (start, *start.parents) if (d / "pyproject.toml").is_file()]
+    declaring = next((p for p in pyprojects if declares_subject(p)), None)
+    if declaring is not None:
+        return declaring.parent, declaring
+    return (pyprojects[0].parent if pyprojects else start), None
+
+
+def _absolute(value: str, cwd: Path) -> str:
+    """A path typed relative to where the command runs, made absolute: the sessions run from the gate's root."""
+    return str((cwd / value).resolve())
+
+
+def _subject(value: str, cwd: Path) -> str:
+    """A subject that names a file or directory made absolute, even one that does not exist (the session then says
+    so, naming the right place); a dotted name (``harness.reference``) as given."""
+    looks_like_path = os.sep in value or value.endswith((".toml", ".py")) or (cwd / value).exists()
+    return _absolute(value, cwd) if looks_like_path else value
+
+
+def _sessions(nox_arguments: Sequence[str]) -> list[str] | None:
+    """The sessions named with ``-s``/``-e`` before ``--``; None when none are (nox runs its default targets)."""
+    named: list[str] | None = None
+    taking = False
+    for argument in nox_arguments:
+        if argument == "--":
+            break
+        if argument in _SESSION_OPTIONS:
+            named, taking = named or [], True
+        elif argument.startswith("-"):
+            taking = False
+        elif taking:
+            named = [*(named or []), argument]
+    return named
+
+
+def needs_subject(nox_arguments: Sequence[str]) -> bool:
+    """Whether the run checks a subject: not a listing, and not only sessions that read reports."""
+    head = nox_arguments[: list(nox_arguments).index("--")] if "--" in nox_arguments else nox_arguments
+    if any(argument in _LISTING_OPTIONS for argument in head):
+        return False
+    sessions = _sessions(nox_arguments)
+    return sessions is None or not set(sessions) <= _SUBJECTLESS_SESSIONS
 
 
 def plan(arguments: Sequence[str], cwd: Path, environ: dict[str, str]) -> Invocation:
-    """What to run for ``arguments`` typed in ``cwd``: the project is the directory of the nearest pyproject.toml (else
-    ``cwd``); the subject is ``--subject``, else the environment's, else the pyproject's declaration, else the
-    gate's reference subject, said in a note."""
+    """What to run for ``arguments`` typed in ``cwd``. The subject is ``--subject``, else the environment's
+    ``MEGATRON_CONFORMANCE_SUBJECT`` (said in a note when a declaration is there too), else the declaration of the
+    nearest pyproject.toml that has one; a run that checks a subject and has none is a usage error."""
     from harness.formats.environment import (
         ENVDIR_ENV_VAR,
         LAUNCHER_ENV_VAR,
@@ -106,25 +151,27 @@ def plan(arguments: Sequence[str], cwd: Path, environ: dict[str, str]) -> Invoca
     )
 
     subject, nox_arguments = split_subject(arguments)
-    pyproject = find_pyproject(cwd)
-    project = pyproject.parent if pyproject else cwd
+    project, declaring = find_project(cwd)
     notes = []
     environment = {
         LAUNCHER_ENV_VAR: COMMAND,
-        REPORTS_ENV_VAR: environ.get(REPORTS_ENV_VAR) or str(project / "reports"),
-        ENVDIR_ENV_VAR: environ.get(ENVDIR_ENV_VAR) or str(project / ".nox"),
+        REPORTS_ENV_VAR: _absolute(environ.get(REPORTS_ENV_VAR) or str(project / "reports"), cwd),
+        ENVDIR_ENV_VAR: _absolute(environ.get(ENVDIR_ENV_VAR) or str(project / VENVS), cwd),
     }
     if subject is not None:
-        environment[SUBJECT_ENV_VAR] = _subject_path(subject, cwd)
+        environment[SUBJECT_ENV_VAR] = _subject(subject, cwd)
     elif environ.get(SUBJECT_ENV_VAR):
-        environment[SUBJECT_ENV_VAR] = _subject_path(environ[SUBJECT_ENV_VAR], cwd)
-    elif pyproject is not None and declares_subject(pyproject):
-        environment[SUBJECT_ENV_VAR] = str(pyproject)
-    else:
-        where = (
-            f"{pyproject} has no [tool.{DECLARATION_TABLE}]" if pyproject else f"no pyproject.toml at or above {cwd}"
+        environment[SUBJECT_ENV_VAR] = _subject(environ[SUBJECT_ENV_VAR], cwd)
+        if declaring is not None:
+            notes.append(f"{COMMAND}: {SUBJECT_ENV_VAR} names the subject; {declaring}'s declaration is not used")
+    elif declaring is not None:
+        environment[SUBJECT_ENV_VAR] = str(declaring)
+    elif needs_subject(nox_arguments):
+        raise UsageError(
+            f"no pyproject.toml at or above {cwd} has a [tool.{DECLARATION_TABLE}] table, and no --subject was "
+            f"given: declare your adapter there, or name it with --subject (--subject {REFERENCE} checks the gate's "
+            "reference subject)"
         )
-        notes.append(f"{COMMAND}: {where} and no --subject was given: checking the gate's reference subject")
     return Invocation(["-f", str(GATE_ROOT / "noxfile.py"), *nox_arguments], environment, notes)
 
 
@@ -137,7 +184,8 @@ def version() -> str:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """Run nox on the gate's noxfile for the framework in the working directory; nox's exit status is the command's."""
+    """Become nox on the gate's noxfile for the framework in the working directory (nox's exit status is the
+    command's, and Ctrl-C reaches nox alone); help, the version and a usage error answer here."""
     arguments = list(sys.argv[1:] if argv is None else argv)
     head = arguments[: arguments.index("--")] if "--" in arguments else arguments
     if "-h" in head or "--help" in head:
@@ -154,8 +202,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 2
     for note in invocation.notes:
         print(note, file=sys.stderr)
+    sys.stdout.flush()
+    sys.stderr.flush()
     command = [sys.executable, "-m", "nox", *invocation.nox_arguments]
-    return subprocess.run(command, env={**os.environ, **invocation.environment}).returncode
+    os.execve(sys.executable, command, {**os.environ, **invocation.environment})
 
 
 if __name__ == "__main__":

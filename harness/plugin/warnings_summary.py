@@ -23,6 +23,7 @@ gives pytest's full summary back. Loaded with ``-p harness.plugin.warnings_summa
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import json
 import os
@@ -140,7 +141,10 @@ def _common_package(packages: list[str]) -> str:
     """The package that holds every file of a kind (``megatron.core.models`` for ``backends`` and
     ``gpt.gpt_layer_specs``), else their top-level packages; three levels at most, the message is what tells one kind
     from another on an 80-column line."""
-    common = os.path.commonpath([package.replace(".", "/") for package in packages]).split("/")
+    try:
+        common = os.path.commonpath([package.replace(".", "/") for package in packages]).split("/")
+    except ValueError:  # a file's path (a diverted warning of no installed package) beside a package's name
+        common = []
     return ".".join(common[:3]) or ", ".join(sorted({package.split(".")[0] for package in packages}))
 
 
@@ -161,15 +165,25 @@ def divert_rank_warnings(ownership: Ownership, directory: str, rank: int, world_
         if ownership.installed_package(filename) is None:
             show(message, category, filename, lineno, *args)
             return
-        with path.open("a") as out:
-            out.write(json.dumps([category.__name__, str(message), filename]) + "\n")
+        try:
+            with path.open("a") as out:
+                out.write(json.dumps([category.__name__, str(message), filename]) + "\n")
+        except OSError:
+            show(message, category, filename, lineno, *args)
 
     warnings.showwarning = divert
 
 
 def rank_warnings(directory: Path) -> list[tuple[str, str, str]]:
-    """``(category, message, filename)`` of every warning the ranks of this session diverted."""
-    return [tuple(json.loads(line)) for path in sorted(directory.glob("*.jsonl")) for line in path.open()]
+    """``(category, message, filename)`` of every warning the ranks of this session diverted; a line a killed rank
+    left half-written is skipped."""
+    found = []
+    for path in sorted(directory.glob("*.jsonl")):
+        for line in path.read_text().splitlines():
+            with contextlib.suppress(ValueError):
+                category, message, filename = json.loads(line)
+                found.append((str(category), str(message), str(filename)))
+    return found
 
 
 @pytest.hookimpl(trylast=True)
@@ -217,7 +231,7 @@ def pytest_terminal_summary(terminalreporter: Any, config: pytest.Config) -> Gen
         ]
         # Diverted warnings reach no other summary: one the rule does not count as installed keeps its file's name.
         config.stash[_GROUPED] += [
-            (category, message, package_of[filename] or filename) for category, message, filename in diverted
+            (category, message, package_of[filename] or Path(filename).name) for category, message, filename in diverted
         ]
         # A report leaves pytest's list only where a grouped line counts its file's warnings.
         if everything:

@@ -81,10 +81,19 @@ _directory = os.environ.get(WARNINGS_ENV_VAR)
 if _preloaded_by_the_fork_server():
     atexit.register(os._exit, 0)
 if _directory and _preloaded_by_the_fork_server():
-    with warnings.catch_warnings(record=True) as _caught:
+    # showwarning, not catch_warnings: the filters Megatron and torch install at import must stay, as they do in
+    # every other process of the session. Only torch, Megatron and the harness's rank modules are imported here; the
+    # summary names any warning that is not an installed package's by its file.
+    _caught: list[list[str]] = []
+    _show = warnings.showwarning
+    warnings.showwarning = lambda message, category, filename, *rest: _caught.append(
+        [category.__name__, str(message), filename]
+    )
+    try:
         _preload()
-    with (Path(_directory) / f"forkserver-{os.getpid()}.jsonl").open("a") as _out:
-        for _warning in _caught:
-            _out.write(json.dumps([_warning.category.__name__, str(_warning.message), _warning.filename]) + "\n")
+    finally:
+        warnings.showwarning = _show
+    with contextlib.suppress(OSError), (Path(_directory) / f"forkserver-{os.getpid()}.jsonl").open("a") as _out:
+        _out.writelines(json.dumps(record) + "\n" for record in _caught)
 else:
     _preload()

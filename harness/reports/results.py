@@ -506,6 +506,22 @@ def _matrices(targets: list[TargetRun]) -> list[SubjectMatrix]:
     return matrices
 
 
+def _is_target_folder(folder: Path, expected: Mapping[str, Target]) -> bool:
+    """A target session's folder: the gate's ``summary.json``, or a JUnit file of an expected target or of the gate's
+    cases (a session cut off before its summary). A framework's own ``reports/`` may hold other tools' JUnit files."""
+    if not folder.is_dir() or (folder / SUMMARY_FILE).is_file():
+        return folder.is_dir()
+    junit = folder / "junit.xml"
+    if not junit.is_file():
+        return False
+    if folder.name in expected:
+        return True
+    try:
+        return any(case.nodeid.startswith("cases/") for case in read_cases(junit))
+    except (OSError, ParseError):
+        return False
+
+
 def collect(reports: Path, expected: Mapping[str, Target] | None = None) -> ResultGrid:
     """The grid of every target session under ``reports``, plus a column for each ``expected`` one that left none.
 
@@ -514,11 +530,7 @@ def collect(reports: Path, expected: Mapping[str, Target] | None = None) -> Resu
     table.
     """
     expected = expected or {}
-    found = {
-        p.name
-        for p in (reports.iterdir() if reports.is_dir() else ())
-        if p.is_dir() and any((p / name).is_file() for name in ("junit.xml", SUMMARY_FILE))
-    }
+    found = {p.name for p in (reports.iterdir() if reports.is_dir() else ()) if _is_target_folder(p, expected)}
     if not found:
         raise ReportError(
             f"no target session in {reports}: expected <session>/junit.xml or <session>/{SUMMARY_FILE} there; "

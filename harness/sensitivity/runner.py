@@ -10,6 +10,7 @@ from __future__ import annotations
 import re
 import subprocess
 import tempfile
+import threading
 import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
@@ -306,6 +307,7 @@ def run_sensitivity(
     jobs.sort(key=lambda job: (not job[0].equivalent, job[0].kind != "megatron"))
     steps = Progress(len(jobs))
     must_catch: list[Outcome] = []
+    tally = threading.Lock()
 
     def job(mutant: Mutant, target: str) -> Outcome:
         with tempfile.TemporaryDirectory(prefix=f"mutant-{mutant.id}-") as workdir:
@@ -313,15 +315,17 @@ def run_sensitivity(
                 outcome = _evaluate(mutant, target, pythons[target], packages[target], subject, Path(workdir))
             except (MutationError, subprocess.TimeoutExpired) as err:
                 outcome = _outcome(mutant, target, "error", note=str(err))
-        if not outcome.equivalent and outcome.verdict != "not applicable":
-            must_catch.append(outcome)
-        status = steps.advance()
+        with tally:
+            if not outcome.equivalent and outcome.verdict != "not applicable":
+                must_catch.append(outcome)
+            killed = sum(o.verdict == "killed" for o in must_catch)
+            judged = len(must_catch)
+            status = steps.advance()
         if outcome.verdict != "not applicable":
             cases = f" ({len(outcome.caught_by)} failing cases)" if outcome.caught_by else ""
-            killed = sum(o.verdict == "killed" for o in list(must_catch))
             progress(
                 f"{status} {outcome.verdict}: {mutant.id} on {target}{cases} {outcome.seconds} s; "
-                f"{killed} of {len(must_catch)} must-catch mutants killed so far"
+                f"killed {killed} of {judged} must-catch runs so far"
             )
         return outcome
 

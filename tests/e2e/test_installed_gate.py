@@ -74,14 +74,14 @@ def _summary(repository: Path, target: str) -> dict:
 
 @pytest.mark.parametrize("target", TARGETS)
 def test_the_installed_command_is_green_on_the_framework_as_written(repository: Path, target: str) -> None:
-    run = _run(repository, f"megatron-conformance -s {target} report")
+    run = _run(repository, f"megatron-conformance -s {target} report -- {target}")
     output = run.stdout + run.stderr
     assert run.returncode == 0, output[-5000:]
     summary = _summary(repository, target)
     assert summary["subject"] == str(repository / "pyproject.toml")
     assert summary["counts"]["failed"] == 0 and summary["counts"]["passed"] > 20, summary["counts"]
     assert (repository / "reports" / "compatibility.html").is_file()
-    assert (repository / ".nox" / target.replace(".", "-") / "bin" / "python").exists()
+    assert (repository / ".nox" / "megatron-conformance" / target.replace(".", "-") / "bin" / "python").exists()
     where = _run(repository, "python -c 'import megatron_conformance; print(megatron_conformance.__path__[0])'")
     installed = Path(where.stdout.strip())
     assert (installed / "noxfile.py").is_file(), where.stderr
@@ -99,13 +99,15 @@ def test_a_seeded_break_in_the_framework_is_red_with_a_repro_line_that_replays_i
     assert BUDGET_CHECK in source
     splitter.write_text(source.replace(BUDGET_CHECK, "False"))
     try:
-        run = _run(repository, f"megatron-conformance -R -s {target} report -- cases/test_chunk_splitting.py")
+        run = _run(repository, f"megatron-conformance -R -s {target} -- cases/test_chunk_splitting.py")
         output = run.stdout + run.stderr
         assert run.returncode != 0, output[-5000:]
         assert _summary(repository, target)["counts"]["failed"] > 0
         repros = [line.split("repro: ", 1)[1] for line in output.splitlines() if line.startswith("repro: ")]
         assert repros, output[-5000:]
         assert f"megatron-conformance -R -s {target} -- " in repros[0]
+        reported = _run(repository, f"megatron-conformance -s report -- {target}")
+        assert reported.returncode == 0, reported.stdout[-3000:] + reported.stderr[-3000:]
         assert "test_chunk_splitting.py::" in (repository / "reports" / "compatibility.md").read_text()
         replay = _run(repository, repros[0])
         assert replay.returncode == 1, f"{shlex.quote(repros[0])} did not replay the red:\n{replay.stdout[-3000:]}"

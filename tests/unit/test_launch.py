@@ -17,7 +17,7 @@ from harness.formats.environment import (
     SUBJECT_ENV_VAR,
 )
 from harness.formats.red_section import repro_line
-from harness.launch.command import GATE_ROOT, UsageError, main, plan, split_subject
+from harness.launch.command import GATE_ROOT, UsageError, main, needs_subject, plan, split_subject
 
 DECLARED = '[project]\nname = "fw"\n\n[tool.megatron-conformance]\nsubject = { source_root = "." }\n'
 
@@ -37,35 +37,55 @@ def test_the_declaration_of_the_nearest_pyproject_is_the_subject(tmp_path: Path)
     assert invocation.environment == {
         LAUNCHER_ENV_VAR: "megatron-conformance",
         REPORTS_ENV_VAR: str(tmp_path / "reports"),
-        ENVDIR_ENV_VAR: str(tmp_path / ".nox"),
+        ENVDIR_ENV_VAR: str(tmp_path / ".nox" / "megatron-conformance"),
         SUBJECT_ENV_VAR: str(tmp_path / "pyproject.toml"),
     }
     assert invocation.nox_arguments == ["-f", str(GATE_ROOT / "noxfile.py"), "-s", "megatron-0.15"]
     assert invocation.notes == []
 
 
-def test_subject_option_wins_and_is_made_absolute(tmp_path: Path) -> None:
+def test_subject_option_wins_and_a_path_is_made_absolute_even_when_missing(tmp_path: Path) -> None:
     (tmp_path / "pyproject.toml").write_text(DECLARED)
     (tmp_path / "other.toml").write_text("")
     invocation = plan(["--subject", "other.toml"], tmp_path, {SUBJECT_ENV_VAR: "elsewhere"})
     assert invocation.environment[SUBJECT_ENV_VAR] == str(tmp_path / "other.toml")
-    dotted = plan(["--subject=fw.adapter"], tmp_path, {})
-    assert dotted.environment[SUBJECT_ENV_VAR] == "fw.adapter"
+    missing = plan(["--subject=conf/missing.toml"], tmp_path, {})
+    assert missing.environment[SUBJECT_ENV_VAR] == str(tmp_path / "conf" / "missing.toml")
+    assert plan(["--subject=harness.reference"], tmp_path, {}).environment[SUBJECT_ENV_VAR] == "harness.reference"
 
 
-def test_the_reference_subject_is_never_a_silent_fallback(tmp_path: Path) -> None:
-    (tmp_path / "pyproject.toml").write_text('[project]\nname = "fw"\n')
-    invocation = plan([], tmp_path, {})
-    assert SUBJECT_ENV_VAR not in invocation.environment
+def test_the_environment_names_the_subject_over_a_declaration_and_says_so(tmp_path: Path) -> None:
+    (tmp_path / "pyproject.toml").write_text(DECLARED)
+    invocation = plan([], tmp_path, {SUBJECT_ENV_VAR: "adapter.py"})
+    assert invocation.environment[SUBJECT_ENV_VAR] == str(tmp_path / "adapter.py")
     assert invocation.notes == [
-        f"megatron-conformance: {tmp_path / 'pyproject.toml'} has no [tool.megatron-conformance] and no --subject "
-        "was given: checking the gate's reference subject"
+        f"megatron-conformance: {SUBJECT_ENV_VAR} names the subject; {tmp_path / 'pyproject.toml'}'s declaration "
+        "is not used"
     ]
 
 
-def test_reports_and_venvs_set_by_the_user_are_kept(tmp_path: Path) -> None:
-    environment = plan([], tmp_path, {REPORTS_ENV_VAR: "/r", ENVDIR_ENV_VAR: "/e"}).environment
-    assert (environment[REPORTS_ENV_VAR], environment[ENVDIR_ENV_VAR]) == ("/r", "/e")
+def test_a_nested_pyproject_without_the_table_does_not_hide_the_declaration_above(tmp_path: Path) -> None:
+    (tmp_path / "pyproject.toml").write_text(DECLARED)
+    (tmp_path / "docs").mkdir()
+    (tmp_path / "docs" / "pyproject.toml").write_text('[project]\nname = "docs"\n')
+    invocation = plan(["-s", "megatron-0.15"], tmp_path / "docs", {})
+    assert invocation.environment[SUBJECT_ENV_VAR] == str(tmp_path / "pyproject.toml")
+    assert invocation.environment[REPORTS_ENV_VAR] == str(tmp_path / "reports")
+
+
+def test_a_run_that_would_check_no_adapter_of_the_framework_is_a_usage_error(tmp_path: Path) -> None:
+    (tmp_path / "pyproject.toml").write_text('[project]\nname = "fw"\n')
+    for arguments in ([], ["-s", "megatron-0.15"], ["-s", "report", "megatron-0.15"], ["-t", "targets"]):
+        with pytest.raises(UsageError, match=r"has a \[tool.megatron-conformance\] table, and no --subject"):
+            plan(arguments, tmp_path, {})
+    for arguments in (["-l"], ["-s", "report"], ["--list", "--json", "-t", "targets"], ["-s", "report", "--", "x"]):
+        assert not needs_subject(arguments), arguments
+        assert SUBJECT_ENV_VAR not in plan(arguments, tmp_path, {}).environment
+
+
+def test_reports_and_venvs_set_by_the_user_are_kept_and_made_absolute(tmp_path: Path) -> None:
+    environment = plan(["-l"], tmp_path, {REPORTS_ENV_VAR: "/r", ENVDIR_ENV_VAR: "venvs"}).environment
+    assert (environment[REPORTS_ENV_VAR], environment[ENVDIR_ENV_VAR]) == ("/r", str(tmp_path / "venvs"))
 
 
 def test_an_unreadable_pyproject_is_a_usage_error_naming_it(

@@ -180,10 +180,10 @@ def test_html_is_self_contained_and_links_every_red(synthetic: Path) -> None:
     assert '<td class="xfailed">1 xfail</td>' in page and '<td class="skipped">1 skipped</td>' in page
 
 
-def report_session(reports: Path) -> subprocess.CompletedProcess:
-    """``nox -s report`` on the reports directory ``reports``, as a user runs it."""
+def report_session(reports: Path, *targets: str) -> subprocess.CompletedProcess:
+    """``nox -s report [-- targets]`` on the reports directory ``reports``, as a user runs it."""
     return subprocess.run(
-        [sys.executable, "-m", "nox", "-s", "report"],
+        [sys.executable, "-m", "nox", "-s", "report", *(["--", *targets] if targets else [])],
         cwd=ROOT,
         env={**os.environ, "MEGATRON_CONFORMANCE_REPORTS": str(reports)},
         capture_output=True,
@@ -213,6 +213,16 @@ def test_report_session_writes_both_files(synthetic: Path) -> None:
     assert (synthetic / "compatibility.md").read_text() == expected
     assert "- megatron-0.14: not run: no reports of it here" in expected
     assert (synthetic / "compatibility.html").read_text().startswith("<!DOCTYPE html>")
+
+
+def test_a_run_narrowed_to_some_targets_expects_only_those(synthetic: Path) -> None:
+    completed = report_session(synthetic, "megatron-0.13", "megatron-0.14")
+    assert completed.returncode == 0, completed.stdout + completed.stderr
+    assert "4 of 5 targets ran" in completed.stderr, "0.14 was asked for and left nothing; 0.15-0.9 ran anyway"
+    headers, _ = tables((synthetic / "compatibility.md").read_text())[SEEDED]
+    assert not any(h.startswith(("megatron-0.17", "megatron-0.18", "megatron-0.19")) for h in headers), headers
+    unknown = report_session(synthetic, "megatron-9.9")
+    assert unknown.returncode != 0 and "no target named megatron-9.9 in matrix.yaml" in unknown.stderr
 
 
 def test_waivers_the_subject_declared_are_shown(synthetic: Path) -> None:
@@ -636,3 +646,16 @@ def test_every_case_and_the_entries_are_folded_and_a_fold_holding_a_red_is_open(
     assert "<details open" not in markdown and '<details class="section" open' not in page
     assert markdown.count("<details>") == page.count('<details class="section">') == 3
     assert not any(_folds(markdown).values()), "an advisory of a green report is left open"
+
+
+def test_a_frameworks_own_junit_files_are_not_targets(tmp_path: Path) -> None:
+    reports = tmp_path / "reports"
+    (reports / "unit").mkdir(parents=True)
+    (reports / "unit" / "junit.xml").write_text(
+        '<testsuites><testsuite name="pytest"><testcase classname="tests.test_x" name="test_y" file="tests/test_x.py"/>'
+        "</testsuite></testsuites>"
+    )
+    (reports / "broken").mkdir()
+    (reports / "broken" / "junit.xml").write_text("<testsuites")
+    with pytest.raises(ReportError, match="no target session"):
+        collect(reports)

@@ -237,3 +237,13 @@ def test_a_rank_writes_installed_packages_warnings_to_its_file_and_prints_the_re
         warnings.showwarning = shown
     assert rank_warnings(directory) == [("UserWarning", "Apex is not installed.", installed)]
     assert printed == ["the subject's own"]
+
+
+def test_a_half_written_line_of_a_killed_rank_is_skipped(tmp_path: Path) -> None:
+    (tmp_path / "rank0-1.jsonl").write_text('["UserWarning", "Apex", "/v/site-packages/megatron/a.py"]\n["UserW')
+    assert rank_warnings(tmp_path) == [("UserWarning", "Apex", "/v/site-packages/megatron/a.py")]
+
+
+def test_a_kind_seen_in_an_installed_package_and_in_a_file_of_none_is_one_line() -> None:
+    [line, _] = grouped_lines([("UserWarning", "x", "megatron.core"), ("UserWarning", "x", "preload.py")], 80)
+    assert line == "2x UserWarning from megatron, preload: x"

@@ -13,6 +13,7 @@ import importlib.util
 import json
 import os
 import re
+import shlex
 import subprocess
 import sys
 from pathlib import Path
@@ -162,7 +163,8 @@ def _command_shim(directory: Path) -> Path:
     """A ``megatron-conformance`` on PATH that is this checkout's command, as ``pip install "$GATE"`` leaves one."""
     directory.mkdir()
     shim = directory / "megatron-conformance"
-    shim.write_text(f'#!/usr/bin/env bash\nPYTHONPATH={ROOT} exec {sys.executable} -m harness.launch.command "$@"\n')
+    python, root = shlex.quote(sys.executable), shlex.quote(str(ROOT))
+    shim.write_text(f'#!/usr/bin/env bash\nPYTHONPATH={root} exec {python} -m harness.launch.command "$@"\n')
     shim.chmod(0o755)
     return directory
 
@@ -186,8 +188,9 @@ def test_reusable_jobs_install_the_named_gate_and_run_its_command(reusable: dict
     assert _step(gate, _uses("actions/upload-artifact"))["with"]["name"] == "reports-${{ matrix.session }}"
     report = jobs["report"]
     names = [step.get("run") or step.get("uses", "").split("@")[0] for step in report["steps"]]
-    reporting = 'megatron-conformance --subject "$DECLARATION" -s report'
+    reporting = 'megatron-conformance --subject "$DECLARATION" -s report -- $TARGETS'
     assert names.index(reporting) > names.index("actions/download-artifact")
+    assert _step(report, _runs(reporting))["env"]["TARGETS"] == "${{ inputs.targets }}"
     assert report["permissions"]["pull-requests"] == "write"
 
 
