@@ -7,6 +7,8 @@ instead of surfacing later as a confusing install or collection error.
 
 from __future__ import annotations
 
+import hashlib
+import os
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -101,8 +103,13 @@ class Matrix:
 
 def venv_python(envdir: Path, session: str) -> Path:
     """The interpreter of a target's nox venv under nox's ``envdir`` (``.nox/`` of a checkout):
-    ``.nox/megatron-0-15/bin/python`` for ``megatron-0.15`` (nox replaces the dots of a session name)."""
-    return envdir / session.replace(".", "-") / "bin" / "python"
+    ``.nox/megatron-0-15/bin/python`` for ``megatron-0.15``. nox's own naming: the session name with every character
+    but letters, digits, ``_`` and ``-`` made a dash, lower case; and where the interpreter's path would pass about
+    100 characters (a checkout deep in a framework's tree), the first 8 hex digits of that name's SHA-1 instead."""
+    name = re.sub(r"[-\s]+", "-", re.sub(r"[^\w\s-]", "-", session).strip().lower()).strip("-")
+    if len(os.path.join(str(envdir), name)) > 100 - len("bin/pythonX.Y") and len(str(envdir)) < 100 - 9:
+        name = hashlib.sha1(name.encode("ascii")).hexdigest()[:8]
+    return envdir / name / "bin" / "python"
 
 
 def load_matrix(path: str | Path) -> Matrix:

@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 import yaml
 
-from harness.targets.matrix import MatrixError, load_matrix
+from harness.targets.matrix import MatrixError, load_matrix, venv_python
 from tests.pytest_helpers import ROOT
 
 SHIPPED = yaml.safe_load((ROOT / "matrix.yaml").read_text())
@@ -157,3 +157,23 @@ def _environ() -> dict[str, str]:
     import os
 
     return {k: v for k, v in os.environ.items() if k != "MEGATRON_CONFORMANCE_MATRIX"}
+
+
+@pytest.mark.parametrize(
+    ("envdir", "hashed"),
+    [
+        (Path("/w/fw/.nox/megatron-conformance"), False),
+        (Path("/home/someone/src/" + "deep-" * 8 + "/.nox/megatron-conformance"), True),
+        (Path("/home/someone/src/" + "deeper-" * 12 + "/.nox/megatron-conformance"), False),
+    ],
+    ids=["short", "deep", "too-deep-to-hash"],
+)
+def test_venv_python_is_where_nox_puts_the_venv(envdir: Path, hashed: bool) -> None:
+    """nox hashes a venv's name where its interpreter's path would be too long: a gate whose venvs live deep in a
+    framework's checkout must still find them (api-diff, candidate, bench)."""
+    from nox.sessions import _normalize_path
+
+    for session in ("megatron-0.15", "megatron-candidate", "Odd name.1"):
+        expected = Path(_normalize_path(str(envdir), session)) / "bin" / "python"
+        assert venv_python(envdir, session) == expected
+    assert (venv_python(envdir, "megatron-0.15").parent.parent.name != "megatron-0-15") == hashed
