@@ -10,15 +10,16 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
-from collections.abc import Sequence
-from dataclasses import dataclass
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 from harness import REPO_ROOT
-from harness.plugin.command import CaseRun, case_command, run_cases
+from harness.formats.environment import REFERENCE_SUBJECT
+from harness.plugin.command import CaseRun, case_command, run_cases, subject_folder, subject_runs
 from harness.targets.matrix import venv_python
 
 ROOT = REPO_ROOT
@@ -58,11 +59,13 @@ class RunVerdicts:
     returncode: int
     output: str
     verdicts: dict[str, tuple[str, str]]
+    report_dir: Path | None = None
+    """Where the run's ``junit.xml`` and ``summary.json`` are."""
 
     @classmethod
-    def of(cls, run: CaseRun) -> RunVerdicts:
+    def of(cls, run: CaseRun, report_dir: Path | None = None) -> RunVerdicts:
         verdicts = {case.name or case.module: (case.verdict, case.text) for case in run.cases}
-        return cls(run.returncode, run.output, verdicts)
+        return cls(run.returncode, run.output, verdicts, report_dir)
 
     def failed(self) -> dict[str, str]:
         """Test names that failed or errored, with their failure text."""
@@ -86,4 +89,42 @@ def run_target_cases(
     """Run ``selection`` (paths or node ids under cases/) in ``session``'s venv and collect the verdicts."""
     options = [*(extra or []), *([f"--subject={subject}"] if subject is not None else [])]
     command = case_command(session, tmp_path, selection, python=target_python(session), profile="ci", options=options)
-    return RunVerdicts.of(run_cases(command, {**os.environ, **(env or {})}, timeout=timeout, keep_output=200_000))
+    return RunVerdicts.of(
+        run_cases(command, {**os.environ, **(env or {})}, timeout=timeout, keep_output=200_000), tmp_path
+    )
+
+
+def run_subjects_together(
+    session: str, selection: list[str], subjects: Sequence[Path | str], directory: Path, timeout: float = 1800
+) -> dict[str, RunVerdicts]:
+    """Run ``selection`` for every subject in one warm run (:mod:`harness.plugin.warm_sessions`) in ``session``'s
+    venv: each subject's verdicts by its name as given (``str`` of a path)."""
+    specs = list(dict.fromkeys(str(subject) for subject in subjects))
+    command = case_command(session, directory, selection, python=target_python(session), profile="ci", subjects=specs)
+    _, runs = subject_runs(command, dict(os.environ), timeout=timeout, keep_output=200_000)
+    if len(specs) == 1:
+        return {specs[0]: RunVerdicts.of(runs[specs[0]], directory)}
+    return {spec: RunVerdicts.of(runs[spec], subject_folder(directory, n, spec)) for n, spec in enumerate(specs, 1)}
+
+
+@dataclass
+class SharedRuns:
+    """The runs a test module needs, made together: the first test that asks for a (session, selection) runs every
+    subject the module lists for that pair in one warm run, the others read their subject's verdicts from it.
+
+    A module using it marks itself with an ``xdist_group`` (the harness's tests run with ``--dist loadgroup``), so
+    that one worker makes each warm run once."""
+
+    plan: Iterable[tuple[str, tuple[str, ...], Path | str]]
+    """``(session, selection, subject)`` of every run the module's tests ask for."""
+    directory: Callable[[], Path]
+    made: dict[tuple[str, tuple[str, ...]], dict[str, RunVerdicts]] = field(default_factory=dict)
+
+    def run(self, session: str, selection: Sequence[str], subject: Path | str = REFERENCE_SUBJECT) -> RunVerdicts:
+        """The verdicts of ``subject`` on ``session`` for ``selection``."""
+        key = (session, tuple(selection))
+        if key not in self.made:
+            subjects = [planned for s, sel, planned in self.plan if (s, sel) == key]
+            assert str(subject) in map(str, subjects), f"{subject} is not in the module's plan for {key}"
+            self.made[key] = run_subjects_together(session, list(selection), subjects, self.directory())
+        return self.made[key][str(subject)]

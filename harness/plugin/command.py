@@ -9,6 +9,7 @@ session watch, the grouped warnings); the command runs from the repository root,
 from __future__ import annotations
 
 import os
+import re
 import subprocess
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -27,7 +28,13 @@ _PLUGINS = (
 """The quick exit (first: its exit function must be registered before any other but logging's), the gate plugin,
 the early start of the fork server, the import-side-effects family's watch over the whole session (Megatron
 unchanged after every case), and the installed packages' warnings told one line per kind."""
+WARM_SESSIONS = "harness.plugin.warm_sessions"
 _CASES_INI = Path(__file__).resolve().parent / "cases.ini"
+OUTPUT_FILE = "output.txt"
+"""What a subject's session of a warm run printed, in its folder (also streamed to the run's stdout)."""
+SUBJECT_STATUS_FILE = "exit-status"
+"""A subject's session's exit status (a signal as its negative number), in its folder of a warm run."""
+_SLUG = re.compile(r"[^A-Za-z0-9_.-]+")
 _DEFAULT_SELECTION = ("cases",)
 
 
@@ -41,14 +48,14 @@ def case_command(
     workers: str = "0",
     profile: str | None = None,
     options: Sequence[str] = (),
+    subjects: Sequence[str] = (),
 ) -> list[str]:
     """Run ``selection`` of ``cases/`` on ``target``: JUnit and ``summary.json`` under ``report_dir``, ``workers``
     xdist workers ("0" for one process), the hypothesis ``profile`` (the plugin's default when None), and
-    ``options`` before the selection."""
-    return [
-        str(python),
-        "-m",
-        "pytest",
+    ``options`` before the selection. One subject in ``subjects`` is passed as ``--subject``; several run in one warm
+    interpreter (:mod:`harness.plugin.warm_sessions`), each with its folder under ``report_dir``
+    (:func:`subject_runs` reads them back)."""
+    arguments = [
         "-c",
         str(_CASES_INI),
         "--rootdir",
@@ -60,12 +67,15 @@ def case_command(
         "loadgroup",
         f"--target={target}",
         *([f"--matrix={matrix}"] if matrix else []),
-        f"--junitxml={report_dir / 'junit.xml'}",
-        f"--report-dir={report_dir}",
         *([f"--hypothesis-profile={profile}"] if profile else []),
         *options,
-        *selection,
     ]
+    if len(subjects) > 1:
+        named = [f"--subject={subject}" for subject in subjects]
+        return [str(python), "-m", WARM_SESSIONS, f"--report-dir={report_dir}", *named, "--", *arguments, *selection]
+    reports = [f"--junitxml={report_dir / 'junit.xml'}", f"--report-dir={report_dir}"]
+    named = [f"--subject={subject}" for subject in subjects]
+    return [str(python), "-m", "pytest", *arguments, *reports, *named, *selection]
 
 
 @dataclass
@@ -89,13 +99,19 @@ class CaseRun:
         return self.returncode not in (0, 1) and not self.failed()
 
 
-def run_cases(
-    command: list[str], environment: Mapping[str, str] | None = None, timeout: float = 900, keep_output: int = 4000
-) -> CaseRun:
-    """Run a :func:`case_command` from the repository root and read its JUnit back (``environment`` replaces the
-    process environment when given)."""
-    junit = Path(next(part.split("=", 1)[1] for part in command if part.startswith("--junitxml=")))
-    completed = subprocess.run(
+def subject_folder(report_dir: Path, index: int, spec: str) -> Path:
+    """The folder of the ``index``-th subject (from 1) of a warm run: its number keeps two ``pyproject.toml``
+    declarations apart, its file or module name says whose it is."""
+    name = Path(spec).stem if spec.endswith((".py", ".toml")) else Path(spec).name
+    return report_dir / f"{index}-{_SLUG.sub('_', name) or 'subject'}"
+
+
+def _option(command: Sequence[str], name: str) -> str:
+    return next(part.split("=", 1)[1] for part in command if part.startswith(f"{name}="))
+
+
+def _run(command: list[str], environment: Mapping[str, str] | None, timeout: float) -> subprocess.CompletedProcess:
+    return subprocess.run(
         command,
         cwd=REPO_ROOT,
         env=dict(environment) if environment is not None else dict(os.environ),
@@ -103,4 +119,38 @@ def run_cases(
         text=True,
         timeout=timeout,
     )
+
+
+def run_cases(
+    command: list[str], environment: Mapping[str, str] | None = None, timeout: float = 900, keep_output: int = 4000
+) -> CaseRun:
+    """Run a one-subject :func:`case_command` from the repository root and read its JUnit back (``environment``
+    replaces the process environment when given)."""
+    junit = Path(_option(command, "--junitxml"))
+    completed = _run(command, environment, timeout)
     return CaseRun(completed.returncode, (completed.stdout + completed.stderr)[-keep_output:], read_cases(junit))
+
+
+def subject_runs(
+    command: list[str], environment: Mapping[str, str] | None = None, timeout: float = 1800, keep_output: int = 4000
+) -> tuple[int, dict[str, CaseRun]]:
+    """Run a several-subject :func:`case_command`: its exit status, and each subject's run (its session's exit
+    status, output and verdicts) by the subject as the command named it. A subject whose session left no JUnit
+    file has no verdicts and the output it printed. A command of one subject is run as :func:`run_cases` runs it."""
+    if WARM_SESSIONS not in command:
+        run = run_cases(command, environment, timeout, keep_output)
+        named = [part.split("=", 1)[1] for part in command if part.startswith("--subject=")]
+        return run.returncode, {(named or [""])[0]: run}
+    report_dir = Path(_option(command, "--report-dir"))
+    subjects = [part.split("=", 1)[1] for part in command[: command.index("--")] if part.startswith("--subject=")]
+    completed = _run(command, environment, timeout)
+    runs = {}
+    for index, subject in enumerate(subjects, 1):
+        folder = subject_folder(report_dir, index, subject)
+        output = (folder / OUTPUT_FILE).read_text(errors="replace") if (folder / OUTPUT_FILE).is_file() else ""
+        status_file = folder / SUBJECT_STATUS_FILE
+        status = int(status_file.read_text()) if status_file.is_file() else completed.returncode
+        junit = folder / "junit.xml"
+        cases = read_cases(junit) if junit.is_file() else []
+        runs[subject] = CaseRun(status, output[-keep_output:] or completed.stderr[-keep_output:], cases)
+    return completed.returncode, runs

@@ -42,6 +42,7 @@ import pytest
 
 from harness import REPO_ROOT
 from harness.plugin import session_state
+from harness.plugin.warm_sessions import SHARED_WARNINGS_MARK
 from harness.ranks.pool import RANK_START_HOOKS, WARNINGS_ENV_VAR
 
 ALL_WARNINGS = "--all-warnings"
@@ -175,10 +176,12 @@ def divert_rank_warnings(ownership: Ownership, directory: str, rank: int, world_
 
 
 def rank_warnings(directory: Path) -> list[tuple[str, str, str]]:
-    """``(category, message, filename)`` of every warning the ranks of this session diverted; a line a killed rank
+    """``(category, message, filename)`` of every warning the ranks of this session diverted, with those of the
+    imports a warm run made once for all its subjects (:mod:`harness.plugin.warm_sessions`); a line a killed rank
     left half-written is skipped."""
     found = []
-    for path in sorted(directory.glob("*.jsonl")):
+    shared = sorted(directory.parent.glob("*.jsonl")) if (directory.parent / SHARED_WARNINGS_MARK).exists() else []
+    for path in [*shared, *sorted(directory.glob("*.jsonl"))]:
         for line in path.read_text().splitlines():
             with contextlib.suppress(ValueError):
                 category, message, filename = json.loads(line)

@@ -21,6 +21,7 @@ import importlib
 import multiprocessing
 import multiprocessing.connection
 import multiprocessing.forkserver
+import multiprocessing.resource_tracker
 import os
 import pickle
 import shutil
@@ -523,8 +524,32 @@ def start_fork_server() -> bool:
     """
     if _rank_context().get_start_method() != "forkserver":
         return False
-    multiprocessing.forkserver.ensure_running()
+    multiprocessing.forkserver._forkserver.ensure_running()  # the instance's: inherit_fork_server may replace it
     return True
+
+
+def inherit_fork_server() -> None:
+    """In a process forked from one whose fork server runs (:mod:`harness.plugin.warm_sessions`): fork ranks from
+    that server, whose imports are done, rather than start another.
+
+    multiprocessing's client asks ``waitpid`` whether its server lives, which only the server's parent may; in a
+    forked child it would raise. Here the check asks the kernel instead, and a server gone is replaced by a new one
+    as multiprocessing would.
+    """
+    server = multiprocessing.forkserver._forkserver
+    pid = server._forkserver_pid
+    if pid is None:
+        return
+    start = type(server).ensure_running
+
+    def ensure_running() -> None:
+        if server._forkserver_pid == pid and _alive(pid):
+            multiprocessing.resource_tracker.ensure_running()
+            return
+        server._forkserver_pid = server._forkserver_address = server._forkserver_alive_fd = None
+        start(server)
+
+    server.ensure_running = ensure_running
 
 
 def _forkserver_socket_fits() -> bool:

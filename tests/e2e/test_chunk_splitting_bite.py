@@ -3,13 +3,15 @@
 from __future__ import annotations
 
 import re
-from pathlib import Path
 
 import pytest
 
-from tests.pytest_helpers import SEEDED, run_target_cases
+from harness.formats.environment import REFERENCE_SUBJECT
+from tests.pytest_helpers import SEEDED, SharedRuns
 
 SESSION = "megatron-0.15"
+SELECTION = ("cases/test_chunk_splitting.py",)
+pytestmark = pytest.mark.xdist_group("chunk-splitting-bite")
 # The linear-cost breaks and the measure each must be caught by: bytecode run in Python, or allocation in builtins.
 COST_MEASURE = {
     "chunk_splitting_quadratic": "bytecode instructions executed",
@@ -30,9 +32,16 @@ SEEDED_BREAKS = {
 }
 
 
+@pytest.fixture(scope="module")
+def runs(tmp_path_factory: pytest.TempPathFactory) -> SharedRuns:
+    """Every seeded splitter and the reference in one warm run."""
+    subjects = [*(SEEDED / f"{seeded}.py" for seeded in SEEDED_BREAKS), REFERENCE_SUBJECT]
+    return SharedRuns([(SESSION, SELECTION, subject) for subject in subjects], lambda: tmp_path_factory.mktemp("runs"))
+
+
 @pytest.mark.parametrize("seeded", sorted(SEEDED_BREAKS))
-def test_seeded_splitter_turns_the_family_red(seeded: str, tmp_path: Path) -> None:
-    run = run_target_cases(SESSION, ["cases/test_chunk_splitting.py"], tmp_path, subject=SEEDED / f"{seeded}.py")
+def test_seeded_splitter_turns_the_family_red(seeded: str, runs: SharedRuns) -> None:
+    run = runs.run(SESSION, SELECTION, SEEDED / f"{seeded}.py")
     failed = run.require_red(seeded)
     prop = SEEDED_BREAKS[seeded]
     named = [name for name, text in failed.items() if f"property '{prop}' violated" in text]
@@ -44,6 +53,6 @@ def test_seeded_splitter_turns_the_family_red(seeded: str, tmp_path: Path) -> No
     assert f"repro: MEGATRON_CONFORMANCE_SUBJECT={SEEDED / (seeded + '.py')} nox -R -s {SESSION} -- " in run.output
 
 
-def test_reference_splitter_is_green(tmp_path: Path) -> None:
-    run = run_target_cases(SESSION, ["cases/test_chunk_splitting.py"], tmp_path)
+def test_reference_splitter_is_green(runs: SharedRuns) -> None:
+    run = runs.run(SESSION, SELECTION)
     assert run.returncode == 0 and not run.failed(), run.output[-3000:]

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.pytest_helpers import SEEDED, run_target_cases
+from tests.pytest_helpers import SEEDED, SharedRuns, run_target_cases
 
 SEEDED_BREAKS = {
     "equivalence_avg_as_sum": ("megatron-0.15", "differs from upstream, max |diff|"),
@@ -38,13 +38,21 @@ SEEDED_BREAKS = {
 """Seeded breaks the generated modules catch. ``equivalence_flattens_everything`` is not among them: the memory bound
 allows eight chunk-sized buffers, more than the small generated populations flatten at once; the largest-buffer case
 below is the one that catches it."""
-SELECTION = ["cases/test_equivalence.py::test_matches_upstream_on_generated_modules[world2-tp2-gloo]"]
+SELECTION = ("cases/test_equivalence.py::test_matches_upstream_on_generated_modules[world2-tp2-gloo]",)
+pytestmark = pytest.mark.xdist_group("equivalence-bite")
+
+
+@pytest.fixture(scope="module")
+def runs(tmp_path_factory: pytest.TempPathFactory) -> SharedRuns:
+    """The seeded all-reduces of each target in one warm run."""
+    plan = [(session, SELECTION, SEEDED / f"{seeded}.py") for seeded, (session, _) in SEEDED_BREAKS.items()]
+    return SharedRuns(plan, lambda: tmp_path_factory.mktemp("runs"))
 
 
 @pytest.mark.parametrize("seeded", sorted(SEEDED_BREAKS))
-def test_seeded_allreduce_turns_the_family_red(seeded: str, tmp_path: Path) -> None:
+def test_seeded_allreduce_turns_the_family_red(seeded: str, runs: SharedRuns) -> None:
     session, named = SEEDED_BREAKS[seeded]
-    run = run_target_cases(session, SELECTION, tmp_path, subject=SEEDED / f"{seeded}.py")
+    run = runs.run(session, SELECTION, SEEDED / f"{seeded}.py")
     failed = run.require_red(seeded)
     assert any(named in text for text in failed.values()), f"{seeded}: no failure says {named!r}\n{run.output[-4000:]}"
     assert any("rank " in text for text in failed.values()), f"{seeded}: the failure names no rank"

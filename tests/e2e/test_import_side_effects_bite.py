@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import pytest
 
-from tests.pytest_helpers import SEEDED, run_target_cases
+from harness.formats.environment import REFERENCE_SUBJECT
+from tests.pytest_helpers import SEEDED, SharedRuns
 
 SESSION = "megatron-0.15"
+SELECTION = ("cases/test_import_side_effects.py",)
+pytestmark = pytest.mark.xdist_group("import-side-effects-bite")
 FINALIZE = "megatron.core.distributed.finalize_model_grads"
 SEEDED_BREAKS = {
     "import_side_effects_patches_megatron": (
@@ -88,9 +89,16 @@ SEEDED_BREAKS = {
 }
 
 
+@pytest.fixture(scope="module")
+def runs(tmp_path_factory: pytest.TempPathFactory) -> SharedRuns:
+    """Every seeded subject and the reference in one warm run."""
+    subjects = [*(SEEDED / f"{seeded}.py" for seeded in SEEDED_BREAKS), REFERENCE_SUBJECT]
+    return SharedRuns([(SESSION, SELECTION, subject) for subject in subjects], lambda: tmp_path_factory.mktemp("runs"))
+
+
 @pytest.mark.parametrize("seeded", sorted(SEEDED_BREAKS))
-def test_seeded_subject_turns_the_family_red(seeded: str, tmp_path: Path) -> None:
-    run = run_target_cases(SESSION, ["cases/test_import_side_effects.py"], tmp_path, subject=SEEDED / f"{seeded}.py")
+def test_seeded_subject_turns_the_family_red(seeded: str, runs: SharedRuns) -> None:
+    run = runs.run(SESSION, SELECTION, SEEDED / f"{seeded}.py")
     case, named = SEEDED_BREAKS[seeded]
     failed = run.require_red(seeded)
     hits = [name for name, text in failed.items() if name.startswith(case) and named in text]
@@ -98,6 +106,6 @@ def test_seeded_subject_turns_the_family_red(seeded: str, tmp_path: Path) -> Non
     assert "contract import-side-effects | symbol ADAPTER_PACKAGE" in run.output
 
 
-def test_reference_subject_is_green(tmp_path: Path) -> None:
-    run = run_target_cases(SESSION, ["cases/test_import_side_effects.py"], tmp_path)
+def test_reference_subject_is_green(runs: SharedRuns) -> None:
+    run = runs.run(SESSION, SELECTION)
     assert run.returncode == 0 and not run.failed(), run.output[-3000:]
