@@ -197,7 +197,7 @@ def tests(session: nox.Session) -> None:
     if os.environ.get("CI", "").lower() == "true":
         session.log("CI: end-to-end checks repeated on every target or framework run on one or two (every_target)")
         narrowing = ["-m", "not every_target"]
-    session.run("python", "-m", "pytest", "-n", workers, "--dist", "loadgroup", *narrowing, *selection, env=env)
+    session.run("python", "-m", "pytest", "-n", workers, "--dist", "loadfile", *narrowing, *selection, env=env)
 
 
 def lint(session: nox.Session) -> None:

@@ -112,8 +112,9 @@ class SharedRuns:
     """The runs a test module needs, made together: the first test that asks for a (session, selection) runs every
     subject the module lists for that pair in one warm run, the others read their subject's verdicts from it.
 
-    A module using it marks itself with an ``xdist_group`` (the harness's tests run with ``--dist loadgroup``), so
-    that one worker makes each warm run once."""
+    The harness's tests run with ``--dist loadfile``: one worker runs a module's tests, so each warm run is made
+    once. (``loadgroup`` would not do: pytest-xdist 3.8 names a group by rewriting ``item._nodeid``, which pytest 9.2
+    no longer reads, so the marked tests are spread like any others.)"""
 
     plan: Iterable[tuple[str, tuple[str, ...], Path | str]]
     """``(session, selection, subject)`` of every run the module's tests ask for."""

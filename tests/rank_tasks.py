@@ -69,3 +69,8 @@ def fail_setup(rank: int, world_size: int) -> None:
 
 def set_env(rank: int, world_size: int, name: str, value: str) -> None:
     os.environ[name] = value
+
+
+def parent_pid(rank: int, world_size: int) -> int:
+    """The rank's parent: the fork server it was forked from, or the pool's process where ranks are spawned."""
+    return os.getppid()

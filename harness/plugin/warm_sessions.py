@@ -101,7 +101,7 @@ def _run_child(arguments: list[str], folder: Path, write_end: int) -> None:
         os.dup2(write_end, 2)
         os.close(write_end)
         shared = Path(os.environ[WARNINGS_ENV_VAR])
-        own = shared / folder.name
+        own = shared / f"{folder.name}-{os.getpid()}"
         own.mkdir()
         os.environ[WARNINGS_ENV_VAR] = str(own)
         inherit_fork_server()

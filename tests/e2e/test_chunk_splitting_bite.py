@@ -11,7 +11,6 @@ from tests.pytest_helpers import SEEDED, SharedRuns
 
 SESSION = "megatron-0.15"
 SELECTION = ("cases/test_chunk_splitting.py",)
-pytestmark = pytest.mark.xdist_group("chunk-splitting-bite")
 # The linear-cost breaks and the measure each must be caught by: bytecode run in Python, or allocation in builtins.
 COST_MEASURE = {
     "chunk_splitting_quadratic": "bytecode instructions executed",

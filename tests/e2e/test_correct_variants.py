@@ -4,11 +4,10 @@ own way that correct adapters do, and the gate must not mistake it for a break."
 from __future__ import annotations
 
 import json
-from pathlib import Path
 
 import pytest
 
-from tests.pytest_helpers import ROOT, run_target_cases
+from tests.pytest_helpers import ROOT, SharedRuns
 
 SESSION = "megatron-0.15"
 CORRECT = ROOT / "harness" / "sensitivity" / "correct"
@@ -22,12 +21,20 @@ VARIANTS = {
 }
 
 
+@pytest.fixture(scope="module")
+def runs(tmp_path_factory: pytest.TempPathFactory) -> SharedRuns:
+    """The variants of each case file in one warm run."""
+    plan = [(SESSION, (case_file,), CORRECT / f"{variant}.py") for variant, (case_file, _) in VARIANTS.items()]
+    return SharedRuns(plan, lambda: tmp_path_factory.mktemp("runs"))
+
+
 @pytest.mark.parametrize("variant", sorted(VARIANTS))
-def test_a_correct_variant_is_green(variant: str, tmp_path: Path) -> None:
+def test_a_correct_variant_is_green(variant: str, runs: SharedRuns) -> None:
     case_file, advisories = VARIANTS[variant]
-    run = run_target_cases(SESSION, [case_file], tmp_path, subject=CORRECT / f"{variant}.py")
+    run = runs.run(SESSION, (case_file,), CORRECT / f"{variant}.py")
     assert run.returncode == 0, f"{variant}: {run.failed() or run.output[-3000:]}"
-    summary = json.loads((tmp_path / "summary.json").read_text())
+    assert run.report_dir is not None
+    summary = json.loads((run.report_dir / "summary.json").read_text())
     advised = {advisory["case"].split("::")[-1].split("[")[0] for advisory in summary["advisories"]}
     assert advised == advisories, summary["advisories"]
     if variant == "import_side_effects_reads_budget_variable":

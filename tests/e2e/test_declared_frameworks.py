@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 
 from harness.targets.matrix import load_matrix
-from tests.pytest_helpers import ROOT, RunVerdicts, on_one_target_in_ci, run_target_cases
+from tests.pytest_helpers import ROOT, RunVerdicts, SharedRuns, on_one_target_in_ci, run_target_cases
 
 FRAMEWORKS = ROOT / "tests" / "frameworks"
 TARGETS = ("megatron-0.13", "megatron-0.15", "megatron-0.16", "megatron-0.19")
@@ -42,11 +42,23 @@ def summary(tmp_path: Path) -> dict:
     return json.loads((tmp_path / "summary.json").read_text())
 
 
+MODERN, LEGACY = (FRAMEWORKS / name / DECLARATION for name in ("modernrl", "legacyrl"))
+ALL_CASES = ("cases",)
+
+
+@pytest.fixture(scope="module")
+def both_forms(tmp_path_factory: pytest.TempPathFactory) -> SharedRuns:
+    """The new form and the old one on each target in one warm run."""
+    plan = [(session, ALL_CASES, declaration) for session in TARGETS for declaration in (MODERN, LEGACY)]
+    return SharedRuns(plan, lambda: tmp_path_factory.mktemp("forms"))
+
+
 @pytest.mark.parametrize("session", on_one_target_in_ci(TARGETS, ["megatron-0.16"]))
-def test_the_new_form_is_green_with_its_advisories_listed(session: str, tmp_path: Path) -> None:
-    run = run_declared(session, FRAMEWORKS / "modernrl" / DECLARATION, tmp_path)
+def test_the_new_form_is_green_with_its_advisories_listed(session: str, both_forms: SharedRuns) -> None:
+    run = both_forms.run(session, ALL_CASES, MODERN)
     assert run.returncode == 0, f"modernrl on {session}: {run.failed() or run.output[-3000:]}"
-    recorded = summary(tmp_path)
+    assert run.report_dir is not None
+    recorded = summary(run.report_dir)
     assert recorded["subject_kind"] == "declaration"
     assert 0 < recorded["declaration_lines"] <= LINE_GOAL
     advised = {advisory["case"].split("::")[-1].split("[")[0] for advisory in recorded["advisories"]}
@@ -59,8 +71,11 @@ def test_the_new_form_is_green_with_its_advisories_listed(session: str, tmp_path
 
 
 @pytest.mark.parametrize("session", on_one_target_in_ci(TARGETS, ["megatron-0.16"]))
-def test_the_old_form_is_red_exactly_on_its_import_and_newer_provider_shapes(session: str, tmp_path: Path) -> None:
-    run = run_declared(session, FRAMEWORKS / "legacyrl" / DECLARATION, tmp_path)
+def test_the_old_form_is_red_exactly_on_its_import_and_newer_provider_shapes(
+    session: str, both_forms: SharedRuns
+) -> None:
+    run = both_forms.run(session, ALL_CASES, LEGACY)
+    assert run.report_dir is not None
     failed = run.require_red(f"legacyrl on {session}")
     expected = {ADAPTER_IMPORT}
     if passes_config(session):
@@ -72,7 +87,7 @@ def test_the_old_form_is_red_exactly_on_its_import_and_newer_provider_shapes(ses
         assert f"finalize_model_grads.{name}: re-bound" in failed[ADAPTER_IMPORT]
     if passes_config(session):
         assert "keyword 'config'" in failed["test_keywords_reach_the_inner_provider"]
-    advised = {advisory["case"].split("::")[-1] for advisory in summary(tmp_path)["advisories"]}
+    advised = {advisory["case"].split("::")[-1] for advisory in summary(run.report_dir)["advisories"]}
     assert "test_keywords_of_call_shapes_the_subject_does_not_meet_here" in advised, advised
 
 

@@ -39,7 +39,6 @@ SEEDED_BREAKS = {
 allows eight chunk-sized buffers, more than the small generated populations flatten at once; the largest-buffer case
 below is the one that catches it."""
 SELECTION = ("cases/test_equivalence.py::test_matches_upstream_on_generated_modules[world2-tp2-gloo]",)
-pytestmark = pytest.mark.xdist_group("equivalence-bite")
 
 
 @pytest.fixture(scope="module")

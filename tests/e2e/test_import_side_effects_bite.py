@@ -9,7 +9,6 @@ from tests.pytest_helpers import SEEDED, SharedRuns
 
 SESSION = "megatron-0.15"
 SELECTION = ("cases/test_import_side_effects.py",)
-pytestmark = pytest.mark.xdist_group("import-side-effects-bite")
 FINALIZE = "megatron.core.distributed.finalize_model_grads"
 SEEDED_BREAKS = {
     "import_side_effects_patches_megatron": (

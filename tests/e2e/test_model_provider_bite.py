@@ -15,9 +15,10 @@ from typing import Any
 import pytest
 import yaml
 
-from tests.pytest_helpers import ROOT, SEEDED, RunVerdicts, run_target_cases
+from harness.formats.environment import REFERENCE_SUBJECT
+from tests.pytest_helpers import ROOT, SEEDED, RunVerdicts, SharedRuns, run_target_cases
 
-CASES = ["cases/test_model_provider.py"]
+CASES = ("cases/test_model_provider.py",)
 PROCESS_GROUP_CASE = "cases/test_model_provider.py::test_matrix_records_the_installed_process_group_keyword"
 REAL_MODEL_CASE = "test_real_gpt_model_through_the_wrapper"
 CALL_SHAPES_CASE = "cases/test_model_provider.py::test_matrix_records_the_call_shapes_megatron_makes"
@@ -56,16 +57,28 @@ def assert_red(run: RunVerdicts, label: str, session: str, message: str) -> None
     assert f"target {session} | contract model-provider | symbol wrap_model_provider" in run.output
 
 
+FIXED_SIGNATURE = SEEDED / "model_provider_fixed_signature.py"
+
+
+@pytest.fixture(scope="module")
+def runs(tmp_path_factory: pytest.TempPathFactory) -> SharedRuns:
+    """The seeded wrappers, the fixed signature and the reference of each target in one warm run."""
+    plan = [(session, CASES, SEEDED / f"{seeded}.py") for seeded, (session, _) in SEEDED_BREAKS.items()]
+    plan += [(session, CASES, FIXED_SIGNATURE) for session in ("megatron-0.13", "megatron-0.15")]
+    plan += [(session, CASES, REFERENCE_SUBJECT) for session in ("megatron-0.15", "megatron-0.16")]
+    return SharedRuns(plan, lambda: tmp_path_factory.mktemp("runs"))
+
+
 @pytest.mark.parametrize("seeded", sorted(SEEDED_BREAKS))
-def test_seeded_wrapper_turns_the_family_red(seeded: str, tmp_path: Path) -> None:
+def test_seeded_wrapper_turns_the_family_red(seeded: str, runs: SharedRuns) -> None:
     session, message = SEEDED_BREAKS[seeded]
-    run = run_target_cases(session, CASES, tmp_path, subject=SEEDED / f"{seeded}.py")
+    run = runs.run(session, CASES, SEEDED / f"{seeded}.py")
     assert_red(run, seeded, session, message)
     assert f"repro: MEGATRON_CONFORMANCE_SUBJECT={SEEDED / (seeded + '.py')} nox -R -s {session} -- " in run.output
 
 
-def test_fixed_signature_is_green_where_no_new_keyword_is_passed(tmp_path: Path) -> None:
-    run = run_target_cases("megatron-0.15", CASES, tmp_path, subject=SEEDED / "model_provider_fixed_signature.py")
+def test_fixed_signature_is_green_where_no_new_keyword_is_passed(runs: SharedRuns) -> None:
+    run = runs.run("megatron-0.15", CASES, FIXED_SIGNATURE)
     assert run.returncode == 0 and not run.failed(), run.output[-3000:]
 
 
@@ -83,8 +96,8 @@ def test_fixed_signature_breaks_only_the_encoder_decoder_shape_of_0_13(tmp_path:
 
 
 @pytest.mark.parametrize("session", ["megatron-0.15", "megatron-0.16"])
-def test_reference_wrapper_is_green(session: str, tmp_path: Path) -> None:
-    run = run_target_cases(session, CASES, tmp_path)
+def test_reference_wrapper_is_green(session: str, runs: SharedRuns) -> None:
+    run = runs.run(session, CASES)
     assert run.returncode == 0 and not run.failed(), run.output[-3000:]
 
 

@@ -1,0 +1,52 @@
+"""Several subjects in one warm run on a real target: each subject's verdicts are its own, whatever ran before it in
+the run, a broken session is never a red verdict, and the imports of the fork server are paid once."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+from harness.formats.environment import REFERENCE_SUBJECT
+from harness.plugin.command import OUTPUT_FILE, SUBJECT_STATUS_FILE, case_command, subject_folder, subject_runs
+from harness.ranks.pool import WARNINGS_ENV_VAR
+from tests.pytest_helpers import SEEDED, target_python
+
+SESSION = "megatron-0.15"
+SELECTION = ["cases/test_equivalence.py::test_matches_upstream_on_generated_modules[world2-tp2-gloo]"]
+REBINDS = str(SEEDED / "equivalence_rebinds_upstream_at_import.py")
+
+
+def warm_run(subjects: list[str], tmp_path: Path) -> tuple[int, dict]:
+    warnings = tmp_path / "warnings"
+    warnings.mkdir()
+    command = case_command(SESSION, tmp_path / "reports", SELECTION, python=target_python(SESSION), subjects=subjects)
+    return subject_runs(command, {**os.environ, WARNINGS_ENV_VAR: str(warnings)}, timeout=900, keep_output=200_000)
+
+
+def test_a_subject_that_rebinds_upstream_leaves_the_next_subject_green_and_the_fork_server_is_started_once(
+    tmp_path: Path,
+) -> None:
+    status, runs = warm_run([REBINDS, REFERENCE_SUBJECT], tmp_path)
+    assert status == 1
+    red, green = runs[REBINDS], runs[REFERENCE_SUBJECT]
+    assert red.returncode == 1 and red.failed(), red.output[-3000:]
+    assert any("was replaced before the case ran" in text for text in red.failed().values())
+    assert f"repro: MEGATRON_CONFORMANCE_SUBJECT={REBINDS} nox -R -s {SESSION} -- " in red.output
+    assert green.returncode == 0 and not green.failed() and green.cases, green.output[-3000:]
+    assert "subject 2 of 2" not in green.output, "a subject's output holds only its own session"
+    for index, spec in enumerate([REBINDS, REFERENCE_SUBJECT], 1):
+        folder = subject_folder(tmp_path / "reports", index, spec)
+        names = {"junit.xml", "summary.json", OUTPUT_FILE, SUBJECT_STATUS_FILE}
+        assert names <= {path.name for path in folder.iterdir()}, sorted(folder.iterdir())
+    warnings = tmp_path / "warnings"
+    assert len(list(warnings.glob("forkserver-*.jsonl"))) == 1, sorted(warnings.iterdir())
+    assert len(list(warnings.glob("warm-*.jsonl"))) == 1, sorted(warnings.iterdir())
+
+
+def test_a_subject_that_cannot_be_read_makes_the_run_broken_not_red(tmp_path: Path) -> None:
+    declaration = tmp_path / "bad.toml"
+    declaration.write_text('[subject]\nno_such_key = "x"\n')
+    status, runs = warm_run([str(declaration), REFERENCE_SUBJECT], tmp_path)
+    assert runs[str(declaration)].returncode == 4, runs[str(declaration)].output[-3000:]
+    assert status == 4
+    assert runs[REFERENCE_SUBJECT].returncode == 0, runs[REFERENCE_SUBJECT].output[-3000:]
