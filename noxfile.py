@@ -33,8 +33,9 @@ from harness.formats.environment import (  # noqa: E402
     REPORTS_ENV_VAR,
     launcher,
 )
+from harness.formats.summary import FILE_NAME as SUMMARY_FILE  # noqa: E402
 from harness.formats.summary import SummaryError, read_summary  # noqa: E402
-from harness.plugin.command import case_command  # noqa: E402
+from harness.plugin.command import SUBJECT_STATUS_FILE, case_command  # noqa: E402
 from harness.reports.api_diff import ApiDiffError, compare, render_markdown, write_report  # noqa: E402
 from harness.reports.compatibility import ReportError, headline, write_reports  # noqa: E402
 from harness.sensitivity.catalogue import CATALOGUE, CatalogueError, load_catalogue, select  # noqa: E402
@@ -43,7 +44,7 @@ from harness.sensitivity.mutate import MutationError  # noqa: E402
 from harness.sensitivity.report import summary_line  # noqa: E402
 from harness.sensitivity.report import write_report as write_sensitivity_report  # noqa: E402
 from harness.sensitivity.runner import run_sensitivity  # noqa: E402
-from harness.subjects.loading import subject_spec  # noqa: E402
+from harness.subjects.loading import SubjectError, subject_spec, subject_specs  # noqa: E402
 from harness.targets import candidate as candidates  # noqa: E402
 from harness.targets.interpreters import expose_on_path, missing_message, running_version  # noqa: E402
 from harness.targets.matrix import MatrixError, Target, load_matrix, venv_python  # noqa: E402
@@ -111,6 +112,26 @@ def _default_case_workers() -> str:
     return "0" if cores < 4 else str(min(4, cores // 2))
 
 
+def _one_subject(session: nox.Session) -> str:
+    """The subject a session of one subject checks; several named in the environment end it with one line."""
+    try:
+        return subject_spec()
+    except SubjectError as err:
+        session.error(str(err))
+
+
+def _clear_other_layout(report_dir: Path, several: bool) -> None:
+    """Remove what a run of the other kind left in the target's folder, which the report would read as this run's:
+    a one-subject session's verdicts before several subjects run, the subjects' folders before one does."""
+    if several:
+        for name in ("junit.xml", SUMMARY_FILE):
+            (report_dir / name).unlink(missing_ok=True)
+        return
+    for folder in report_dir.iterdir():
+        if folder.is_dir() and (folder / SUBJECT_STATUS_FILE).is_file():
+            shutil.rmtree(folder)
+
+
 def _make_target_session(target: Target) -> None:
     def run_target(session: nox.Session) -> None:
         _install_target(session, target)
@@ -118,7 +139,16 @@ def _make_target_session(target: Target) -> None:
         report_dir.mkdir(parents=True, exist_ok=True)
         workers = os.environ.get("MEGATRON_CONFORMANCE_WORKERS", _default_case_workers())
         selection = _pytest_selection(session.posargs, "cases")
-        session.run(*case_command(target.session, report_dir, selection, matrix=MATRIX.path, workers=workers))
+        subjects = subject_specs()
+        several = subjects if len(subjects) > 1 else []
+        _clear_other_layout(report_dir, bool(several))
+        command = case_command(target.session, report_dir, selection, matrix=MATRIX.path, workers=workers)
+        if several:
+            session.log(f"{len(several)} subjects, each in a session of its own: reports in {report_dir}/<n>-<name>/")
+            command = case_command(
+                target.session, report_dir, selection, matrix=MATRIX.path, workers=workers, subjects=several
+            )
+        session.run(*command)
 
     run_target.__doc__ = f"Gate on {target.description}."
     if not _python_available(target.python):
@@ -240,7 +270,7 @@ def _print_drift(session: nox.Session, pythons: dict[str, Path], fatal: bool = T
     """The api-diff of two built venvs, printed and written to reports/api-diff/; where it cannot be measured, the
     session ends (``fatal``) or says so and goes on."""
     try:
-        report = compare(pythons, subject_spec(), REPORTS / ".fingerprints")
+        report = compare(pythons, _one_subject(session), REPORTS / ".fingerprints")
     except ApiDiffError as err:
         if fatal:
             session.error(str(err))
@@ -274,7 +304,7 @@ def sensitivity(session: nox.Session) -> None:
     pythons = _built_target_pythons(session, options.targets)
     try:
         mutants = select(load_catalogue(CATALOGUE, KNOWN), options.mutants)
-        results = run_sensitivity(mutants, pythons, subject_spec(), options.workers, session.log)
+        results = run_sensitivity(mutants, pythons, _one_subject(session), options.workers, session.log)
     except (CatalogueError, MutationError) as err:
         session.error(str(err))
     markdown, data = write_sensitivity_report(results, REPORTS / "sensitivity")

@@ -1,4 +1,4 @@
-"""``megatron-conformance [--subject PATH] [nox arguments] [-- pytest arguments]``.
+"""``megatron-conformance [--subject PATH ...] [nox arguments] [-- pytest arguments]``.
 
 A framework installs the gate like any other test tool and runs it from its own checkout: the matrix, the cases and
 the harness are the installed version's (upgrading the gate is one version bump), while the target venvs
@@ -30,11 +30,12 @@ DECLARATION_TABLE = "megatron-conformance"
 VENVS = Path(".nox") / "megatron-conformance"
 """The target venvs under the framework's checkout: beside, never among, the framework's own nox venvs."""
 REFERENCE = "harness.reference"
-USAGE = f"""usage: {COMMAND} [--subject PATH] [nox arguments] [-- pytest arguments]
+USAGE = f"""usage: {COMMAND} [--subject PATH ...] [nox arguments] [-- pytest arguments]
 
 Runs the megatron-conformance gate's nox sessions from this checkout: target venvs in {VENVS}/, reports in reports/.
 The subject is [tool.{DECLARATION_TABLE}] of the nearest pyproject.toml that has one, or --subject (a declaration
-.toml, a .py file or a package directory; --subject {REFERENCE} checks the gate's own reference subject).
+.toml, a .py file or a package directory; --subject {REFERENCE} checks the gate's own reference subject). Give
+--subject more than once to check several in turn (each its own session and report matrix).
 
   {COMMAND} -s megatron-0.15 megatron-0.19     two targets
   {COMMAND} -R -s megatron-0.15 -- <test id>   reuse the venv, one case (every red prints such a line)
@@ -61,10 +62,11 @@ class Invocation:
     notes: list[str]
 
 
-def split_subject(arguments: Sequence[str]) -> tuple[str | None, list[str]]:
-    """``--subject X`` or ``--subject=X`` taken out of the arguments before ``--`` (after it they are pytest's)."""
+def split_subject(arguments: Sequence[str]) -> tuple[list[str], list[str]]:
+    """Each ``--subject X`` or ``--subject=X`` taken out of the arguments before ``--`` (after it they are pytest's);
+    several are checked in turn, each in a session of its own."""
     rest: list[str] = []
-    subject = None
+    subjects = []
     items = iter(arguments)
     for argument in items:
         if argument == "--":
@@ -74,11 +76,12 @@ def split_subject(arguments: Sequence[str]) -> tuple[str | None, list[str]]:
             subject = next(items, None)
             if subject is None:
                 raise UsageError("--subject needs a value: a declaration .toml, a .py file or a package directory")
+            subjects.append(subject)
         elif argument.startswith("--subject="):
-            subject = argument.split("=", 1)[1]
+            subjects.append(argument.split("=", 1)[1])
         else:
             rest.append(argument)
-    return subject, rest
+    return subjects, rest
 
 
 def declares_subject(pyproject: Path) -> bool:
@@ -105,6 +108,11 @@ def find_project(start: Path) -> tuple[Path, Path | None]:
 def _absolute(value: str, cwd: Path) -> str:
     """A path typed relative to where the command runs, made absolute: the sessions run from the gate's root."""
     return str((cwd / value).resolve())
+
+
+def _subjects(values: Sequence[str], cwd: Path) -> str:
+    """The subjects as the environment variable names them: comma-separated, each made absolute by :func:`_subject`."""
+    return ",".join(_subject(value.strip(), cwd) for value in values if value.strip())
 
 
 def _subject(value: str, cwd: Path) -> str:
@@ -150,7 +158,7 @@ def plan(arguments: Sequence[str], cwd: Path, environ: dict[str, str]) -> Invoca
         SUBJECT_ENV_VAR,
     )
 
-    subject, nox_arguments = split_subject(arguments)
+    subjects, nox_arguments = split_subject(arguments)
     project, declaring = find_project(cwd)
     notes = []
     environment = {
@@ -158,10 +166,10 @@ def plan(arguments: Sequence[str], cwd: Path, environ: dict[str, str]) -> Invoca
         REPORTS_ENV_VAR: _absolute(environ.get(REPORTS_ENV_VAR) or str(project / "reports"), cwd),
         ENVDIR_ENV_VAR: _absolute(environ.get(ENVDIR_ENV_VAR) or str(project / VENVS), cwd),
     }
-    if subject is not None:
-        environment[SUBJECT_ENV_VAR] = _subject(subject, cwd)
+    if subjects:
+        environment[SUBJECT_ENV_VAR] = _subjects(subjects, cwd)
     elif environ.get(SUBJECT_ENV_VAR):
-        environment[SUBJECT_ENV_VAR] = _subject(environ[SUBJECT_ENV_VAR], cwd)
+        environment[SUBJECT_ENV_VAR] = _subjects(environ[SUBJECT_ENV_VAR].split(","), cwd)
         if declaring is not None:
             notes.append(f"{COMMAND}: {SUBJECT_ENV_VAR} names the subject; {declaring}'s declaration is not used")
     elif declaring is not None:

@@ -135,6 +135,12 @@ class TargetRun:
     notes: list[str]
     advisories: list[Advisory] = field(default_factory=list)
     target: Target | None = None
+    target_session: str = ""
+    """The target's session name; ``session`` adds the subject's folder where one session checked several subjects
+    (``megatron-0.15 (2-modernrl)``), so that each column and anchor is its own."""
+
+    def __post_init__(self) -> None:
+        self.target_session = self.target_session or self.session
 
     @property
     def ran(self) -> bool:
@@ -364,6 +370,9 @@ def _parse_failure(element: Element, session: str, nodeid: str, environment: Map
     )
 
 
+_SUBJECT_FOLDER = re.compile(r"^\d+-")
+
+
 def _slug(text: str) -> str:
     return re.sub(r"[^a-z0-9]+", "-", text.lower()).strip("-")
 
@@ -410,10 +419,12 @@ def _advisories(records: Iterable[dict[str, str]], session: str) -> list[Advisor
     ]
 
 
-def load_target(directory: Path, target: Target | None = None) -> TargetRun:
+def load_target(directory: Path, target: Target | None = None, target_session: str = "") -> TargetRun:
     """One target session folder, with its matrix entry when the matrix defines it; a missing or unreadable file
-    becomes a note, not an exception."""
-    session, notes = directory.name, []
+    becomes a note, not an exception. ``target_session`` names the target of a subject's folder of a session that
+    checked several (the folder's own name then joins it in the column's name)."""
+    session = f"{target_session} ({directory.name})" if target_session else directory.name
+    notes: list[str] = []
     summary: SessionSummary | None = None
     if not directory.is_dir():
         notes.append("not run: no reports of it here, or its session stopped before pytest (see its log)")
@@ -445,7 +456,7 @@ def load_target(directory: Path, target: Target | None = None) -> TargetRun:
     if recorded.family_seconds:
         notes.append(time_note(recorded))
     advisories = _advisories(recorded.advisories, session)
-    return TargetRun(session, summary, results, notes, advisories, target)
+    return TargetRun(session, summary, results, notes, advisories, target, target_session)
 
 
 def waiver_text(waiver: Mapping[str, str]) -> str:
@@ -506,9 +517,21 @@ def _matrices(targets: list[TargetRun]) -> list[SubjectMatrix]:
     return matrices
 
 
+def subject_folders(folder: Path) -> list[Path]:
+    """The subjects' folders of a target session that checked several (``1-<name>``, ``2-<name>``, ...), in order;
+    none for a session of one subject, whose files lie in ``folder`` itself."""
+    if (folder / "junit.xml").is_file() or (folder / SUMMARY_FILE).is_file():
+        return []
+    found = [p for p in folder.iterdir() if p.is_dir() and _SUBJECT_FOLDER.match(p.name)] if folder.is_dir() else []
+    return sorted(found, key=lambda path: natural_key(path.name))
+
+
 def _is_target_folder(folder: Path, expected: Mapping[str, Target]) -> bool:
     """A target session's folder: the gate's ``summary.json``, or a JUnit file of an expected target or of the gate's
-    cases (a session cut off before its summary). A framework's own ``reports/`` may hold other tools' JUnit files."""
+    cases (a session cut off before its summary), or subjects' folders holding those. A framework's own
+    ``reports/`` may hold other tools' JUnit files."""
+    if any(_is_target_folder(sub, expected) for sub in subject_folders(folder)):
+        return True
     if not folder.is_dir() or (folder / SUMMARY_FILE).is_file():
         return folder.is_dir()
     junit = folder / "junit.xml"
@@ -537,7 +560,12 @@ def collect(reports: Path, expected: Mapping[str, Target] | None = None) -> Resu
             f"run a target first ({launcher()} -s megatron-0.15) or download the gate's artifacts into it"
         )
     sessions = found | set(expected)
-    targets = [load_target(reports / name, expected.get(name)) for name in sorted(sessions, key=natural_key)]
+    targets = []
+    for name in sorted(sessions, key=natural_key):
+        subjects = subject_folders(reports / name)
+        targets += [load_target(folder, expected.get(name), name) for folder in subjects]
+        if not subjects:
+            targets.append(load_target(reports / name, expected.get(name)))
     return ResultGrid(targets, _matrices(targets))
 
 
@@ -546,7 +574,8 @@ def headline(grid: ResultGrid) -> str:
     matrix (a reader who stops at the first one must not take it for all of them). "7 targets, no failure" with one
     of them not run would pass a target nothing checked for green."""
     red = [run for run in grid.targets if any(r.failure for r in run.results)]
-    ran, total = sum(1 for run in grid.targets if run.ran), len(grid.targets)
+    ran = len({run.target_session for run in grid.targets if run.ran})
+    total = len({run.target_session for run in grid.targets})
     count = f"{total} target{'s' if total != 1 else ''}" if ran == total else f"{ran} of {total} targets ran"
     names = ", ".join(f"{run.session} ({sum(1 for r in run.results if r.failure)})" for run in red)
     text = f"{count}; failures on {names}." if red else f"{count}, no failure."

@@ -59,9 +59,25 @@ class SubjectRef:
             raise SubjectError(f"cannot import subject module {self.name!r}: {err}") from err
 
 
+def subject_specs(value: str | None = None) -> list[str]:
+    """The subjects ``value`` (default: the environment's variable) names, comma-separated: a target session checks
+    several in turn, each in a session of its own (:mod:`harness.plugin.warm_sessions`)."""
+    raw = os.environ.get(SUBJECT_ENV_VAR, "") if value is None else value
+    return [part.strip() for part in raw.split(",") if part.strip()]
+
+
 def subject_spec(option: str | None = None) -> str:
-    """The subject named by the option, else the environment, else the reference subject."""
-    return option or os.environ.get(SUBJECT_ENV_VAR) or REFERENCE_SUBJECT
+    """The subject named by the option, else the environment, else the reference subject. One session checks one
+    subject: an environment naming several is an error here (the target session splits them)."""
+    if option:
+        return option
+    named = subject_specs()
+    if len(named) > 1:
+        raise SubjectError(
+            f"{SUBJECT_ENV_VAR} names {len(named)} subjects ({', '.join(named)}); a session checks one: run them "
+            "through a target session (nox -s megatron-0.15), which checks each in a session of its own"
+        )
+    return named[0] if named else REFERENCE_SUBJECT
 
 
 def resolve_subject(option: str | None = None) -> SubjectRef:

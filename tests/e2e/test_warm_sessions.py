@@ -4,12 +4,14 @@ the run, a broken session is never a red verdict, and the imports of the fork se
 from __future__ import annotations
 
 import os
+import subprocess
+import sys
 from pathlib import Path
 
-from harness.formats.environment import REFERENCE_SUBJECT
+from harness.formats.environment import REFERENCE_SUBJECT, SUBJECT_ENV_VAR
 from harness.plugin.command import OUTPUT_FILE, SUBJECT_STATUS_FILE, case_command, subject_folder, subject_runs
 from harness.ranks.pool import WARNINGS_ENV_VAR
-from tests.pytest_helpers import SEEDED, target_python
+from tests.pytest_helpers import ROOT, SEEDED, target_python
 
 SESSION = "megatron-0.15"
 SELECTION = ["cases/test_equivalence.py::test_matches_upstream_on_generated_modules[world2-tp2-gloo]"]
@@ -50,3 +52,36 @@ def test_a_subject_that_cannot_be_read_makes_the_run_broken_not_red(tmp_path: Pa
     assert runs[str(declaration)].returncode == 4, runs[str(declaration)].output[-3000:]
     assert status == 4
     assert runs[REFERENCE_SUBJECT].returncode == 0, runs[REFERENCE_SUBJECT].output[-3000:]
+
+
+def test_a_target_session_checks_each_subject_the_environment_names_and_the_report_has_a_matrix_each(
+    tmp_path: Path,
+) -> None:
+    target_python(SESSION)  # the venv nox -R reuses
+    seeded = str(SEEDED / "chunk_splitting_reversed.py")
+    env = {
+        **os.environ,
+        "MEGATRON_CONFORMANCE_REPORTS": str(tmp_path),
+        SUBJECT_ENV_VAR: f"{seeded},{REFERENCE_SUBJECT}",
+    }
+    nox = [sys.executable, "-m", "nox", "-f", str(ROOT / "noxfile.py")]
+    gate = subprocess.run(
+        [*nox, "-R", "-s", SESSION, "--", "cases/test_chunk_splitting.py"],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=900,
+    )
+    assert gate.returncode == 1, gate.stdout[-3000:] + gate.stderr[-3000:]
+    assert f"repro: MEGATRON_CONFORMANCE_SUBJECT={seeded} nox -R -s {SESSION} -- " in gate.stdout
+    folders = sorted(path.name for path in (tmp_path / SESSION).iterdir())
+    assert folders == ["1-chunk_splitting_reversed", "2-harness.reference"], folders
+    report = subprocess.run(
+        [*nox, "-s", "report", "--", SESSION], cwd=ROOT, env=env, capture_output=True, text=True, timeout=300
+    )
+    assert report.returncode == 0, report.stderr[-3000:]
+    markdown = (tmp_path / "compatibility.md").read_text()
+    assert markdown.splitlines()[2].startswith(f"1 target; failures on {SESSION} (1-chunk_splitting_reversed) (2).")
+    assert f"### Summary: subject `{seeded}` (module)" in markdown
+    assert f"### Summary: subject `{REFERENCE_SUBJECT}` (module)" in markdown

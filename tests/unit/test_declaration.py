@@ -297,3 +297,18 @@ def test_every_family_role_is_a_declaration_table() -> None:
     """A family gated on a role the declaration format does not have could never run on a declared subject."""
     roles = [f.role for f in FAMILIES if f.role]
     assert sorted(roles) == sorted(ROLES)
+
+
+def test_several_subjects_in_the_environment_are_split_for_the_target_session_and_refused_by_one_session(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from harness.formats.environment import SUBJECT_ENV_VAR
+    from harness.subjects.loading import SubjectError, subject_spec, subject_specs
+
+    monkeypatch.setenv(SUBJECT_ENV_VAR, "a.toml, b.py,")
+    assert subject_specs() == ["a.toml", "b.py"]
+    with pytest.raises(SubjectError, match="names 2 subjects"):
+        subject_spec()
+    assert subject_spec("c.py") == "c.py"
+    monkeypatch.setenv(SUBJECT_ENV_VAR, "")
+    assert subject_spec() == "harness.reference"

@@ -23,9 +23,10 @@ DECLARED = '[project]\nname = "fw"\n\n[tool.megatron-conformance]\nsubject = { s
 
 
 def test_subject_is_taken_out_before_the_pytest_arguments_only() -> None:
-    assert split_subject(["-s", "megatron-0.15", "--subject", "a.toml"]) == ("a.toml", ["-s", "megatron-0.15"])
-    assert split_subject(["--subject=b.toml", "-R"]) == ("b.toml", ["-R"])
-    assert split_subject(["-s", "x", "--", "--subject=c.py"]) == (None, ["-s", "x", "--", "--subject=c.py"])
+    assert split_subject(["-s", "megatron-0.15", "--subject", "a.toml"]) == (["a.toml"], ["-s", "megatron-0.15"])
+    assert split_subject(["--subject=b.toml", "-R"]) == (["b.toml"], ["-R"])
+    assert split_subject(["-s", "x", "--", "--subject=c.py"]) == ([], ["-s", "x", "--", "--subject=c.py"])
+    assert split_subject(["--subject", "a.toml", "-R", "--subject=b"]) == (["a.toml", "b"], ["-R"])
     with pytest.raises(UsageError, match="--subject needs a value"):
         split_subject(["-s", "x", "--subject"])
 
@@ -52,6 +53,9 @@ def test_subject_option_wins_and_a_path_is_made_absolute_even_when_missing(tmp_p
     missing = plan(["--subject=conf/missing.toml"], tmp_path, {})
     assert missing.environment[SUBJECT_ENV_VAR] == str(tmp_path / "conf" / "missing.toml")
     assert plan(["--subject=harness.reference"], tmp_path, {}).environment[SUBJECT_ENV_VAR] == "harness.reference"
+    several = plan(["--subject", "a.toml", "--subject=b.py"], tmp_path, {}).environment[SUBJECT_ENV_VAR]
+    assert several == f"{tmp_path / 'a.toml'},{tmp_path / 'b.py'}"
+    assert plan([], tmp_path, {SUBJECT_ENV_VAR: "a.toml, b.py"}).environment[SUBJECT_ENV_VAR] == several
 
 
 def test_the_environment_names_the_subject_over_a_declaration_and_says_so(tmp_path: Path) -> None:
@@ -99,7 +103,7 @@ def test_an_unreadable_pyproject_is_a_usage_error_naming_it(
 
 def test_help_and_version_answer_without_running_nox(capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["--help"]) == 0
-    assert capsys.readouterr().out.startswith("usage: megatron-conformance [--subject PATH]")
+    assert capsys.readouterr().out.startswith("usage: megatron-conformance [--subject PATH ...]")
     assert main(["--version"]) == 0
     assert capsys.readouterr().out.startswith("megatron-conformance ")
 

@@ -659,3 +659,22 @@ def test_a_frameworks_own_junit_files_are_not_targets(tmp_path: Path) -> None:
     (reports / "broken" / "junit.xml").write_text("<testsuites")
     with pytest.raises(ReportError, match="no target session"):
         collect(reports)
+
+
+def test_a_session_of_several_subjects_gives_each_its_own_matrix_and_counts_as_one_target(tmp_path: Path) -> None:
+    """``nox -s megatron-0.15`` with two subjects writes ``1-<name>/`` and ``2-<name>/``: one matrix each, columns
+    and anchors of their own, and one target in the headline."""
+    reports, red = tmp_path / "reports", ("cases.test_chunk_splitting", "test_partition", "failure", {}, "boom")
+    write_target(reports / "megatron-0.15", "1-seeded", summary("megatron-0.15"), junit_document([red]))
+    green = [("cases.test_chunk_splitting", "test_partition", None, {}, "")]
+    reference = summary("megatron-0.15", subject="harness.reference")
+    write_target(reports / "megatron-0.15", "2-harness.reference", reference, junit_document(green))
+    grid = collect(reports, {"megatron-0.15": matrix_targets()["megatron-0.15"]})
+    assert [run.session for run in grid.targets] == ["megatron-0.15 (1-seeded)", "megatron-0.15 (2-harness.reference)"]
+    assert {run.target_session for run in grid.targets} == {"megatron-0.15"}
+    assert len(grid.matrices) == 2
+    text = headline(grid)
+    assert text.startswith("1 target; failures on megatron-0.15 (1-seeded) (1).")
+    page = render_html(grid)
+    anchors = re.findall(r'id="(fail-[^"]+)"', page)
+    assert anchors and len(anchors) == len(set(anchors)), anchors
