@@ -21,7 +21,7 @@ from typing import Any
 from harness.formats.junit import JUnitCase
 from harness.formats.progress import Progress
 from harness.formats.summary import SummaryError, read_summary
-from harness.plugin.command import CaseRun, case_command, run_cases
+from harness.plugin.command import CaseRun, case_command, run_cases, subject_folder, subject_runs
 from harness.plugin.failure import parse_head
 from harness.plugin.families import FAMILIES, MUTABLE, family_of_case
 from harness.ranks.pool import RankTimeout
@@ -139,6 +139,13 @@ def sort_reds(run: CaseRun, target: str) -> tuple[list[str], dict[str, str]]:
     return sorted(caught), dict(sorted(crashed.items()))
 
 
+def _first_run_options(first_failure: bool) -> tuple[str, list[str]]:
+    """Profile and options of a mutant's run. With ``first_failure`` the run stops at the first red case and
+    hypothesis does not shrink: enough to know that a mutant is caught. Without it (equivalent mutants) every case
+    runs its full ``ci`` profile, as the gate does."""
+    return ("fail-fast", ["-x"]) if first_failure else ("ci", [])
+
+
 def _run_mutant(
     python: Path,
     target: str,
@@ -148,13 +155,9 @@ def _run_mutant(
     report_dir: Path,
     first_failure: bool = False,
 ) -> CaseRun:
-    """Run ``selection`` in the target venv of ``python``, with the mutated copy (if any) first on the path.
-
-    With ``first_failure`` the run stops at the first red case and hypothesis does not shrink: enough to know that a
-    mutant is caught. Without it (equivalent mutants) every case runs its full ``ci`` profile, as the gate does.
-    """
-    profile = "fail-fast" if first_failure else "ci"
-    options = ["-x", f"--subject={subject}"] if first_failure else [f"--subject={subject}"]
+    """Run ``selection`` in the target venv of ``python``, with the mutated copy (if any) first on the path."""
+    profile, options = _first_run_options(first_failure)
+    options = [*options, f"--subject={subject}"]
     command = case_command(target, report_dir, selection, python=python, profile=profile, options=options)
     return run_cases(command, environment(site), timeout=_CASE_TIMEOUT_S)
 
@@ -236,20 +239,76 @@ def _evaluate(mutant: Mutant, target: str, python: Path, package: Path, subject:
         site = build_mutant_package(mutant, package, workdir)
         verify_loaded(mutant, python, site)
     chosen = mutant.subject or subject
-    must_fail = not mutant.equivalent
-    run = _run_mutant(python, target, mutant.selection(), chosen, site, workdir, first_failure=must_fail)
-    found = _finding_naming(mutant, workdir) if not run.broken() and not run.failed() else None
+    run = _run_mutant(python, target, mutant.selection(), chosen, site, workdir, first_failure=not mutant.equivalent)
+    return _conclude(
+        mutant,
+        target,
+        run,
+        workdir,
+        started,
+        lambda others: _run_mutant(python, target, others, chosen, site, workdir, first_failure=True),
+    )
+
+
+def _conclude(
+    mutant: Mutant,
+    target: str,
+    run: CaseRun,
+    report_dir: Path,
+    started: float,
+    run_others: Callable[[list[str]], CaseRun],
+) -> Outcome:
+    """The outcome of a mutant's first run (in ``report_dir``): a finding that names it, else its verdict, after
+    running every other family (``run_others``) where a mutant that must be caught stayed green."""
+    found = _finding_naming(mutant, report_dir) if not run.broken() and not run.failed() else None
     if found is not None:
         seconds = round(time.monotonic() - started, 1)
         note = "named by a finding of its family, not by a red: it changes no value the subject computes"
         return _outcome(mutant, target, "killed", caught_by=[f"finding: {found}"], note=note, seconds=seconds)
-    if not run.broken() and must_fail and not run.failed():
-        others = [f.case_file for f in MUTABLE if f.name != mutant.family]
-        run = _run_mutant(python, target, others, chosen, site, workdir, first_failure=True)
+    if not run.broken() and not mutant.equivalent and not run.failed():
+        run = run_others([f.case_file for f in MUTABLE if f.name != mutant.family])
     verdict, note = judge(mutant, run, target)
     caught, crashed = sort_reds(run, target)
     seconds = round(time.monotonic() - started, 1)
     return _outcome(mutant, target, verdict, caught_by=caught, crashed=crashed, note=note, seconds=seconds)
+
+
+def _evaluate_together(mutants: list[Mutant], target: str, python: Path, workdir: Path) -> list[Outcome]:
+    """Subject mutants of one target, selection and kind, in one warm run (:mod:`harness.plugin.warm_sessions`):
+    torch and Megatron imported once for all of them. Each then goes on as :func:`_evaluate` would; its seconds are
+    its share of the warm run, plus any run of its own."""
+    started = time.monotonic()
+    specs = [str(mutant.subject) for mutant in mutants]
+    profile, options = _first_run_options(not mutants[0].equivalent)
+    selection = mutants[0].selection()
+    command = case_command(target, workdir, selection, python=python, profile=profile, options=options, subjects=specs)
+    _, runs = subject_runs(command, environment(None), timeout=_CASE_TIMEOUT_S * len(specs))
+    share = (time.monotonic() - started) / len(specs)
+    outcomes = []
+    for index, (mutant, spec) in enumerate(zip(mutants, specs, strict=True), 1):
+        folder = subject_folder(workdir, index, spec) if len(specs) > 1 else workdir
+
+        def run_others(others: list[str], spec: str = spec, folder: Path = folder) -> CaseRun:
+            return _run_mutant(python, target, others, spec, None, folder / "others", first_failure=True)
+
+        outcomes.append(_conclude(mutant, target, runs[spec], folder, time.monotonic() - share, run_others))
+    return outcomes
+
+
+def _batches(jobs: list[tuple[Mutant, str]], workers: int) -> list[list[tuple[Mutant, str]]]:
+    """The jobs as units of work: a Megatron mutant alone (its copied Megatron is its own), subject mutants of one
+    target, first selection and kind together, split into ``workers`` warm runs so that every worker has one."""
+    units: list[list[tuple[Mutant, str]]] = []
+    groups: dict[tuple[str, tuple[str, ...], bool], list[tuple[Mutant, str]]] = {}
+    for mutant, target in jobs:
+        if mutant.kind != "subject" or target not in mutant.targets:
+            units.append([(mutant, target)])
+        else:
+            groups.setdefault((target, tuple(mutant.selection()), mutant.equivalent), []).append((mutant, target))
+    for group in groups.values():
+        parts = min(max(workers, 1), len(group))
+        units += [group[start::parts] for start in range(parts)]
+    return units
 
 
 # --- the whole catalogue ------------------------------------------------------------------------------------------
@@ -309,12 +368,21 @@ def run_sensitivity(
     must_catch: list[Outcome] = []
     tally = threading.Lock()
 
-    def job(mutant: Mutant, target: str) -> Outcome:
-        with tempfile.TemporaryDirectory(prefix=f"mutant-{mutant.id}-") as workdir:
+    def job(unit: list[tuple[Mutant, str]]) -> list[Outcome]:
+        first, target = unit[0]
+        with tempfile.TemporaryDirectory(prefix=f"mutant-{first.id}-") as workdir:
             try:
-                outcome = _evaluate(mutant, target, pythons[target], packages[target], subject, Path(workdir))
+                if len(unit) > 1:
+                    done = _evaluate_together([m for m, _ in unit], target, pythons[target], Path(workdir))
+                else:
+                    done = [_evaluate(first, target, pythons[target], packages[target], subject, Path(workdir))]
             except (MutationError, subprocess.TimeoutExpired) as err:
-                outcome = _outcome(mutant, target, "error", note=str(err))
+                done = [_outcome(mutant, target, "error", note=str(err)) for mutant, _ in unit]
+        for outcome in done:
+            tell(outcome)
+        return done
+
+    def tell(outcome: Outcome) -> None:
         with tally:
             if not outcome.equivalent and outcome.verdict != "not applicable":
                 must_catch.append(outcome)
@@ -324,14 +392,13 @@ def run_sensitivity(
         if outcome.verdict != "not applicable":
             cases = f" ({len(outcome.caught_by)} failing cases)" if outcome.caught_by else ""
             progress(
-                f"{status} {outcome.verdict}: {mutant.id} on {target}{cases} {outcome.seconds} s; "
+                f"{status} {outcome.verdict}: {outcome.mutant} on {outcome.target}{cases} {outcome.seconds} s; "
                 f"killed {killed} of {judged} must-catch runs so far"
             )
-        return outcome
 
     with ThreadPoolExecutor(max_workers=workers) as pool:
-        futures = [pool.submit(job, mutant, target) for mutant, target in jobs]
-        outcomes = [future.result() for future in futures]
+        futures = [pool.submit(job, unit) for unit in _batches(jobs, workers)]
+        outcomes = [outcome for future in futures for outcome in future.result()]
     order = {m.id: i for i, m in enumerate(mutants)}
     outcomes.sort(key=lambda o: (order[o.mutant], o.target))
     return Report(list(pythons), subject, outcomes, round(time.monotonic() - started, 1))

@@ -114,15 +114,23 @@ def test_a_new_unchunked_reduction_is_caught_by_the_real_steps_finding() -> None
     assert "_resync_sequence_parallel_grads (" in outcome.caught_by[0] and "bytes in one buffer" in outcome.caught_by[0]
 
 
-def test_a_mutant_red_only_through_crashes_is_broken_not_killed(tmp_path: Path) -> None:
-    """A real red run whose cases crash (no contract assertion fails): the verdict is read from JUnit as broken."""
+def test_subject_mutants_of_one_warm_run_are_judged_each_on_its_own(tmp_path: Path) -> None:
+    """A crashing splitter, a seeded break and a correct splitter posing as a mutant, in one warm run (one worker):
+    a real red run whose cases crash (no contract assertion fails) is broken, the break is killed by its family, and
+    the correct one, green on its family, goes on to every other family on its own and survives."""
     subject = tmp_path / "crashing_subject.py"
     subject.write_text(CRASHING_SUBJECT)
     crashing = Mutant("crashes", "subject", (SESSION,), "w", "chunk-splitting", subject=str(subject))
-    report = run_sensitivity([crashing], {SESSION: target_python(SESSION)}, "harness.reference", 1, print)
-    (outcome,) = report.outcomes
+    [reversed_] = applicable(("chunk_splitting_reversed",), SESSION)
+    correct = Mutant("correct", "subject", (SESSION,), "w", "chunk-splitting", subject=str(ROOT / "harness/reference"))
+    mutants = [crashing, reversed_, correct]
+    report = run_sensitivity(mutants, {SESSION: target_python(SESSION)}, "harness.reference", 1, print)
+    outcome, killed, survived = report.outcomes
     assert outcome.verdict == "broken" and outcome.caught_by == [], outcome
     assert list(outcome.crashed.values()) == ["TypeError: the splitter crashed"], outcome
-    assert report.kill_rate() == 0.0 and report.failures() == [outcome]
+    assert killed.verdict == "killed" and killed.caught_by, killed
+    assert all(case.startswith(family("chunk-splitting").case_file) for case in killed.caught_by), killed
+    assert survived.verdict == "survived" and not survived.crashed, survived
+    assert report.kill_rate() == 1 / 3 and report.failures() == [outcome, survived]
     markdown, _ = write_report(report, tmp_path / "report")
     assert "1 broken (red only through crashes, not kills)" in markdown.read_text()
