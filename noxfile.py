@@ -121,15 +121,15 @@ def _one_subject(session: nox.Session) -> str:
 
 
 def _clear_other_layout(report_dir: Path, several: bool) -> None:
-    """Remove what a run of the other kind left in the target's folder, which the report would read as this run's:
-    a one-subject session's verdicts before several subjects run, the subjects' folders before one does."""
-    if several:
-        for name in ("junit.xml", SUMMARY_FILE):
-            (report_dir / name).unlink(missing_ok=True)
-        return
+    """Remove what an earlier run left in the target's folder that the report would read as this run's: the
+    subjects' folders of a run of several (a run of fewer subjects leaves no such folder behind), and, before several
+    subjects run, a one-subject session's verdicts."""
     for folder in report_dir.iterdir():
         if folder.is_dir() and (folder / SUBJECT_STATUS_FILE).is_file():
             shutil.rmtree(folder)
+    if several:
+        for name in ("junit.xml", SUMMARY_FILE):
+            (report_dir / name).unlink(missing_ok=True)
 
 
 def _make_target_session(target: Target) -> None:
@@ -142,12 +142,11 @@ def _make_target_session(target: Target) -> None:
         subjects = subject_specs()
         several = subjects if len(subjects) > 1 else []
         _clear_other_layout(report_dir, bool(several))
-        command = case_command(target.session, report_dir, selection, matrix=MATRIX.path, workers=workers)
         if several:
             session.log(f"{len(several)} subjects, each in a session of its own: reports in {report_dir}/<n>-<name>/")
-            command = case_command(
-                target.session, report_dir, selection, matrix=MATRIX.path, workers=workers, subjects=several
-            )
+        command = case_command(
+            target.session, report_dir, selection, matrix=MATRIX.path, workers=workers, subjects=several
+        )
         session.run(*command)
 
     run_target.__doc__ = f"Gate on {target.description}."
@@ -349,6 +348,7 @@ def candidate(session: nox.Session) -> None:
             f"name the candidate: {launcher()} -s candidate -- megatron-core==0.19.2 (or a .whl, a tree, a git+ URL)"
         )
     spec, pytest_args = session.posargs[0], session.posargs[1:]
+    _one_subject(session)  # its drift and findings are one subject's
     out = REPORTS / "candidate"
     try:
         found = candidates.resolve(spec, out)

@@ -103,8 +103,9 @@ def run_subjects_together(
     command = case_command(session, directory, selection, python=target_python(session), profile="ci", subjects=specs)
     _, runs = subject_runs(command, dict(os.environ), timeout=timeout, keep_output=200_000)
     if len(specs) == 1:
-        return {specs[0]: RunVerdicts.of(runs[specs[0]], directory)}
-    return {spec: RunVerdicts.of(runs[spec], subject_folder(directory, n, spec)) for n, spec in enumerate(specs, 1)}
+        return {specs[0]: RunVerdicts.of(runs[0], directory)}
+    folders = [subject_folder(directory, n, spec) for n, spec in enumerate(specs, 1)]
+    return {spec: RunVerdicts.of(run, folder) for spec, run, folder in zip(specs, runs, folders, strict=True)}
 
 
 @dataclass

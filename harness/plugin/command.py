@@ -34,6 +34,8 @@ OUTPUT_FILE = "output.txt"
 """What a subject's session of a warm run printed, in its folder (also streamed to the run's stdout)."""
 SUBJECT_STATUS_FILE = "exit-status"
 """A subject's session's exit status (a signal as its negative number), in its folder of a warm run."""
+_BROKEN = 3
+"""pytest's status for an internal error: a subject's session that never said how it ended."""
 _SLUG = re.compile(r"[^A-Za-z0-9_.-]+")
 _DEFAULT_SELECTION = ("cases",)
 
@@ -133,24 +135,24 @@ def run_cases(
 
 def subject_runs(
     command: list[str], environment: Mapping[str, str] | None = None, timeout: float = 1800, keep_output: int = 4000
-) -> tuple[int, dict[str, CaseRun]]:
+) -> tuple[int, list[CaseRun]]:
     """Run a several-subject :func:`case_command`: its exit status, and each subject's run (its session's exit
-    status, output and verdicts) by the subject as the command named it. A subject whose session left no JUnit
-    file has no verdicts and the output it printed. A command of one subject is run as :func:`run_cases` runs it."""
+    status, output and verdicts) in the order the command names them. A subject whose session left no JUnit file
+    has no verdicts and the output it printed; one that left no exit status (the warm run died before it ended)
+    is broken (status 3), never green or red. A command of one subject is run as :func:`run_cases` runs it."""
     if WARM_SESSIONS not in command:
         run = run_cases(command, environment, timeout, keep_output)
-        named = [part.split("=", 1)[1] for part in command if part.startswith("--subject=")]
-        return run.returncode, {(named or [""])[0]: run}
+        return run.returncode, [run]
     report_dir = Path(_option(command, "--report-dir"))
     subjects = [part.split("=", 1)[1] for part in command[: command.index("--")] if part.startswith("--subject=")]
     completed = _run(command, environment, timeout)
-    runs = {}
+    runs = []
     for index, subject in enumerate(subjects, 1):
         folder = subject_folder(report_dir, index, subject)
         output = (folder / OUTPUT_FILE).read_text(errors="replace") if (folder / OUTPUT_FILE).is_file() else ""
         status_file = folder / SUBJECT_STATUS_FILE
-        status = int(status_file.read_text()) if status_file.is_file() else completed.returncode
+        status = int(status_file.read_text()) if status_file.is_file() else _BROKEN
         junit = folder / "junit.xml"
         cases = read_cases(junit) if junit.is_file() else []
-        runs[subject] = CaseRun(status, output[-keep_output:] or completed.stderr[-keep_output:], cases)
+        runs.append(CaseRun(status, output[-keep_output:] or completed.stderr[-keep_output:], cases))
     return completed.returncode, runs

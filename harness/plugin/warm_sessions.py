@@ -31,16 +31,24 @@ import contextlib
 import importlib
 import json
 import logging
+import multiprocessing.util
 import os
 import shutil
 import sys
 import tempfile
+import traceback
 import warnings
 from collections.abc import Sequence
 from pathlib import Path
 
 from harness.plugin.command import OUTPUT_FILE, SUBJECT_STATUS_FILE, subject_folder
-from harness.ranks.pool import WARNINGS_ENV_VAR, close_all_pools, inherit_fork_server, start_fork_server
+from harness.ranks.pool import (
+    WARNINGS_ENV_VAR,
+    close_all_pools,
+    die_with_parent,
+    inherit_fork_server,
+    start_fork_server,
+)
 from harness.targets.megatron_names import FINALIZE_MODULE
 
 WARM_MODULES = ("torch", "torch.distributed", "megatron.core", FINALIZE_MODULE)
@@ -51,18 +59,30 @@ SHARED_WARNINGS_MARK = "warm-run"
 warnings of the imports made once (here and in the fork server) lie in it, counted by every subject's summary."""
 
 
+_VALUE_OPTIONS = frozenset({"-c", "--rootdir", "-p", "-n", "--dist", "-k", "-m", "--deselect", "--ignore"})
+"""The case command's options (and pytest's selecting ones) whose value is the next argument, never a selection."""
+
+
 def overall_status(statuses: Sequence[int]) -> int:
-    """0 when every session passed; 1 when each ended in 0 or 1; else the first status that is neither."""
+    """0 when every session passed; 1 when each ended in 0 or 1; else the first status that is neither (a signal
+    ``N``, reported by ``waitpid`` as ``-N``, as the shell's ``128 + N``)."""
     broken = [status for status in statuses if status not in (0, 1)]
     if broken:
-        return broken[0]
+        return broken[0] if broken[0] > 0 else 128 - broken[0]
     return 1 if 1 in statuses else 0
 
 
-def may_need_ranks(selection: Sequence[str]) -> bool:
-    """Whether the selection can hold a case on ranks: a folder, or a case file that marks one. Starting the fork
-    server costs seconds of CPU on another core; a run of chunk-splitting cases alone need not pay them."""
-    paths = [Path(part.split("::", 1)[0]) for part in selection if not part.startswith("-")]
+def may_need_ranks(pytest_args: Sequence[str]) -> bool:
+    """Whether the selection among ``pytest_args`` can hold a case on ranks: a folder, or a case file that marks
+    one. Starting the fork server costs seconds of CPU on another core; a run of chunk-splitting cases alone need not
+    pay them. An argument that names no file or folder is no selection; where nothing is selected, pytest runs its
+    default, which may."""
+    paths, items = [], iter(pytest_args)
+    for part in items:
+        if part in _VALUE_OPTIONS:
+            next(items, None)
+        elif not part.startswith("-") and Path(part.split("::", 1)[0]).exists():
+            paths.append(Path(part.split("::", 1)[0]))
     if not paths:
         return True
     for path in paths:
@@ -93,10 +113,13 @@ def _import_warm_modules(directory: Path) -> None:
         out.writelines(json.dumps(record) + "\n" for record in caught)
 
 
-def _run_child(arguments: list[str], folder: Path, write_end: int) -> None:
-    """In the forked child: its output to the pipe, its warnings to its own folder, the session run, and out."""
+def _run_child(arguments: list[str], folder: Path, read_end: int, write_end: int) -> None:
+    """In the forked child: its output to the pipe, its warnings to its own folder, the session run, and out; it
+    never returns into the parent's loop, and dies with the warm process (a run killed for its timeout)."""
     status = 3
     try:
+        os.close(read_end)
+        die_with_parent(os.getppid())
         os.dup2(write_end, 1)
         os.dup2(write_end, 2)
         os.close(write_end)
@@ -109,6 +132,8 @@ def _run_child(arguments: list[str], folder: Path, write_end: int) -> None:
 
         status = int(pytest.main(arguments))
         close_all_pools()
+    except BaseException:
+        traceback.print_exc()
     finally:
         logging.shutdown()
         for stream in (sys.stdout, sys.stderr):
@@ -130,30 +155,35 @@ def _tee(read_end: int, log: Path) -> None:
 def run_subjects(report_dir: Path, subjects: Sequence[str], pytest_args: Sequence[str]) -> int:
     """One session per subject, forked from this warm process; the overall exit status."""
     report_dir.mkdir(parents=True, exist_ok=True)
-    made = WARNINGS_ENV_VAR not in os.environ
-    directory = Path(os.environ.get(WARNINGS_ENV_VAR) or tempfile.mkdtemp(prefix="megatron-conformance-warnings-"))
+    # A directory of this run's own: inside the one the environment names, if any (its owner keeps it), else a
+    # temporary one removed at the end; another run's warnings never count here.
+    inherited = os.environ.get(WARNINGS_ENV_VAR)
+    directory = Path(tempfile.mkdtemp(prefix="warm-run-", dir=inherited))
     os.environ[WARNINGS_ENV_VAR] = str(directory)
     (directory / SHARED_WARNINGS_MARK).touch()
-    if may_need_ranks(pytest_args):
+    ranks = may_need_ranks(pytest_args)
+    if ranks:
         start_fork_server()  # its imports run on another core beside this process's own
     _import_warm_modules(directory)
     statuses = []
     for index, spec in enumerate(subjects, 1):
         folder = subject_folder(report_dir, index, spec)
-        folder.mkdir(parents=True, exist_ok=True)
+        shutil.rmtree(folder, ignore_errors=True)  # what an earlier run left is never read as this one's
+        folder.mkdir(parents=True)
+        if ranks:
+            start_fork_server()  # here, its parent, a server that died is seen and replaced
         arguments = [*pytest_args, f"--subject={spec}", f"--junitxml={folder / 'junit.xml'}", f"--report-dir={folder}"]
         print(f"==== subject {index} of {len(subjects)}: {spec} (reports in {folder}) ====", flush=True)
         read_end, write_end = os.pipe()
         pid = os.fork()
         if pid == 0:
-            os.close(read_end)
-            _run_child(arguments, folder, write_end)
+            _run_child(arguments, folder, read_end, write_end)
         os.close(write_end)
         _tee(read_end, folder / OUTPUT_FILE)
         _, wait_status = os.waitpid(pid, 0)
         statuses.append(os.waitstatus_to_exitcode(wait_status))
         (folder / SUBJECT_STATUS_FILE).write_text(f"{statuses[-1]}\n")
-    if made:
+    if inherited is None:
         shutil.rmtree(directory, ignore_errors=True)
     return overall_status(statuses)
 
@@ -172,5 +202,7 @@ if __name__ == "__main__":
     _status = main()
     sys.stdout.flush()
     sys.stderr.flush()
-    # Python's teardown of torch's and Megatron's modules would take 1-2 s more and do nothing for the gate.
+    # Python's teardown of torch's and Megatron's modules would take 1-2 s more and do nothing for the gate; only
+    # multiprocessing's own exit work (the fork server's socket directory) is done first.
+    multiprocessing.util._exit_function()
     os._exit(_status)

@@ -506,7 +506,7 @@ def _rank_context() -> multiprocessing.context.BaseContext:
 
     Spawning makes every rank import both itself: about 3 s of CPU each, so a four-rank pool took 6-7 s to start on
     2 cores. The server is a fresh interpreter (no threads, no CUDA), started on first use or by
-    :func:`start_fork_server`; it exits when this process does, and ranks die with it (see ``_die_with_parent``).
+    :func:`start_fork_server`; it exits when this process does, and ranks die with it (see ``die_with_parent``).
     ``spawn`` is kept where there is no fork.
     """
     if "forkserver" not in multiprocessing.get_all_start_methods() or not _forkserver_socket_fits():
@@ -558,8 +558,9 @@ def _forkserver_socket_fits() -> bool:
     return len(tempfile.gettempdir()) + len("/pymp-XXXXXXXX/listener-XXXXXXXX") <= _UNIX_SOCKET_PATH_MAX
 
 
-def _die_with_parent(pool_pid: int) -> None:
-    """Have Linux SIGKILL this rank when its parent dies, so an aborted session leaves no ranks behind.
+def die_with_parent(pool_pid: int) -> None:
+    """Have Linux SIGKILL this process (a rank, a warm run's session) when its parent dies, so an aborted session
+    leaves nothing behind.
 
     The parent is the pool's process under ``spawn`` and the fork server under ``forkserver``; the server exits as
     soon as the pool's process is gone, so either way a dead session takes its ranks along.
@@ -624,7 +625,7 @@ def _rank_main(
     start_hooks: tuple[Callable[[int, int], None], ...] = (),
 ) -> None:
     """Body of one rank process: join the group, then run tasks until told to stop or the parent goes away."""
-    _die_with_parent(parent_pid)
+    die_with_parent(parent_pid)
     # A no-op in a rank forked from the fork server; a spawned rank imports what the server would have, first.
     importlib.import_module(FORKSERVER_PRELOAD[0])
     _pin_upstream()

@@ -574,8 +574,10 @@ def headline(grid: ResultGrid) -> str:
     matrix (a reader who stops at the first one must not take it for all of them). "7 targets, no failure" with one
     of them not run would pass a target nothing checked for green."""
     red = [run for run in grid.targets if any(r.failure for r in run.results)]
-    ran = len({run.target_session for run in grid.targets if run.ran})
-    total = len({run.target_session for run in grid.targets})
+    sessions = {run.target_session for run in grid.targets}
+    # A target of several subjects ran only where every subject's session left something readable.
+    ran = len(sessions - {run.target_session for run in grid.targets if not run.ran})
+    total = len(sessions)
     count = f"{total} target{'s' if total != 1 else ''}" if ran == total else f"{ran} of {total} targets ran"
     names = ", ".join(f"{run.session} ({sum(1 for r in run.results if r.failure)})" for run in red)
     text = f"{count}; failures on {names}." if red else f"{count}, no failure."

@@ -285,13 +285,16 @@ def _evaluate_together(mutants: list[Mutant], target: str, python: Path, workdir
     _, runs = subject_runs(command, environment(None), timeout=_CASE_TIMEOUT_S * len(specs))
     share = (time.monotonic() - started) / len(specs)
     outcomes = []
-    for index, (mutant, spec) in enumerate(zip(mutants, specs, strict=True), 1):
-        folder = subject_folder(workdir, index, spec) if len(specs) > 1 else workdir
+    for index, (mutant, spec, run) in enumerate(zip(mutants, specs, runs, strict=True), 1):
+        folder = subject_folder(workdir, index, spec)
 
         def run_others(others: list[str], spec: str = spec, folder: Path = folder) -> CaseRun:
             return _run_mutant(python, target, others, spec, None, folder / "others", first_failure=True)
 
-        outcomes.append(_conclude(mutant, target, runs[spec], folder, time.monotonic() - share, run_others))
+        try:
+            outcomes.append(_conclude(mutant, target, run, folder, time.monotonic() - share, run_others))
+        except subprocess.TimeoutExpired as err:
+            outcomes.append(_outcome(mutant, target, "error", note=str(err)))
     return outcomes
 
 

@@ -82,9 +82,9 @@ def test_fixed_signature_is_green_where_no_new_keyword_is_passed(runs: SharedRun
     assert run.returncode == 0 and not run.failed(), run.output[-3000:]
 
 
-def test_fixed_signature_breaks_only_the_encoder_decoder_shape_of_0_13(tmp_path: Path) -> None:
+def test_fixed_signature_breaks_only_the_encoder_decoder_shape_of_0_13(runs: SharedRuns) -> None:
     """0.13's encoder-decoder branch passes ``add_encoder``/``add_decoder``, which the fixed signature also refuses."""
-    run = run_target_cases("megatron-0.13", CASES, tmp_path, subject=SEEDED / "model_provider_fixed_signature.py")
+    run = runs.run("megatron-0.13", CASES, FIXED_SIGNATURE)
     assert_red(
         run, "model_provider_fixed_signature", "megatron-0.13", "call shape 'encoder_decoder': keyword 'add_encoder'"
     )

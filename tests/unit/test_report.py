@@ -678,3 +678,5 @@ def test_a_session_of_several_subjects_gives_each_its_own_matrix_and_counts_as_o
     page = render_html(grid)
     anchors = re.findall(r'id="(fail-[^"]+)"', page)
     assert anchors and len(anchors) == len(set(anchors)), anchors
+    (reports / "megatron-0.15" / "3-killed").mkdir()  # a subject's session that left nothing readable
+    assert headline(collect(reports)).startswith("0 of 1 targets ran;"), "a target is not green on some subjects"

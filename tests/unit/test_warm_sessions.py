@@ -18,7 +18,7 @@ from harness.plugin.warm_sessions import may_need_ranks, overall_status
 
 @pytest.mark.parametrize(
     ("statuses", "overall"),
-    [([0, 0], 0), ([0, 1, 0], 1), ([1, 1], 1), ([0, 4, 1], 4), ([1, -9], -9), ([2, 3], 2)],
+    [([0, 0], 0), ([0, 1, 0], 1), ([1, 1], 1), ([0, 4, 1], 4), ([1, -9], 137), ([2, 3], 2)],
 )
 def test_a_broken_session_is_never_read_as_a_red_verdict(statuses: list[int], overall: int) -> None:
     assert overall_status(statuses) == overall
@@ -44,6 +44,10 @@ def test_the_fork_server_starts_only_for_a_selection_that_can_run_on_ranks() -> 
     assert may_need_ranks([str(REPO_ROOT / "cases" / "test_equivalence.py") + "::test_reduces_with_upstreams_ops"])
     assert may_need_ranks([str(REPO_ROOT / "cases")])
     assert may_need_ranks([])
+    command = case_command("megatron-0.15", Path("/tmp/r"), ["cases/test_chunk_splitting.py"], subjects=["a", "b"])
+    assert not may_need_ranks(command[command.index("--") + 1 :]), "the case command's own option values select nothing"
+    command = case_command("megatron-0.15", Path("/tmp/r"), ["cases"], subjects=["a", "b"])
+    assert may_need_ranks(command[command.index("--") + 1 :])
 
 
 def test_several_subjects_make_a_warm_run_and_one_subject_the_plain_command(tmp_path: Path) -> None:
