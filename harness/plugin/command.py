@@ -34,8 +34,8 @@ OUTPUT_FILE = "output.txt"
 """What a subject's session of a warm run printed, in its folder (also streamed to the run's stdout)."""
 SUBJECT_STATUS_FILE = "exit-status"
 """A subject's session's exit status (a signal as its negative number), in its folder of a warm run."""
-_BROKEN = 3
-"""pytest's status for an internal error: a subject's session that never said how it ended."""
+BROKEN_STATUS = 3
+"""pytest's status for an internal error: a subject's session that never said how it ended, or failed before pytest."""
 _SLUG = re.compile(r"[^A-Za-z0-9_.-]+")
 _DEFAULT_SELECTION = ("cases",)
 
@@ -72,11 +72,10 @@ def case_command(
         *([f"--hypothesis-profile={profile}"] if profile else []),
         *options,
     ]
+    named = [f"--subject={subject}" for subject in subjects]
     if len(subjects) > 1:
-        named = [f"--subject={subject}" for subject in subjects]
         return [str(python), "-m", WARM_SESSIONS, f"--report-dir={report_dir}", *named, "--", *arguments, *selection]
     reports = [f"--junitxml={report_dir / 'junit.xml'}", f"--report-dir={report_dir}"]
-    named = [f"--subject={subject}" for subject in subjects]
     return [str(python), "-m", "pytest", *arguments, *reports, *named, *selection]
 
 
@@ -151,7 +150,7 @@ def subject_runs(
         folder = subject_folder(report_dir, index, subject)
         output = (folder / OUTPUT_FILE).read_text(errors="replace") if (folder / OUTPUT_FILE).is_file() else ""
         status_file = folder / SUBJECT_STATUS_FILE
-        status = int(status_file.read_text()) if status_file.is_file() else _BROKEN
+        status = int(status_file.read_text()) if status_file.is_file() else BROKEN_STATUS
         junit = folder / "junit.xml"
         cases = read_cases(junit) if junit.is_file() else []
         runs.append(CaseRun(status, output[-keep_output:] or completed.stderr[-keep_output:], cases))

@@ -29,7 +29,6 @@ from __future__ import annotations
 import argparse
 import contextlib
 import importlib
-import json
 import logging
 import multiprocessing.util
 import os
@@ -37,17 +36,17 @@ import shutil
 import sys
 import tempfile
 import traceback
-import warnings
 from collections.abc import Sequence
 from pathlib import Path
 
-from harness.plugin.command import OUTPUT_FILE, SUBJECT_STATUS_FILE, subject_folder
+from harness.plugin.command import BROKEN_STATUS, OUTPUT_FILE, SUBJECT_STATUS_FILE, subject_folder
 from harness.ranks.pool import (
     WARNINGS_ENV_VAR,
     close_all_pools,
     die_with_parent,
     inherit_fork_server,
     start_fork_server,
+    warnings_to_file,
 )
 from harness.targets.megatron_names import FINALIZE_MODULE
 
@@ -95,28 +94,18 @@ def may_need_ranks(pytest_args: Sequence[str]) -> bool:
 
 
 def _import_warm_modules(directory: Path) -> None:
-    """Import :data:`WARM_MODULES`, their warnings written to ``directory`` for the subjects' summaries. The filters
-    Megatron and torch install at import stay in force (``showwarning`` is swapped, not the filters)."""
-    caught: list[list[str]] = []
-    show = warnings.showwarning
-    warnings.showwarning = lambda message, category, filename, *rest: caught.append(
-        [category.__name__, str(message), filename]
-    )
-    try:
+    """Import :data:`WARM_MODULES`, their warnings written to ``directory`` for the subjects' summaries."""
+    with warnings_to_file(directory / f"warm-{os.getpid()}.jsonl"):
         for name in WARM_MODULES:
             with contextlib.suppress(Exception):
                 # A Megatron that cannot be imported is each subject's blocker, named by its own session.
                 importlib.import_module(name)
-    finally:
-        warnings.showwarning = show
-    with (directory / f"warm-{os.getpid()}.jsonl").open("a") as out:
-        out.writelines(json.dumps(record) + "\n" for record in caught)
 
 
 def _run_child(arguments: list[str], folder: Path, read_end: int, write_end: int) -> None:
     """In the forked child: its output to the pipe, its warnings to its own folder, the session run, and out; it
     never returns into the parent's loop, and dies with the warm process (a run killed for its timeout)."""
-    status = 3
+    status = BROKEN_STATUS
     try:
         os.close(read_end)
         die_with_parent(os.getppid())

@@ -43,7 +43,7 @@ import pytest
 from harness import REPO_ROOT
 from harness.plugin import session_state
 from harness.plugin.warm_sessions import SHARED_WARNINGS_MARK
-from harness.ranks.pool import RANK_START_HOOKS, WARNINGS_ENV_VAR
+from harness.ranks.pool import RANK_START_HOOKS, WARNINGS_ENV_VAR, warning_record
 
 ALL_WARNINGS = "--all-warnings"
 FULL_LIST = f"full list: add -- {ALL_WARNINGS}"
@@ -168,7 +168,7 @@ def divert_rank_warnings(ownership: Ownership, directory: str, rank: int, world_
             return
         try:
             with path.open("a") as out:
-                out.write(json.dumps([category.__name__, str(message), filename]) + "\n")
+                out.write(warning_record(category, message, filename))
         except OSError:
             show(message, category, filename, lineno, *args)
 

@@ -18,6 +18,7 @@ import contextlib
 import ctypes
 import faulthandler
 import importlib
+import json
 import multiprocessing
 import multiprocessing.connection
 import multiprocessing.forkserver
@@ -31,8 +32,9 @@ import tempfile
 import threading
 import time
 import traceback
+import warnings
 import weakref
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -440,6 +442,31 @@ class RankPool:
 WARNINGS_ENV_VAR = "MEGATRON_CONFORMANCE_RANK_WARNINGS"
 """The directory where the fork server (``harness.ranks.preload``) and the ranks write the warnings the terminal counts
 instead of printing them (set by ``harness.plugin.warnings_summary``; unset, warnings print as usual)."""
+
+
+def warning_record(category: type[Warning], message: Warning | str, filename: str) -> str:
+    """One line of a file in :data:`WARNINGS_ENV_VAR`'s directory: the warning's category, message and file, as the
+    session's warnings summary reads them back."""
+    return json.dumps([category.__name__, str(message), filename]) + "\n"
+
+
+@contextlib.contextmanager
+def warnings_to_file(path: Path) -> Iterator[None]:
+    """The warnings shown while the block runs (an import's), written to ``path`` instead of stderr. ``showwarning``
+    is swapped, not the filters: those torch and Megatron install at import stay in force, as in every other process
+    of the session. A file that cannot be written loses nothing but this count."""
+    caught: list[str] = []
+    show = warnings.showwarning
+    warnings.showwarning = lambda message, category, filename, *rest: caught.append(
+        warning_record(category, message, filename)
+    )
+    try:
+        yield
+    finally:
+        warnings.showwarning = show
+        with contextlib.suppress(OSError), path.open("a") as out:
+            out.writelines(caught)
+
 
 RANK_START_HOOKS: list[Callable[[int, int], None]] = []
 """Picklable module-level functions every rank calls once its process group is up and ``rank_setup`` has run, before

@@ -22,14 +22,12 @@ from __future__ import annotations
 import atexit
 import contextlib
 import importlib
-import json
 import os
 import sys
 import time
-import warnings
 from pathlib import Path
 
-from harness.ranks.pool import WARNINGS_ENV_VAR
+from harness.ranks.pool import WARNINGS_ENV_VAR, warnings_to_file
 from harness.targets.megatron_names import FINALIZE_MODULE
 
 RANK_MODULES = (
@@ -81,19 +79,9 @@ _directory = os.environ.get(WARNINGS_ENV_VAR)
 if _preloaded_by_the_fork_server():
     atexit.register(os._exit, 0)
 if _directory and _preloaded_by_the_fork_server():
-    # showwarning, not catch_warnings: the filters Megatron and torch install at import must stay, as they do in
-    # every other process of the session. Only torch, Megatron and the harness's rank modules are imported here; the
-    # summary names any warning that is not an installed package's by its file.
-    _caught: list[list[str]] = []
-    _show = warnings.showwarning
-    warnings.showwarning = lambda message, category, filename, *rest: _caught.append(
-        [category.__name__, str(message), filename]
-    )
-    try:
+    # Only torch, Megatron and the harness's rank modules are imported here; the summary names any warning that is
+    # not an installed package's by its file.
+    with warnings_to_file(Path(_directory) / f"forkserver-{os.getpid()}.jsonl"):
         _preload()
-    finally:
-        warnings.showwarning = _show
-    with contextlib.suppress(OSError), (Path(_directory) / f"forkserver-{os.getpid()}.jsonl").open("a") as _out:
-        _out.writelines(json.dumps(record) + "\n" for record in _caught)
 else:
     _preload()
