@@ -27,6 +27,7 @@ import os
 import pickle
 import shutil
 import signal
+import socket
 import sys
 import tempfile
 import threading
@@ -552,6 +553,49 @@ def start_fork_server() -> bool:
     if _rank_context().get_start_method() != "forkserver":
         return False
     multiprocessing.forkserver._forkserver.ensure_running()  # the instance's: inherit_fork_server may replace it
+    return True
+
+
+def fork_fork_server() -> bool:
+    """Start the fork server as a fork of this process, which has imported torch and Megatron: its ranks then
+    inherit those imports (and anything else this process changed before, such as a Megatron mutant's modules)
+    without the seconds of CPU a fresh server spends importing them again. A server this process had is replaced.
+    False where ranks are spawned instead.
+
+    Fork it while this process runs one thread (before pytest starts any): the server takes only the calling thread
+    along. It serves requests as multiprocessing's own server does, and leaves when this process (the last holder of
+    its "alive" pipe) is gone.
+    """
+    if _rank_context().get_start_method() != "forkserver":
+        return False
+    server = multiprocessing.forkserver._forkserver
+    server.__dict__.pop("ensure_running", None)  # what inherit_fork_server installed: this process is the parent now
+    with server._lock:
+        multiprocessing.resource_tracker.ensure_running()
+        if server._forkserver_alive_fd is not None:
+            os.close(server._forkserver_alive_fd)
+        listener = socket.socket(socket.AF_UNIX)
+        address = multiprocessing.connection.arbitrary_address("AF_UNIX")
+        listener.bind(address)
+        os.chmod(address, 0o600)
+        listener.listen()
+        alive_r, alive_w = os.pipe()
+        pid = os.fork()
+        if pid == 0:
+            status = 0
+            try:
+                os.close(alive_w)
+                multiprocessing.forkserver.main(listener.fileno(), alive_r, list(FORKSERVER_PRELOAD))
+            except SystemExit as done:
+                status = done.code if isinstance(done.code, int) else 0
+            except BaseException:
+                traceback.print_exc()
+                status = 1
+            finally:
+                os._exit(status)
+        listener.close()
+        os.close(alive_r)
+        server._forkserver_address, server._forkserver_alive_fd, server._forkserver_pid = address, alive_w, pid
     return True
 
 

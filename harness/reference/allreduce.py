@@ -59,7 +59,7 @@ def allreduce_non_tensor_model_parallel_grads(model: list[torch.nn.Module], conf
                 op = torch.distributed.ReduceOp.SUM
             else:
                 continue
-            attr = _grad_attr(module, param, use_fsdp, flag_in_getter)
+            attr = _grad_attr(module, param, use_fsdp, flag_in_getter, local_fsdp_grads)
             grad = getattr(param, attr)
             if grad is None:
                 continue
@@ -166,7 +166,14 @@ def _staging_buffer(
     return torch.empty(max(sizes, default=0), dtype=dtype, device=device)
 
 
-def _grad_attr(module: Any, param: torch.nn.Parameter, use_fsdp: bool, flag_in_getter: bool) -> str:
+def _grad_attr(
+    module: Any, param: torch.nn.Parameter, use_fsdp: bool, flag_in_getter: bool, local_fsdp_grads: bool
+) -> str:
+    """The attribute upstream reads a grad from: its getter's answer, called as upstream calls it. Where the getter
+    takes no flag but FSDP keeps grads apart (the ``use_custom_fsdp`` shape), upstream's callers pick
+    ``fsdp_managed_main_grad`` themselves, as the getter that took the flag did."""
     if flag_in_getter:
         return module._get_main_grad_attr(param, use_fsdp)
+    if use_fsdp and not local_fsdp_grads:
+        return "fsdp_managed_main_grad"
     return module._get_main_grad_attr(param)
