@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import importlib
 import os
 import signal
 
@@ -74,3 +75,15 @@ def set_env(rank: int, world_size: int, name: str, value: str) -> None:
 def parent_pid(rank: int, world_size: int) -> int:
     """The rank's parent: the fork server it was forked from, or the pool's process where ranks are spawned."""
     return os.getppid()
+
+
+def module_attribute(rank: int, world_size: int, module: str, name: str) -> object:
+    """An attribute of a module as the rank finds it (``None`` where it has none)."""
+    return getattr(importlib.import_module(module), name, None)
+
+
+def source_of(rank: int, world_size: int, module: str, name: str) -> str:
+    """The source of a module's function as the rank's ``inspect`` reads it."""
+    import inspect
+
+    return inspect.getsource(getattr(importlib.import_module(module), name))

@@ -51,12 +51,17 @@ def case_command(
     profile: str | None = None,
     options: Sequence[str] = (),
     subjects: Sequence[str] = (),
+    mutations: Path | None = None,
 ) -> list[str]:
     """Run ``selection`` of ``cases/`` on ``target``: JUnit and ``summary.json`` under ``report_dir``, ``workers``
     xdist workers ("0" for one process), the hypothesis ``profile`` (the plugin's default when None), and
-    ``options`` before the selection. One subject in ``subjects`` is passed as ``--subject``; several run in one warm
-    interpreter (:mod:`harness.plugin.warm_sessions`), each with its folder under ``report_dir``
-    (:func:`subject_runs` reads them back)."""
+    ``options`` before the selection.
+
+    The cases run in an interpreter that imported torch and Megatron once for the session and its ranks
+    (:mod:`harness.plugin.warm_sessions`). One subject in ``subjects`` is passed as ``--subject``; several, or any
+    with a file of Megatron ``mutations`` (one per subject), run one forked session each, each with its folder under
+    ``report_dir`` (:func:`subject_runs` reads them back). With xdist workers, which import both themselves, the
+    command is plain pytest."""
     arguments = [
         "-c",
         str(_CASES_INI),
@@ -73,10 +78,12 @@ def case_command(
         *options,
     ]
     named = [f"--subject={subject}" for subject in subjects]
-    if len(subjects) > 1:
-        return [str(python), "-m", WARM_SESSIONS, f"--report-dir={report_dir}", *named, "--", *arguments, *selection]
+    if len(subjects) > 1 or mutations is not None:
+        warm = [f"--report-dir={report_dir}", *named, *([f"--mutations={mutations}"] if mutations else [])]
+        return [str(python), "-m", WARM_SESSIONS, *warm, "--", *arguments, *selection]
     reports = [f"--junitxml={report_dir / 'junit.xml'}", f"--report-dir={report_dir}"]
-    return [str(python), "-m", "pytest", *arguments, *reports, *named, *selection]
+    runner = ["pytest"] if workers != "0" else [WARM_SESSIONS, "--"]
+    return [str(python), "-m", *runner, *arguments, *reports, *named, *selection]
 
 
 @dataclass
@@ -105,6 +112,15 @@ def subject_folder(report_dir: Path, index: int, spec: str) -> Path:
     declarations apart, its file or module name says whose it is."""
     name = Path(spec).stem if spec.endswith((".py", ".toml")) else Path(spec).name
     return report_dir / f"{index}-{_SLUG.sub('_', name) or 'subject'}"
+
+
+def several_subjects(command: Sequence[str]) -> bool:
+    """Whether ``command`` runs one forked session per subject, each reporting in its own folder."""
+    return WARM_SESSIONS in command and any(part.startswith("--subject=") for part in _warm_options(command))
+
+
+def _warm_options(command: Sequence[str]) -> Sequence[str]:
+    return command[: command.index("--")] if "--" in command else command
 
 
 def _option(command: Sequence[str], name: str) -> str:
@@ -139,11 +155,11 @@ def subject_runs(
     status, output and verdicts) in the order the command names them. A subject whose session left no JUnit file
     has no verdicts and the output it printed; one that left no exit status (the warm run died before it ended)
     is broken (status 3), never green or red. A command of one subject is run as :func:`run_cases` runs it."""
-    if WARM_SESSIONS not in command:
+    if not several_subjects(command):
         run = run_cases(command, environment, timeout, keep_output)
         return run.returncode, [run]
     report_dir = Path(_option(command, "--report-dir"))
-    subjects = [part.split("=", 1)[1] for part in command[: command.index("--")] if part.startswith("--subject=")]
+    subjects = [part.split("=", 1)[1] for part in _warm_options(command) if part.startswith("--subject=")]
     completed = _run(command, environment, timeout)
     runs = []
     for index, subject in enumerate(subjects, 1):

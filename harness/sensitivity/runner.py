@@ -1,12 +1,18 @@
 """Running the real gate on each mutant and judging it: the target's interpreter, the one case command
 (:mod:`harness.plugin.command`), the case files of the family that must catch the mutant, verdicts read back from
-JUnit. The kill rate counts mutants caught by a contract assertion; a case that went red any other way (the harness
-crashed, an import or a fixture failed) judges nothing and makes the mutant "broken"; a run that broke as a whole
-judges nothing and is an error.
+JUnit. Mutants of one target, kind and first selection share warm runs (:mod:`harness.plugin.warm_sessions`): a
+subject mutant is a subject of the run, a Megatron mutant is imported again in its forked session
+(:mod:`harness.sensitivity.in_place`); only a Megatron mutant that edits other files than modules runs on a copied
+package (:mod:`harness.sensitivity.mutate`).
+
+The kill rate counts mutants caught by a contract assertion; a case that went red any other way (the harness crashed,
+an import or a fixture failed) judges nothing and makes the mutant "broken"; a run that broke as a whole judges
+nothing and is an error.
 """
 
 from __future__ import annotations
 
+import json
 import re
 import subprocess
 import tempfile
@@ -26,6 +32,7 @@ from harness.plugin.failure import parse_head
 from harness.plugin.families import FAMILIES, MUTABLE, family_of_case
 from harness.ranks.pool import RankTimeout
 from harness.sensitivity.catalogue import Mutant
+from harness.sensitivity.in_place import can_run_in_place
 from harness.sensitivity.mutate import (
     MutationError,
     build_mutant_package,
@@ -273,23 +280,57 @@ def _conclude(
     return _outcome(mutant, target, verdict, caught_by=caught, crashed=crashed, note=note, seconds=seconds)
 
 
-def _evaluate_together(mutants: list[Mutant], target: str, python: Path, workdir: Path) -> list[Outcome]:
-    """Subject mutants of one target, selection and kind, in one warm run (:mod:`harness.plugin.warm_sessions`):
-    torch and Megatron imported once for all of them. Each then goes on as :func:`_evaluate` would; its seconds are
-    its share of the warm run, plus any run of its own."""
+def _in_place(mutant: Mutant) -> bool:
+    """Whether a Megatron mutant runs in a warm run's forked session rather than on a copied package."""
+    return mutant.kind == "megatron" and can_run_in_place([edit.file for edit in mutant.edits])
+
+
+def _write_mutations(mutants: list[Mutant], package: Path, path: Path) -> Path:
+    """The mutations file of a warm run (:func:`harness.sensitivity.in_place.read_mutations`): per mutant, its id
+    and the edited text of each file it changes in the ``megatron`` package at ``package``."""
+    path.write_text(json.dumps([{"id": m.id, "sources": mutated_sources(m, package)} for m in mutants]))
+    return path
+
+
+def _evaluate_together(
+    mutants: list[Mutant], target: str, python: Path, package: Path, subject: str, workdir: Path
+) -> list[Outcome]:
+    """Mutants of one target, kind and first selection in one warm run (:mod:`harness.plugin.warm_sessions`): torch
+    and Megatron imported once for all of them; a subject mutant is the run's subject, a Megatron mutant is imported
+    again in its own forked session. Each then goes on as :func:`_evaluate` would; its seconds are its share of the
+    warm run, plus any run of its own."""
     started = time.monotonic()
-    specs = [str(mutant.subject) for mutant in mutants]
+    specs = [str(mutant.subject or subject) for mutant in mutants]
+    megatron = mutants[0].kind == "megatron"
+    mutations = _write_mutations(mutants, package, workdir / "mutations.json") if megatron else None
     profile, options = _first_run_options(not mutants[0].equivalent)
     selection = mutants[0].selection()
-    command = case_command(target, workdir, selection, python=python, profile=profile, options=options, subjects=specs)
+    command = case_command(
+        target, workdir, selection, python=python, profile=profile, options=options, subjects=specs, mutations=mutations
+    )
     _, runs = subject_runs(command, environment(None), timeout=_CASE_TIMEOUT_S * len(specs))
     share = (time.monotonic() - started) / len(specs)
     outcomes = []
     for index, (mutant, spec, run) in enumerate(zip(mutants, specs, runs, strict=True), 1):
         folder = subject_folder(workdir, index, spec)
 
-        def run_others(others: list[str], spec: str = spec, folder: Path = folder) -> CaseRun:
-            return _run_mutant(python, target, others, spec, None, folder / "others", first_failure=True)
+        def run_others(others: list[str], mutant: Mutant = mutant, spec: str = spec, folder: Path = folder) -> CaseRun:
+            if not megatron:
+                return _run_mutant(python, target, others, spec, None, folder / "others", first_failure=True)
+            (folder / "others").mkdir()
+            alone = _write_mutations([mutant], package, folder / "others" / "mutation.json")
+            profile, options = _first_run_options(True)
+            command = case_command(
+                target,
+                folder / "others",
+                others,
+                python=python,
+                profile=profile,
+                options=options,
+                subjects=[spec],
+                mutations=alone,
+            )
+            return subject_runs(command, environment(None), timeout=_CASE_TIMEOUT_S)[1][0]
 
         try:
             outcomes.append(_conclude(mutant, target, run, folder, time.monotonic() - share, run_others))
@@ -299,15 +340,17 @@ def _evaluate_together(mutants: list[Mutant], target: str, python: Path, workdir
 
 
 def _batches(jobs: list[tuple[Mutant, str]], workers: int) -> list[list[tuple[Mutant, str]]]:
-    """The jobs as units of work: a Megatron mutant alone (its copied Megatron is its own), subject mutants of one
-    target, first selection and kind together, split into ``workers`` warm runs so that every worker has one."""
+    """The jobs as units of work: a Megatron mutant on a copied package alone (the copy is its own), other mutants
+    of one target, kind, first selection and equivalence together, split into ``workers`` warm runs so that every
+    worker has one."""
     units: list[list[tuple[Mutant, str]]] = []
-    groups: dict[tuple[str, tuple[str, ...], bool], list[tuple[Mutant, str]]] = {}
+    groups: dict[tuple[str, str, tuple[str, ...], bool], list[tuple[Mutant, str]]] = {}
     for mutant, target in jobs:
-        if mutant.kind != "subject" or target not in mutant.targets:
+        if target not in mutant.targets or not (mutant.kind == "subject" or _in_place(mutant)):
             units.append([(mutant, target)])
         else:
-            groups.setdefault((target, tuple(mutant.selection()), mutant.equivalent), []).append((mutant, target))
+            key = (target, mutant.kind, tuple(mutant.selection()), mutant.equivalent)
+            groups.setdefault(key, []).append((mutant, target))
     for group in groups.values():
         parts = min(max(workers, 1), len(group))
         units += [group[start::parts] for start in range(parts)]
@@ -375,10 +418,11 @@ def run_sensitivity(
         first, target = unit[0]
         with tempfile.TemporaryDirectory(prefix=f"mutant-{first.id}-") as workdir:
             try:
-                if len(unit) > 1:
-                    done = _evaluate_together([m for m, _ in unit], target, pythons[target], Path(workdir))
+                python, package = pythons[target], packages[target]
+                if target in first.targets and (first.kind == "subject" or _in_place(first)):
+                    done = _evaluate_together([m for m, _ in unit], target, python, package, subject, Path(workdir))
                 else:
-                    done = [_evaluate(first, target, pythons[target], packages[target], subject, Path(workdir))]
+                    done = [_evaluate(first, target, python, package, subject, Path(workdir))]
             except (MutationError, subprocess.TimeoutExpired) as err:
                 done = [_outcome(mutant, target, "error", note=str(err)) for mutant, _ in unit]
         for outcome in done:

@@ -7,12 +7,13 @@ import os
 import subprocess
 import sys
 import textwrap
+import time
 from pathlib import Path
 
 import pytest
 
 from harness import REPO_ROOT
-from harness.plugin.command import WARM_SESSIONS, case_command, subject_folder
+from harness.plugin.command import WARM_SESSIONS, case_command, several_subjects, subject_folder
 from harness.plugin.warm_sessions import may_need_ranks, overall_status
 
 
@@ -50,16 +51,19 @@ def test_the_fork_server_starts_only_for_a_selection_that_can_run_on_ranks() -> 
     assert may_need_ranks(command[command.index("--") + 1 :])
 
 
-def test_several_subjects_make_a_warm_run_and_one_subject_the_plain_command(tmp_path: Path) -> None:
+def test_several_subjects_make_a_warm_run_and_one_subject_a_warm_session(tmp_path: Path) -> None:
     warm = case_command("megatron-0.15", tmp_path, ["cases"], subjects=["a.py", "b.toml"])
-    assert warm[1:3] == ["-m", WARM_SESSIONS]
+    assert warm[1:3] == ["-m", WARM_SESSIONS] and several_subjects(warm)
     split = warm.index("--")
     assert warm[3:split] == [f"--report-dir={tmp_path}", "--subject=a.py", "--subject=b.toml"]
     assert not any(part.startswith(("--junitxml", "--subject", "--report-dir")) for part in warm[split:])
-    plain = case_command("megatron-0.15", tmp_path, ["cases"], subjects=["a.py"])
-    assert (
-        plain[1:3] == ["-m", "pytest"] and "--subject=a.py" in plain and f"--junitxml={tmp_path / 'junit.xml'}" in plain
-    )
+    one = case_command("megatron-0.15", tmp_path, ["cases"], subjects=["a.py"])
+    assert one[1:4] == ["-m", WARM_SESSIONS, "--"] and not several_subjects(one)
+    assert "--subject=a.py" in one and f"--junitxml={tmp_path / 'junit.xml'}" in one
+    workers = case_command("megatron-0.15", tmp_path, ["cases"], workers="2", subjects=["a.py"])
+    assert workers[1:3] == ["-m", "pytest"], "xdist workers import torch and Megatron themselves"
+    mutated = case_command("megatron-0.15", tmp_path, ["cases"], subjects=["a.py"], mutations=tmp_path / "m.json")
+    assert several_subjects(mutated) and f"--mutations={tmp_path / 'm.json'}" in mutated[: mutated.index("--")]
 
 
 _FORKED_CHILD = textwrap.dedent(
@@ -98,3 +102,37 @@ def test_a_forked_session_forks_its_ranks_from_the_server_already_running(how: s
     done = subprocess.run(command, cwd=REPO_ROOT, env=env, capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stderr[-3000:]
     assert done.stdout.strip().splitlines()[-1] == answer, done.stderr[-3000:]
+
+
+_SERVER_OF_THIS_PROCESS = textwrap.dedent(
+    """
+    import os, sys, time
+    from harness.ranks import pool
+    from tests import rank_tasks
+
+    rank_tasks.SET_BEFORE_THE_SERVER = "inherited"
+    started = pool.fork_fork_server() if sys.argv[1] == "forked" else pool.start_fork_server()
+    server = pool.multiprocessing.forkserver._forkserver._forkserver_pid
+    parents = pool.RankPool(2).run(rank_tasks.parent_pid)
+    seen = pool.RankPool(2).run(rank_tasks.module_attribute, "tests.rank_tasks", "SET_BEFORE_THE_SERVER")
+    pool.close_all_pools()
+    print(started, parents == [server, server], seen, server, flush=True)
+    """
+)
+
+
+@pytest.mark.parametrize(("how", "seen"), [("forked", "['inherited', 'inherited']"), ("spawned", "[None, None]")])
+def test_a_server_forked_from_this_process_gives_its_ranks_what_this_process_imported(how: str, seen: str) -> None:
+    """Forked, the server's ranks find this process's modules as they are (torch and Megatron imported once, a
+    mutant's modules in place); spawned, a fresh server imports its own. Either server leaves with this process."""
+    env = {**os.environ, "PYTHONPATH": str(REPO_ROOT)}
+    command = [sys.executable, "-c", _SERVER_OF_THIS_PROCESS, how]
+    done = subprocess.run(command, cwd=REPO_ROOT, env=env, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-3000:]
+    started, same_server, *values, server = done.stdout.split()
+    assert (started, same_server, " ".join(values)) == ("True", "True", seen), done.stdout
+    for _ in range(100):
+        if not Path(f"/proc/{server}").exists():
+            break
+        time.sleep(0.1)
+    assert not Path(f"/proc/{server}").exists(), f"the fork server {server} outlived the process that started it"
