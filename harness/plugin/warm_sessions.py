@@ -18,7 +18,7 @@ report matrix. The rank pools of every child fork their ranks from the one fork 
 (:func:`harness.ranks.pool.inherit_fork_server`).
 
 A subject may come with a Megatron mutant (``--mutations``, written by the sensitivity runner): its child imports
-Megatron again with the mutant's edited files (:mod:`harness.sensitivity.in_place`) and forks a fork server of its
+Megatron again with the mutant's edited files (:mod:`harness.targets.in_place_mutant`) and forks a fork server of its
 own from there, so its ranks run the mutant too; no package is copied and nothing is imported twice.
 
 The Megatron and torch modules a session sees were imported before it started, as they are in a plain session once
@@ -150,7 +150,7 @@ def _run_child(
         if mutation is None:
             inherit_fork_server()
         else:
-            from harness.sensitivity.in_place import apply_in_place
+            from harness.targets.in_place_mutant import apply_in_place
 
             apply_in_place(str(mutation["id"]), mutation["sources"])
             if ranks:
@@ -249,7 +249,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m harness.plugin.warm_sessions", description=__doc__.split("\n")[0])
     parser.add_argument("--report-dir", type=Path, help="where each subject's folder goes (with --subject)")
     parser.add_argument("--subject", action="append", default=[], help="a subject; repeat for each")
-    parser.add_argument("--mutations", type=Path, help="a Megatron mutant per subject (harness.sensitivity.in_place)")
+    parser.add_argument("--mutations", type=Path, help="a Megatron mutant per subject: harness.targets.in_place_mutant")
     parser.add_argument("pytest_args", nargs=argparse.REMAINDER, help="-- then the case command's pytest arguments")
     options = parser.parse_args(argv)
     pytest_args = options.pytest_args[1:] if options.pytest_args[:1] == ["--"] else options.pytest_args
@@ -261,7 +261,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         parser.error("--subject needs --report-dir")
     mutations: list[dict[str, Any] | None] = []
     if options.mutations is not None:
-        from harness.sensitivity.in_place import read_mutations
+        from harness.targets.in_place_mutant import read_mutations
 
         mutations = read_mutations(options.mutations, len(options.subject))
     return run_subjects(options.report_dir, options.subject, pytest_args, mutations)

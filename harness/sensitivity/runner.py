@@ -2,7 +2,7 @@
 (:mod:`harness.plugin.command`), the case files of the family that must catch the mutant, verdicts read back from
 JUnit. Mutants of one target, kind and first selection share warm runs (:mod:`harness.plugin.warm_sessions`): a
 subject mutant is a subject of the run, a Megatron mutant is imported again in its forked session
-(:mod:`harness.sensitivity.in_place`); only a Megatron mutant that edits other files than modules runs on a copied
+(:mod:`harness.targets.in_place_mutant`); only a Megatron mutant that edits other files than modules runs on a copied
 package (:mod:`harness.sensitivity.mutate`).
 
 The kill rate counts mutants caught by a contract assertion; a case that went red any other way (the harness crashed,
@@ -32,7 +32,6 @@ from harness.plugin.failure import parse_head
 from harness.plugin.families import FAMILIES, MUTABLE, family_of_case
 from harness.ranks.pool import RankTimeout
 from harness.sensitivity.catalogue import Mutant
-from harness.sensitivity.in_place import can_run_in_place
 from harness.sensitivity.mutate import (
     MutationError,
     build_mutant_package,
@@ -41,11 +40,15 @@ from harness.sensitivity.mutate import (
     mutated_sources,
     verify_loaded,
 )
+from harness.targets.in_place_mutant import can_run_in_place
 
 VERDICTS = ("killed", "survived", "broken", "false alarm", "ok", "not applicable", "error")
 # A family file takes 10-150 s here; a mutant's run stops at its first red example. Past this limit the run is
 # reported as an error.
 _CASE_TIMEOUT_S = 900
+_WARM_RUN_MOST = 4
+"""Mutants per warm run: their outcomes are known (and the progress line printed) when the run ends. An equivalent
+mutant's sessions take about a minute each; the imports a warm run saves cost about 5 s of CPU once."""
 
 
 def _family_name(nodeid: str) -> str:
@@ -286,7 +289,7 @@ def _in_place(mutant: Mutant) -> bool:
 
 
 def _write_mutations(mutants: list[Mutant], package: Path, path: Path) -> Path:
-    """The mutations file of a warm run (:func:`harness.sensitivity.in_place.read_mutations`): per mutant, its id
+    """The mutations file of a warm run (:func:`harness.targets.in_place_mutant.read_mutations`): per mutant, its id
     and the edited text of each file it changes in the ``megatron`` package at ``package``."""
     path.write_text(json.dumps([{"id": m.id, "sources": mutated_sources(m, package)} for m in mutants]))
     return path
@@ -341,8 +344,8 @@ def _evaluate_together(
 
 def _batches(jobs: list[tuple[Mutant, str]], workers: int) -> list[list[tuple[Mutant, str]]]:
     """The jobs as units of work: a Megatron mutant on a copied package alone (the copy is its own), other mutants
-    of one target, kind, first selection and equivalence together, split into ``workers`` warm runs so that every
-    worker has one."""
+    of one target, kind, first selection and equivalence together, split among ``workers`` so that every worker has
+    a share, and each share into warm runs of at most :data:`_WARM_RUN_MOST`."""
     units: list[list[tuple[Mutant, str]]] = []
     groups: dict[tuple[str, str, tuple[str, ...], bool], list[tuple[Mutant, str]]] = {}
     for mutant, target in jobs:
@@ -353,7 +356,9 @@ def _batches(jobs: list[tuple[Mutant, str]], workers: int) -> list[list[tuple[Mu
             groups.setdefault(key, []).append((mutant, target))
     for group in groups.values():
         parts = min(max(workers, 1), len(group))
-        units += [group[start::parts] for start in range(parts)]
+        for share in (group[start::parts] for start in range(parts)):
+            runs = -(-len(share) // _WARM_RUN_MOST)
+            units += [share[start::runs] for start in range(runs)]
     return units
 
 

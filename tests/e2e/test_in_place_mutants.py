@@ -1,4 +1,4 @@
-"""Megatron mutants imported again in a process that had imported Megatron (:mod:`harness.sensitivity.in_place`), on
+"""Megatron mutants imported again in a process that had imported Megatron (:mod:`harness.targets.in_place_mutant`), on
 a real target venv: the session and the ranks of the fork server forked after it run the edited text, ``inspect``
 reads it, a module imported later comes from it too, and a mutant that edits other files than modules falls back to
 a copied package and is still caught."""
@@ -25,7 +25,7 @@ _IN_PLACE = textwrap.dedent(
     f"""
     import importlib, inspect, json, sys
     from harness.ranks import pool, preload
-    from harness.sensitivity.in_place import apply_in_place
+    from harness.targets.in_place_mutant import apply_in_place
     from tests import rank_tasks
 
     before = sys.modules["{FINALIZE_MODULE}"]

@@ -25,7 +25,7 @@ from harness.plugin.families import MUTABLE
 from harness.sensitivity import catalogue as cat
 from harness.sensitivity.mutate import MutationError, build_mutant_package
 from harness.sensitivity.report import summary_line, write_report
-from harness.sensitivity.runner import Outcome, Report, is_contract_verdict, judge, raised_by, sort_reds
+from harness.sensitivity.runner import Outcome, Report, _batches, is_contract_verdict, judge, raised_by, sort_reds
 from harness.targets.matrix import load_matrix
 
 SESSION = "megatron-0.15"
@@ -412,3 +412,31 @@ def test_a_mutant_caught_by_a_finding_names_its_family_and_the_text() -> None:
     )
     shipped = {m.id: m for m in catalogue()}["upstream_second_coalesced_reduction"]
     assert shipped.family == "equivalence" and "_resync_sequence_parallel_grads" in str(shipped.finding)
+
+
+def test_mutants_share_warm_runs_by_target_kind_and_selection_except_on_a_copy() -> None:
+    """Every job once; a mutant that edits more than modules (a copy), or one not applicable, alone; the rest in warm
+    runs of one target, kind, selection and equivalence, at most four each, spread over the workers."""
+    module = (cat.Edit("core/x.py", "a", "b"),)
+    readme = (cat.Edit("core/README.md", "a", "b"),)
+
+    def megatron(name: str, edits: tuple[cat.Edit, ...] = module, equivalent: bool = False) -> cat.Mutant:
+        family = None if equivalent else "equivalence"
+        return cat.Mutant(name, "megatron", ("t1",), "w", family, equivalent=equivalent, edits=edits)
+
+    in_place = [megatron(f"m{i}") for i in range(9)]
+    jobs = [
+        *((m, "t1") for m in in_place),
+        (megatron("copied", readme), "t1"),
+        (megatron("kept", equivalent=True), "t1"),
+        (in_place[0], "t2"),
+        *((cat.Mutant(f"s{i}", "subject", ("t1",), "w", "chunk-splitting", subject="x.py"), "t1") for i in range(3)),
+    ]
+    units = _batches(jobs, workers=2)
+    assert sorted((m.id, t) for unit in units for m, t in unit) == sorted((m.id, t) for m, t in jobs)
+    alone = sorted(unit[0][0].id + "@" + unit[0][1] for unit in units if len(unit) == 1)
+    assert alone == ["copied@t1", "kept@t1", "m0@t2", "s1@t1"]
+    for unit in units:
+        assert len(unit) <= 4 and len({(m.kind, m.equivalent, tuple(m.selection()), t) for m, t in unit}) == 1, unit
+    assert sorted(len(u) for u in units if u[0][0].id.startswith("m")) == [1, 2, 3, 4], "9 over 2 workers, and 1 on t2"
+    assert sorted(len(u) for u in units if u[0][0].id.startswith("s")) == [1, 2]
