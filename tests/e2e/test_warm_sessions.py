@@ -1,5 +1,6 @@
 """Several subjects in one warm run on a real target: each subject's verdicts are its own, whatever ran before it in
-the run, a broken session is never a red verdict, and the imports of the fork server are paid once."""
+the run, a broken session is never a red verdict, and torch and Megatron are imported once: by the warm run, whose
+fork server is its own fork rather than an interpreter that imports them again."""
 
 from __future__ import annotations
 
@@ -25,7 +26,7 @@ def warm_run(subjects: list[str], tmp_path: Path) -> tuple[int, list]:
     return subject_runs(command, {**os.environ, WARNINGS_ENV_VAR: str(warnings)}, timeout=900, keep_output=200_000)
 
 
-def test_a_subject_that_rebinds_upstream_leaves_the_next_subject_green_and_the_fork_server_is_started_once(
+def test_a_subject_that_rebinds_upstream_leaves_the_next_subject_green_and_the_imports_are_paid_once(
     tmp_path: Path,
 ) -> None:
     status, runs = warm_run([REBINDS, REFERENCE_SUBJECT], tmp_path)
@@ -41,8 +42,8 @@ def test_a_subject_that_rebinds_upstream_leaves_the_next_subject_green_and_the_f
         names = {"junit.xml", "summary.json", OUTPUT_FILE, SUBJECT_STATUS_FILE}
         assert names <= {path.name for path in folder.iterdir()}, sorted(folder.iterdir())
     warnings = tmp_path / "warnings"
-    assert len(list(warnings.rglob("forkserver-*.jsonl"))) == 1, sorted(warnings.rglob("*"))
     assert len(list(warnings.rglob("warm-*.jsonl"))) == 1, sorted(warnings.rglob("*"))
+    assert not list(warnings.rglob("forkserver-*.jsonl")), "the fork server imported torch and Megatron again"
 
 
 def test_a_subject_that_cannot_be_read_makes_the_run_broken_not_red(tmp_path: Path) -> None:
