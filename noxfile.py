@@ -226,7 +226,9 @@ def tests(session: nox.Session) -> None:
     if os.environ.get("CI", "").lower() == "true":
         session.log("CI: end-to-end checks repeated on every target or framework run on one or two (every_target)")
         narrowing = ["-m", "not every_target"]
-    session.run("python", "-m", "pytest", "-n", workers, "--dist", "loadfile", *narrowing, *selection, env=env)
+    # The slowest tests are listed at the end: where the suite's time goes is read from every run, CI's included.
+    options = ["-n", workers, "--dist", "loadfile", "--durations=20", "--durations-min=5", *narrowing]
+    session.run("python", "-m", "pytest", *options, *selection, env=env)
 
 
 def lint(session: nox.Session) -> None:
