@@ -11,7 +11,7 @@ processes import this module to unpickle what they are sent.
 from __future__ import annotations
 
 import functools
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import torch
@@ -146,14 +146,33 @@ MODEL_LIKE_BUDGET = 1024
 def model_like_populations(fsdp: str, groups: tuple[str, ...] = ("implicit",)) -> list[Population]:
     """Explicit examples every run tries first, built like a real model: two pipeline chunks of a GPT, their
     ``main_grad``s side by side in Megatron's grad buffer (filled in reverse); without FSDP and with it as ``fsdp``
-    allows (the last chunk, or both); and with the TP group reaching the call each way of ``groups``. Generated
-    populations reach each of these paths only now and then."""
+    allows (the last chunk, or both); with the TP group reaching the call each way of ``groups``; and once with
+    :func:`_edge_sized` grads. Generated populations reach each of these paths only now and then."""
     chunks = (_gpt_chunk(range(0, 2)), _gpt_chunk(range(2, 4)))
     common = {"chunks": chunks, "sequence_parallel": True, "qk_layernorm": True, "seed": 11, "grad_buffer": "reverse"}
     examples = [Population(group=group, **common) for group in groups]
     if fsdp != "off":
         examples.append(Population(fsdp_chunks=1 if fsdp == "trailing" else 2, **common))
+    examples.append(Population(**{**common, "chunks": (_edge_sized(chunks[0]), chunks[1])}))
     return examples
+
+
+EDGE_GRAD_SIZES = {"input_layernorm.weight": 0, "self_attention.linear_proj.bias": 1 << 18}
+"""Element counts the edge-sized example gives layer 0's two sequence-parallel grads, which upstream reduces: none
+(a zero-size shard) and 1 MiB of fp32 (one grad far beyond the budget). Generated populations draw each for one
+grad in twenty, yet a derandomized run may meet neither (megatron-0.13's did not, and missed a subject that raises
+on an empty grad)."""
+
+
+def _edge_sized(chunk: tuple[FakeParameter, ...]) -> tuple[FakeParameter, ...]:
+    """``chunk`` with layer 0's grads sized as :data:`EDGE_GRAD_SIZES` says."""
+    prefix = "decoder.layers.0."
+    return tuple(
+        replace(spec, numel=EDGE_GRAD_SIZES[spec.name.removeprefix(prefix)])
+        if spec.name.removeprefix(prefix) in EDGE_GRAD_SIZES
+        else spec
+        for spec in chunk
+    )
 
 
 LARGEST_BUFFER = Population(

@@ -132,3 +132,20 @@ def test_a_generated_budget_asks_at_most_64_slices_of_the_largest_grad(case: tup
     )
     assert budget >= 1
     assert budget * population_strategies.SLICES_PER_GRAD >= largest
+
+
+@pytest.mark.parametrize("fsdp", population_strategies.FSDP_ORDERS)
+def test_every_run_tries_an_empty_grad_and_one_beyond_the_budget_that_upstream_reduces(fsdp: str) -> None:
+    """Generated populations meet these sizes only by the draw (megatron-0.13's derandomized run met neither, and a
+    subject that raised on an empty grad stayed green there): an explicit example holds both, in params upstream
+    selects (sequence-parallel, without FSDP), on every target whatever its FSDP order."""
+    reduced = [
+        spec
+        for population in populations.model_like_populations(fsdp)
+        if population.fsdp_chunks == 0 and population.sequence_parallel
+        for chunk in population.chunks
+        for spec in chunk
+        if spec.sequence_parallel and not spec.grad_kind.endswith("_none")
+    ]
+    assert any(spec.numel == 0 for spec in reduced)
+    assert any(spec.numel * populations.DTYPES[spec.dtype].itemsize > populations.MODEL_LIKE_BUDGET for spec in reduced)
