@@ -166,13 +166,8 @@ on an empty grad)."""
 
 def _edge_sized(chunk: tuple[FakeParameter, ...]) -> tuple[FakeParameter, ...]:
     """``chunk`` with layer 0's grads sized as :data:`EDGE_GRAD_SIZES` says."""
-    prefix = "decoder.layers.0."
-    return tuple(
-        replace(spec, numel=EDGE_GRAD_SIZES[spec.name.removeprefix(prefix)])
-        if spec.name.removeprefix(prefix) in EDGE_GRAD_SIZES
-        else spec
-        for spec in chunk
-    )
+    sizes = {f"decoder.layers.0.{leaf}": numel for leaf, numel in EDGE_GRAD_SIZES.items()}
+    return tuple(replace(spec, numel=sizes[spec.name]) if spec.name in sizes else spec for spec in chunk)
 
 
 LARGEST_BUFFER = Population(
