@@ -18,7 +18,7 @@ from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 from harness.contracts.allocations import AllocationSummary
-from harness.contracts.equivalence import RankReport, compare_task
+from harness.contracts.equivalence import compare_task
 from harness.contracts.gpt_step import gpt_finalize_task
 from harness.contracts.population_strategies import budgets_for_population, fake_module_populations
 from harness.contracts.populations import (
@@ -29,6 +29,7 @@ from harness.contracts.populations import (
     fsdp_grads,
     model_like_populations,
 )
+from harness.contracts.rank_report import RankReport
 from harness.contracts.step_memory import finding as step_finding
 from harness.plugin.failure import contract_failure
 from harness.plugin.families import family

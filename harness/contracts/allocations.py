@@ -27,24 +27,21 @@ holds, and is never judged. ``allocator="cuda"`` applies the same block rules to
 without a GPU can see the verdict a GPU would give on the same allocations.
 
 The equivalence family's memory bound lives here too, beside the summary it judges: how many bytes a subject may hold
-at once during its call (:data:`MEMORY_BOUND_CHUNKS` chunks of the budget), and the problems a rank reports when its
-peak exceeds that or it made tensors on another device than the grads'.
+at once during its call (:data:`MEMORY_BOUND_CHUNKS` chunks of the budget). The problems a rank reports when its peak
+exceeds that are written by :mod:`harness.contracts.rank_report`.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterator
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import torch
 from torch.multiprocessing.reductions import StorageWeakRef
 from torch.utils._python_dispatch import TorchDispatchMode
 
 from harness.contracts.cuda_allocator import allocated_bytes_at_most, block_bytes
-
-if TYPE_CHECKING:
-    from harness.contracts.equivalence import RankReport
 
 ALLOCATORS = ("host", "cuda")
 """How a new storage is counted: its bytes (``host``), or the CUDA caching allocator's block for it (``cuda``)."""
@@ -213,30 +210,3 @@ def memory_bound(
     if allocator == "cuda":
         chunk = allocated_bytes_at_most(chunk)
     return chunk, chunk * MEMORY_BOUND_CHUNKS
-
-
-def check_memory(
-    report: RankReport, budget: int, largest: int, widest: int, smallest: int, device: torch.device
-) -> None:
-    """Judge the peak the tracker saw against the memory bound, and every buffer's device against the grads'; what
-    exceeds either becomes a problem line of ``report``."""
-    summary = report.allocations
-    assert summary is not None
-    chunk, report.memory_bound_bytes = memory_bound(budget, largest, widest, smallest, summary.allocator)
-    if summary.peak_bytes > report.memory_bound_bytes:
-        cuda = "" if summary.cuda_peak_bytes is None else f", CUDA allocator peak {summary.cuda_peak_bytes}"
-        blocks = " as a CUDA allocator block" if summary.allocator == "cuda" else ""
-        report.problems.append(
-            f"rank {report.rank}: the subject held {summary.peak_bytes} bytes of tensors it allocated at once "
-            f"(largest {summary.largest_bytes}, {summary.count} allocations of {summary.total_bytes} bytes in all"
-            f"{cuda}) > {report.memory_bound_bytes} bytes = {MEMORY_BOUND_CHUNKS} x max(budget {budget}, largest "
-            f"grad {largest}) x dtype promotion {widest}/{smallest} ({chunk}{blocks}): its memory grows with the "
-            "grads, not with the budget"
-        )
-    for allocation in summary.on_other_devices(device)[:3]:
-        made, grads = torch.device(allocation.device), torch.device(device)
-        where = (made.type, grads.type) if made.type != grads.type else (str(made), str(grads))
-        report.problems.append(
-            f"rank {report.rank}: the subject created a {where[0]} buffer for {where[1]} grads "
-            f"({allocation.op}, {allocation.nbytes} bytes)"
-        )

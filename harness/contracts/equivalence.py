@@ -14,12 +14,11 @@ import contextlib
 import dataclasses
 import resource
 import traceback
-from dataclasses import dataclass, field
 from typing import Any
 
 import torch
 
-from harness.contracts.allocations import AllocationSummary, AllocationTracker, check_memory
+from harness.contracts.allocations import AllocationSummary, AllocationTracker
 from harness.contracts.collectives import CollectiveRecorder
 from harness.contracts.populations import (
     DTYPES,
@@ -32,32 +31,10 @@ from harness.contracts.populations import (
     fsdp_grads,
     population_config,
 )
-from harness.contracts.step_memory import StepMemory
+from harness.contracts.rank_report import RankReport, check_memory
 from harness.ranks import megatron_state as megatron_ranks
 from harness.ranks import placement
 from harness.subjects.loading import SubjectRef
-
-
-@dataclass
-class RankReport:
-    """What one rank saw; empty ``problems`` means the subject matched upstream on this rank."""
-
-    rank: int
-    problems: list[str] = field(default_factory=list)
-    collectives: list[tuple[str, int, int]] = field(default_factory=list)
-    upstream_collectives: list[tuple[str, int, int]] = field(default_factory=list)
-    non_bitwise_elements: int = 0
-    upstream_raised: str | None = None
-    peak_rss_kib: int = 0
-    allocations: AllocationSummary | None = None
-    upstream_allocations: AllocationSummary | None = None
-    memory_bound_bytes: int = 0
-    op_choices: list[str] = field(default_factory=list)
-    """Where the subject reduced with other ops than upstream (SUM then a division for AVG, say) and its values still
-    matched: an advisory, since values decide equivalence."""
-    step: StepMemory | None = None
-    """On a real GPT step: both steps' memory and the coalesced reductions in it
-    (:mod:`harness.contracts.step_memory`)."""
 
 
 class _FakeChunk(torch.nn.Module):

@@ -14,7 +14,8 @@ from typing import Any
 import torch
 
 from harness.contracts.collectives import CollectiveRecorder
-from harness.contracts.equivalence import RankReport, bits, not_restored, subject_once, tp_group
+from harness.contracts.equivalence import bits, not_restored, subject_once, tp_group
+from harness.contracts.rank_report import RankReport
 from harness.contracts.step_memory import SiteTracker, StepMemory, coalesced_reductions
 from harness.ranks import megatron_state as megatron_ranks
 from harness.ranks import placement

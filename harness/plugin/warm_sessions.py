@@ -4,8 +4,8 @@ session per subject.
 A target session spends seconds of CPU before its first case: importing torch and Megatron in the session, then
 again in the rank pools' fork server. Here one process imports both, times Megatron's first import (the
 import-side-effects family's import-time case compares an adapter with it, :mod:`harness.ranks.preload`) and forks
-the fork server from itself (:func:`harness.ranks.pool.fork_fork_server`), so the server's ranks inherit the imports
-instead of paying them again.
+the fork server from itself (:func:`harness.ranks.fork_server.fork_fork_server`), so the server's ranks inherit the
+imports instead of paying them again.
 
 Given no subject of its own, it then runs the case command's session in this very process: the one-subject session
 of a target, whose pytest arguments say where its reports go. Given several (the seeded breaks of a family, the
@@ -15,7 +15,7 @@ subject (the same plugins, options and cases), with its own process state, so su
 families require; each writes its ``junit.xml``, ``summary.json``, the output it printed and its exit status into a
 folder of its own under the report directory (:func:`harness.plugin.command.subject_folder`), so each gets its own
 report matrix. The rank pools of every child fork their ranks from the one fork server
-(:func:`harness.ranks.pool.inherit_fork_server`).
+(:func:`harness.ranks.fork_server.inherit_fork_server`).
 
 A subject may come with a Megatron mutant (``--mutations``, written by the sensitivity runner): its child imports
 Megatron again with the mutant's edited files (:mod:`harness.targets.in_place_mutant`) and forks a fork server of its
@@ -53,15 +53,9 @@ from pathlib import Path
 from typing import Any
 
 from harness.plugin.command import BROKEN_STATUS, OUTPUT_FILE, SUBJECT_STATUS_FILE, subject_folder
-from harness.ranks.pool import (
-    WARNINGS_ENV_VAR,
-    close_all_pools,
-    die_with_parent,
-    fork_fork_server,
-    inherit_fork_server,
-    start_fork_server,
-    warnings_to_file,
-)
+from harness.ranks.fork_server import die_with_parent, fork_fork_server, inherit_fork_server, start_fork_server
+from harness.ranks.pool import close_all_pools
+from harness.ranks.rank_warnings import WARNINGS_ENV_VAR, warnings_to_file
 from harness.targets.megatron_names import FINALIZE_MODULE
 
 WARM_MODULES = ("harness.ranks.preload", "torch", "torch.distributed", "megatron.core", FINALIZE_MODULE)

@@ -43,7 +43,8 @@ import pytest
 from harness import REPO_ROOT
 from harness.plugin import session_state
 from harness.plugin.warm_sessions import SHARED_WARNINGS_MARK
-from harness.ranks.pool import RANK_START_HOOKS, WARNINGS_ENV_VAR, warning_record
+from harness.ranks.pool import RANK_START_HOOKS
+from harness.ranks.rank_warnings import WARNINGS_ENV_VAR, warning_record
 
 ALL_WARNINGS = "--all-warnings"
 FULL_LIST = f"full list: add -- {ALL_WARNINGS}"

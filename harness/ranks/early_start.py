@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import pytest
 
-from harness.ranks.pool import start_fork_server
+from harness.ranks.fork_server import start_fork_server
 
 RANKS_GROUP = "ranks"
 ON_RANKS = pytest.mark.xdist_group(RANKS_GROUP)

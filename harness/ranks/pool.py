@@ -15,10 +15,8 @@ from __future__ import annotations
 
 import atexit
 import contextlib
-import ctypes
 import faulthandler
 import importlib
-import json
 import multiprocessing
 import multiprocessing.connection
 import multiprocessing.forkserver
@@ -27,19 +25,17 @@ import os
 import pickle
 import shutil
 import signal
-import socket
-import sys
 import tempfile
 import threading
 import time
 import traceback
-import warnings
 import weakref
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from harness.ranks.fork_server import FORKSERVER_PRELOAD, die_with_parent, rank_context
 from harness.ranks.placement import PLACEMENTS, enter_rank
 
 _DEFAULT_TIMEOUT_S = 120.0
@@ -56,11 +52,6 @@ _CLOSE_GRACE_S = 5.0
 _KILL_GRACE_S = 2.0
 # How long a timed-out rank gets to dump its stack into the timeout message.
 _STACK_DUMP_WAIT_S = 2.0
-_PR_SET_PDEATHSIG = 1
-FORKSERVER_PRELOAD = ("harness.ranks.preload",)
-"""What the fork server imports before it forks a rank: torch, Megatron and the harness's rank modules (see
-:mod:`harness.ranks.preload`)."""
-_UNIX_SOCKET_PATH_MAX = 107
 _STACK_SIGNAL = getattr(signal, "SIGUSR1", None)
 
 _TASK_HINT = (
@@ -196,7 +187,7 @@ class RankPool:
                 return
             self.generation += 1
             self._tmpdir = Path(tempfile.mkdtemp(prefix=f"rank-pool-w{self.world_size}-"))
-            ctx = _rank_context()
+            ctx = rank_context()
             try:
                 for rank in range(self.world_size):
                     parent_conn, child_conn = ctx.Pipe(duplex=True)
@@ -440,35 +431,6 @@ class RankPool:
             self._tmpdir = None
 
 
-WARNINGS_ENV_VAR = "MEGATRON_CONFORMANCE_RANK_WARNINGS"
-"""The directory where the fork server (``harness.ranks.preload``) and the ranks write the warnings the terminal counts
-instead of printing them (set by ``harness.plugin.warnings_summary``; unset, warnings print as usual)."""
-
-
-def warning_record(category: type[Warning], message: Warning | str, filename: str) -> str:
-    """One line of a file in :data:`WARNINGS_ENV_VAR`'s directory: the warning's category, message and file, as the
-    session's warnings summary reads them back."""
-    return json.dumps([category.__name__, str(message), filename]) + "\n"
-
-
-@contextlib.contextmanager
-def warnings_to_file(path: Path) -> Iterator[None]:
-    """The warnings shown while the block runs (an import's), written to ``path`` instead of stderr. ``showwarning``
-    is swapped, not the filters: those torch and Megatron install at import stay in force, as in every other process
-    of the session. A file that cannot be written loses nothing but this count."""
-    caught: list[str] = []
-    show = warnings.showwarning
-    warnings.showwarning = lambda message, category, filename, *rest: caught.append(
-        warning_record(category, message, filename)
-    )
-    try:
-        yield
-    finally:
-        warnings.showwarning = show
-        with contextlib.suppress(OSError), path.open("a") as out:
-            out.writelines(caught)
-
-
 RANK_START_HOOKS: list[Callable[[int, int], None]] = []
 """Picklable module-level functions every rank calls once its process group is up and ``rank_setup`` has run, before
 its first task: a watch over the rank's state takes its baseline there (the session watch registers one)."""
@@ -527,136 +489,6 @@ def _file_size(path: Path) -> int:
         return path.stat().st_size
     except OSError:
         return 0
-
-
-def _rank_context() -> multiprocessing.context.BaseContext:
-    """Ranks fork from a fork server that has imported torch and Megatron once, where available.
-
-    Spawning makes every rank import both itself: about 3 s of CPU each, so a four-rank pool took 6-7 s to start on
-    2 cores. The server is a fresh interpreter (no threads, no CUDA), started on first use or by
-    :func:`start_fork_server`; it exits when this process does, and ranks die with it (see ``die_with_parent``).
-    ``spawn`` is kept where there is no fork.
-    """
-    if "forkserver" not in multiprocessing.get_all_start_methods() or not _forkserver_socket_fits():
-        return multiprocessing.get_context("spawn")
-    ctx = multiprocessing.get_context("forkserver")
-    ctx.set_forkserver_preload(list(FORKSERVER_PRELOAD))
-    return ctx
-
-
-def start_fork_server() -> bool:
-    """Start the fork server now, without waiting for it: its imports (seconds of CPU) then run beside whatever this
-    process does next, instead of inside the first case that needs ranks. False where ranks are spawned instead.
-
-    Call it from the thread that will start the pools (the main thread under pytest), as for any pool.
-    """
-    if _rank_context().get_start_method() != "forkserver":
-        return False
-    multiprocessing.forkserver._forkserver.ensure_running()  # the instance's: inherit_fork_server may replace it
-    return True
-
-
-def fork_fork_server() -> bool:
-    """Start the fork server as a fork of this process, which has imported torch and Megatron: its ranks then
-    inherit those imports (and anything else this process changed before, such as a Megatron mutant's modules)
-    without the seconds of CPU a fresh server spends importing them again. A server this process had is replaced.
-    False where ranks are spawned instead.
-
-    Fork it while this process runs one thread (before pytest starts any): the server takes only the calling thread
-    along. It serves requests as multiprocessing's own server does, and leaves when this process (the last holder of
-    its "alive" pipe) is gone.
-    """
-    if _rank_context().get_start_method() != "forkserver":
-        return False
-    server = multiprocessing.forkserver._forkserver
-    server.__dict__.pop("ensure_running", None)  # what inherit_fork_server installed: this process is the parent now
-    with server._lock:
-        multiprocessing.resource_tracker.ensure_running()
-        if server._forkserver_alive_fd is not None:
-            os.close(server._forkserver_alive_fd)
-        listener = socket.socket(socket.AF_UNIX)
-        address = multiprocessing.connection.arbitrary_address("AF_UNIX")
-        listener.bind(address)
-        os.chmod(address, 0o600)
-        listener.listen()
-        alive_r, alive_w = os.pipe()
-        pid = os.fork()
-        if pid == 0:
-            status = 0
-            try:
-                os.close(alive_w)
-                multiprocessing.forkserver.main(listener.fileno(), alive_r, list(FORKSERVER_PRELOAD))
-            except SystemExit as done:
-                status = done.code if isinstance(done.code, int) else 0
-            except BaseException:
-                traceback.print_exc()
-                status = 1
-            finally:
-                os._exit(status)
-        listener.close()
-        os.close(alive_r)
-        server._forkserver_address, server._forkserver_alive_fd, server._forkserver_pid = address, alive_w, pid
-    return True
-
-
-def inherit_fork_server() -> None:
-    """In a process forked from one whose fork server runs (:mod:`harness.plugin.warm_sessions`): fork ranks from
-    that server, whose imports are done, rather than start another.
-
-    multiprocessing's client asks ``waitpid`` whether its server lives, which only the server's parent may; in a
-    forked child it would raise. Here the check asks the kernel instead, and a server gone is replaced by a new one
-    as multiprocessing would.
-    """
-    server = multiprocessing.forkserver._forkserver
-    pid = server._forkserver_pid
-    if pid is None:
-        return
-    start = type(server).ensure_running
-
-    def ensure_running() -> None:
-        if server._forkserver_pid == pid and _alive(pid):
-            multiprocessing.resource_tracker.ensure_running()
-            return
-        server._forkserver_pid = server._forkserver_address = server._forkserver_alive_fd = None
-        start(server)
-
-    server.ensure_running = ensure_running
-
-
-def _forkserver_socket_fits() -> bool:
-    """Whether the fork server's Unix socket, which multiprocessing makes under TMPDIR
-    (``<tmp>/pymp-XXXXXXXX/listener-XXXXXXXX``), fits the 107 bytes a socket path may have on Linux."""
-    return len(tempfile.gettempdir()) + len("/pymp-XXXXXXXX/listener-XXXXXXXX") <= _UNIX_SOCKET_PATH_MAX
-
-
-def die_with_parent(pool_pid: int) -> None:
-    """Have Linux SIGKILL this process (a rank, a warm run's session) when its parent dies, so an aborted session
-    leaves nothing behind.
-
-    The parent is the pool's process under ``spawn`` and the fork server under ``forkserver``; the server exits as
-    soon as the pool's process is gone, so either way a dead session takes its ranks along.
-    """
-    if not sys.platform.startswith("linux"):
-        return
-    parent = os.getppid()
-    try:
-        libc = ctypes.CDLL(None, use_errno=True)
-        libc.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
-    except (OSError, AttributeError):
-        return
-    if os.getppid() != parent or not _alive(pool_pid):
-        # The parent died before prctl took effect; nobody will ever send a task.
-        os._exit(1)
-
-
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
 
 
 def _pin_upstream() -> None:

@@ -9,8 +9,8 @@ Importing this module anywhere else does no harm: where ``megatron.core`` was im
 Megatron may be missing (the harness's own venv): the server then preloads what it can.
 
 Its imports' warnings (Megatron's "Transformer Engine and Apex are not installed" and the like) are written to the
-directory :data:`harness.ranks.pool.WARNINGS_ENV_VAR` names, where the session's warnings summary counts them with
-every rank's, rather than to the server's stderr in the middle of the progress lines.
+directory :data:`harness.ranks.rank_warnings.WARNINGS_ENV_VAR` names, where the session's warnings summary counts them
+with every rank's, rather than to the server's stderr in the middle of the progress lines.
 
 The server exits when the process that started it does; Python's teardown of torch's and Megatron's modules would
 then take it 1-2 s more, holding the session's output pipe open (nox waits for it) for nothing. In the server only,
@@ -27,7 +27,7 @@ import sys
 import time
 from pathlib import Path
 
-from harness.ranks.pool import WARNINGS_ENV_VAR, warnings_to_file
+from harness.ranks.rank_warnings import WARNINGS_ENV_VAR, warnings_to_file
 from harness.targets.megatron_names import FINALIZE_MODULE
 
 RANK_MODULES = (

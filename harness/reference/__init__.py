@@ -8,8 +8,9 @@ module exposing the same names (see docs/ARCHITECTURE.md, "Subject protocol").
 from pathlib import Path
 
 from .allreduce import allreduce_non_tensor_model_parallel_grads
+from .budget import BUDGET_ENV_VAR
 from .chunks import split_into_chunks
-from .patching import BUDGET_ENV_VAR, install, installed_budget, uninstall
+from .patching import install, installed_budget, uninstall
 from .provider import wrap_model_provider
 
 ADAPTER_PACKAGE = str(Path(__file__).resolve().parent)

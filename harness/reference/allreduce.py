@@ -18,8 +18,8 @@ import torch
 from torch._utils import _unflatten_dense_tensors
 
 from . import megatron_api
+from .budget import current_budget
 from .chunks import split_into_chunks, tensor_bytes
-from .patching import current_budget
 
 IN_PLACE_BYTES = 4 << 20
 # Measured on gloo, 2 ranks, 64 grads of 8 MiB: 0.33 s with two reductions in flight, 0.38-0.44 s one at a time;

@@ -33,7 +33,7 @@ cases that check them are advisories: a framework whose inner providers name the
 never meets either."""
 
 _TABLES: dict[str, tuple[tuple[str, ...], tuple[str, ...]]] = {
-    "subject": (("adapter_package",), ("source_root", "strict", "require")),
+    "subject": (("adapter_package",), ("source_root", "strict", "require", "label")),
     "patch": (("module", "applied"), ("apply", "undo", "function")),
     "budget": ((), ("global", "env", "argument")),
     "splitter": (("function",), ("arguments", "returns")),
@@ -82,6 +82,8 @@ class Declaration:
     upstream_body_hashes: Mapping[str, str] = field(default_factory=dict)
     expected_failures: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
     lines: int = 0
+    given_label: str | None = None
+    """``[subject] label``: what the report calls this subject, where the framework names it itself."""
 
     @property
     def roles(self) -> tuple[str, ...]:
@@ -101,9 +103,11 @@ class Declaration:
 
     @property
     def label(self) -> str:
-        """The framework's adapter package and where this file lies below its source root, e.g.
-        ``modernrl.backends.megatron_utils (megatron-conformance.toml)``: every declaration has the same file name, so
-        the name alone tells no two apart."""
+        """``[subject] label`` where given, else the framework's adapter package and where this file lies below its
+        source root, e.g. ``modernrl.backends.megatron_utils (megatron-conformance.toml)``: every declaration has the
+        same file name, so the name alone tells no two apart."""
+        if self.given_label:
+            return self.given_label
         return f"{self.adapter_package} ({os.path.relpath(self.path, self.source_root)})"
 
     def provider_flag(self, name: str) -> bool:
@@ -185,10 +189,21 @@ def _checked(path: Path, raw: dict[str, Any], lines: int) -> Declaration:
             k: _patterns(path, f"expected_failures.{k}", v) for k, v in _table(path, raw, "expected_failures").items()
         },
         lines=lines,
+        given_label=_label(path, subject.get("label")),
     )
     _check_roles(declaration)
     _check_replacements(declaration)
     return declaration
+
+
+def _label(path: Path, value: object) -> str | None:
+    """``[subject] label``: one line of text, not empty, where given."""
+    if value is None:
+        return None
+    text = _string(path, "subject.label", value).strip()
+    if not text or "\n" in text:
+        raise DeclarationFileError(path, "subject.label", "must be one non-empty line of text")
+    return text
 
 
 def _megatron_symbols(path: Path, table: object) -> dict[str, str]:

@@ -24,14 +24,14 @@ GPT_MODULE = "megatron.core.models.gpt.gpt_model"
 _IN_PLACE = textwrap.dedent(
     f"""
     import importlib, inspect, json, sys
-    from harness.ranks import pool, preload
+    from harness.ranks import fork_server, pool, preload
     from harness.targets.in_place_mutant import apply_in_place
     from tests import rank_tasks
 
     before = sys.modules["{FINALIZE_MODULE}"]
     apply_in_place("probe", json.load(open(sys.argv[1])))
     after = importlib.import_module("{FINALIZE_MODULE}")
-    pool.fork_fork_server()
+    fork_server.fork_fork_server()
     print(json.dumps({{
         "new_module": after is not before,
         "session": inspect.getsource(getattr(after, "{UPSTREAM}")),

@@ -11,7 +11,7 @@ from pathlib import Path
 
 from harness.formats.environment import REFERENCE_SUBJECT, SUBJECT_ENV_VAR
 from harness.plugin.command import OUTPUT_FILE, SUBJECT_STATUS_FILE, case_command, subject_folder, subject_runs
-from harness.ranks.pool import WARNINGS_ENV_VAR
+from harness.ranks.rank_warnings import WARNINGS_ENV_VAR
 from tests.pytest_helpers import ROOT, SEEDED, target_python
 
 SESSION = "megatron-0.15"

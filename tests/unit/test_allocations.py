@@ -10,7 +10,7 @@ import torch
 import torch.distributed as dist
 from torch._utils import _flatten_dense_tensors, _unflatten_dense_tensors
 
-from harness.contracts import allocations, cuda_allocator, equivalence
+from harness.contracts import allocations, cuda_allocator, rank_report
 from harness.contracts.allocations import Allocation, AllocationSummary, AllocationTracker
 from harness.contracts.cuda_allocator import allocated_bytes_at_most, block_bytes, segment_bytes
 
@@ -109,8 +109,8 @@ def test_every_cpu_tensor_is_on_the_grads_device() -> None:
     assert tracker.summary().on_other_devices("cpu") == []
 
 
-def _report(peak: int, allocations: list[Allocation], ops: tuple[str, ...] = ("SUM",)) -> equivalence.RankReport:
-    report = equivalence.RankReport(rank=1, upstream_collectives=[(op, 0, 4) for op in ops])
+def _report(peak: int, allocations: list[Allocation], ops: tuple[str, ...] = ("SUM",)) -> rank_report.RankReport:
+    report = rank_report.RankReport(rank=1, upstream_collectives=[(op, 0, 4) for op in ops])
     report.allocations = AllocationSummary(
         peak_bytes=peak,
         largest_bytes=max((a.nbytes for a in allocations), default=0),
@@ -131,7 +131,7 @@ def test_the_memory_bound_is_a_constant_number_of_chunks() -> None:
 
 def test_a_subject_over_the_bound_is_named_with_the_bytes_it_held() -> None:
     report = _report(4096, [Allocation("aten.cat.default", 4096, "cpu")])
-    allocations.check_memory(report, 256, 64, 4, 4, torch.device("cpu"))
+    rank_report.check_memory(report, 256, 64, 4, 4, torch.device("cpu"))
     assert report.problems == [
         "rank 1: the subject held 4096 bytes of tensors it allocated at once (largest 4096, 1 allocations of 4096 "
         "bytes in all) > 2048 bytes = 8 x max(budget 256, largest grad 64) x dtype promotion 4/4 (256): its memory "
@@ -144,17 +144,17 @@ def test_a_fresh_buffer_per_chunk_design_meets_the_bound_with_room() -> None:
     of two ops: six chunks at worst, under the bound however the timing falls."""
     held = 6 * 256
     report = _report(held, [Allocation("aten.empty.memory_format", 256, "cpu")] * 6, ops=("SUM", "AVG"))
-    allocations.check_memory(report, 256, 64, 4, 4, torch.device("cpu"))
+    rank_report.check_memory(report, 256, 64, 4, 4, torch.device("cpu"))
     assert report.problems == []
     assert report.memory_bound_bytes == 8 * 256
     over = _report(8 * 256 + 1, [Allocation("aten.empty.memory_format", 8 * 256 + 1, "cpu")], ops=("SUM", "AVG"))
-    allocations.check_memory(over, 256, 64, 4, 4, torch.device("cpu"))
+    rank_report.check_memory(over, 256, 64, 4, 4, torch.device("cpu"))
     assert len(over.problems) == 1
 
 
 def test_a_buffer_on_another_device_than_the_grads_is_named() -> None:
     report = _report(64, [Allocation("aten.empty.memory_format", 64, "cpu")])
-    allocations.check_memory(report, 256, 64, 4, 4, torch.device("cuda", 0))
+    rank_report.check_memory(report, 256, 64, 4, 4, torch.device("cuda", 0))
     assert report.problems == [
         "rank 1: the subject created a cpu buffer for cuda grads (aten.empty.memory_format, 64 bytes)"
     ]

@@ -9,7 +9,7 @@ import torch
 from hypothesis import given
 from hypothesis import strategies as st
 
-from harness.contracts import equivalence, population_strategies, populations
+from harness.contracts import equivalence, population_strategies, populations, rank_report
 from harness.contracts.allocations import AllocationSummary
 from harness.contracts.population_strategies import budgets_for_population, fake_module_populations
 from harness.contracts.populations import LAYOUTS, FakeParameter, Population
@@ -113,7 +113,7 @@ def test_the_memory_bound_widens_for_an_empty_grad_upstream_promoted_with(monkey
     truth = {"0:" + half.name: (torch.zeros(4, dtype=torch.float64), torch.full((4,), 1e9, dtype=torch.float64))}
 
     def judged(upstream_element: int) -> list[str]:
-        report = equivalence.RankReport(rank=0, upstream_collectives=[("SUM", 4 * upstream_element, upstream_element)])
+        report = rank_report.RankReport(rank=0, upstream_collectives=[("SUM", 4 * upstream_element, upstream_element)])
         report.collectives = [("SUM", 16, 4)]
         report.allocations = AllocationSummary(peak_bytes=100, largest_bytes=16, count=2, total_bytes=100)
         equivalence._compare(report, reference, chunks, before, 1, True, truth, {})

@@ -1,6 +1,7 @@
 """The shape of ``harness/``: every package says in its ``__init__`` what lives there, and imports only the packages
 ``harness.MAY_IMPORT`` allows it, so the noxfile (nox's own interpreter: no torch, no pytest) can load what it needs
-and the layers stay readable."""
+and the layers stay readable. Within the layers, no file imports one that imports it back (a circle, imports under
+``TYPE_CHECKING`` and inside functions included), and no file outgrows :data:`MAX_MODULE_LINES`."""
 
 from __future__ import annotations
 
@@ -13,6 +14,7 @@ from harness import MAY_IMPORT, REPO_ROOT
 
 HARNESS = REPO_ROOT / "harness"
 SEEDED = HARNESS / "sensitivity" / "seeded"
+MAX_MODULE_LINES = 700
 
 
 def harness_imports(path: Path) -> list[tuple[int, str]]:
@@ -82,3 +84,90 @@ def test_no_source_file_is_ignored_by_git() -> None:
         check=True,
     ).stdout.split()
     assert [path for path in listed if "__pycache__" not in path and not path.endswith(".pyc")] == []
+
+
+def _module_name(path: Path, root: Path) -> str:
+    parts = ["harness", *path.relative_to(root).with_suffix("").parts]
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+def module_imports(root: Path) -> dict[str, dict[str, int]]:
+    """Every harness module under ``root`` (seeded subjects aside) with the harness modules it imports and the line
+    of the first such import: absolute and relative, ``from package import module`` resolved to the module, lazy and
+    ``TYPE_CHECKING`` imports alike."""
+    files = {
+        _module_name(path, root): path
+        for path in sorted(root.rglob("*.py"))
+        if not path.is_relative_to(root / "sensitivity" / "seeded")
+    }
+
+    def known(name: str) -> str | None:
+        while name and name not in files:
+            name = name.rpartition(".")[0]
+        return name or None
+
+    graph: dict[str, dict[str, int]] = {}
+    for name, path in files.items():
+        package = name if path.name == "__init__.py" else name.rpartition(".")[0]
+        edges: dict[str, int] = {}
+        for node in ast.walk(ast.parse(path.read_text())):
+            imported: list[str] = []
+            if isinstance(node, ast.ImportFrom):
+                base = node.module or ""
+                if node.level:
+                    anchor = package.split(".")[: len(package.split(".")) - node.level + 1]
+                    base = ".".join([*anchor, *([node.module] if node.module else [])])
+                imported = [f"{base}.{alias.name}" if f"{base}.{alias.name}" in files else base for alias in node.names]
+            elif isinstance(node, ast.Import):
+                imported = [alias.name for alias in node.names]
+            for target in imported:
+                resolved = known(target) if target.startswith("harness") else None
+                if resolved and resolved != name:
+                    edges.setdefault(resolved, node.lineno)
+        graph[name] = edges
+    return graph
+
+
+def import_circles(root: Path) -> list[str]:
+    """One line per circle between harness files under ``root``: ``a (line) -> b (line) -> a``."""
+    graph = module_imports(root)
+    circles: list[str] = []
+    seen: set[frozenset[str]] = set()
+
+    def walk(start: str, path: list[str]) -> None:
+        for target in graph[path[-1]]:
+            if target == start:
+                members = frozenset(path)
+                if members not in seen:
+                    seen.add(members)
+                    hops = [f"{a} (line {graph[a][b]})" for a, b in zip(path, [*path[1:], start], strict=True)]
+                    circles.append(" -> ".join([*hops, start]))
+            elif target not in path and target > start:
+                walk(start, [*path, target])
+
+    for start in sorted(graph):
+        walk(start, [start])
+    return circles
+
+
+def test_no_circle_between_harness_files() -> None:
+    assert import_circles(HARNESS) == []
+
+
+def test_a_circle_is_named_even_under_type_checking(tmp_path: Path) -> None:
+    """The seeded break: a file that takes a type back from the file importing it, as the allocation tracker once
+    took ``RankReport`` from the equivalence comparison."""
+    (tmp_path / "contracts").mkdir()
+    (tmp_path / "contracts" / "__init__.py").write_text("")
+    (tmp_path / "contracts" / "report.py").write_text("from harness.contracts.tracker import Tracker\n")
+    (tmp_path / "contracts" / "tracker.py").write_text(
+        "from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    from .report import Report\nclass Tracker: ...\n"
+    )
+    assert import_circles(tmp_path) == [
+        "harness.contracts.report (line 1) -> harness.contracts.tracker (line 3) -> harness.contracts.report"
+    ]
+
+
+def test_no_harness_module_outgrows_the_limit() -> None:
+    sizes = {path: len(path.read_text().splitlines()) for path in HARNESS.rglob("*.py")}
+    assert {str(path.relative_to(REPO_ROOT)): n for path, n in sizes.items() if n > MAX_MODULE_LINES} == {}

@@ -22,7 +22,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from harness.ranks import pool as rank_pool
+from harness.ranks import fork_server
 from harness.ranks.placement import skip_reason, this_machine
 from harness.ranks.pool import (
     START_TIMEOUT_S,
@@ -359,9 +359,9 @@ def test_close_all_pools_closes_a_pool_only_the_cache_holds(monkeypatch: pytest.
 
 
 def test_ranks_are_spawned_where_the_fork_server_socket_would_not_fit(monkeypatch: pytest.MonkeyPatch) -> None:
-    assert rank_pool._rank_context().get_start_method() == "forkserver"
+    assert fork_server.rank_context().get_start_method() == "forkserver"
     monkeypatch.setattr(tempfile, "tempdir", "/tmp/" + "d" * 80)
-    assert rank_pool._rank_context().get_start_method() == "spawn"
+    assert fork_server.rank_context().get_start_method() == "spawn"
 
 
 def test_a_pool_starts_under_a_long_tmpdir(tmp_path: Path) -> None:

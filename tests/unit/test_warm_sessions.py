@@ -69,16 +69,16 @@ def test_several_subjects_make_a_warm_run_and_one_subject_a_warm_session(tmp_pat
 _FORKED_CHILD = textwrap.dedent(
     """
     import os, sys
-    from harness.ranks import pool
+    from harness.ranks import fork_server, pool
     from tests import rank_tasks
 
-    pool.start_fork_server()
-    server = pool.multiprocessing.forkserver._forkserver._forkserver_pid
+    fork_server.start_fork_server()
+    server = fork_server.multiprocessing.forkserver._forkserver._forkserver_pid
     read_end, write_end = os.pipe()
     child = os.fork()
     if child == 0:
         if sys.argv[1] == "inherit":
-            pool.inherit_fork_server()
+            fork_server.inherit_fork_server()
         try:
             parents = pool.RankPool(2).run(rank_tasks.parent_pid)
             answer = "same" if parents == [server, server] else f"other {parents} {server}"
@@ -107,12 +107,12 @@ def test_a_forked_session_forks_its_ranks_from_the_server_already_running(how: s
 _SERVER_OF_THIS_PROCESS = textwrap.dedent(
     """
     import os, sys, time
-    from harness.ranks import pool
+    from harness.ranks import fork_server, pool
     from tests import rank_tasks
 
     rank_tasks.SET_BEFORE_THE_SERVER = "inherited"
-    started = pool.fork_fork_server() if sys.argv[1] == "forked" else pool.start_fork_server()
-    server = pool.multiprocessing.forkserver._forkserver._forkserver_pid
+    started = fork_server.fork_fork_server() if sys.argv[1] == "forked" else fork_server.start_fork_server()
+    server = fork_server.multiprocessing.forkserver._forkserver._forkserver_pid
     parents = pool.RankPool(2).run(rank_tasks.parent_pid)
     seen = pool.RankPool(2).run(rank_tasks.module_attribute, "tests.rank_tasks", "SET_BEFORE_THE_SERVER")
     pool.close_all_pools()

@@ -6,7 +6,7 @@ import torch
 
 from harness.reference import *  # noqa: F403
 from harness.reference import allreduce as _impl
-from harness.reference.patching import current_budget
+from harness.reference.budget import current_budget
 
 
 def allreduce_non_tensor_model_parallel_grads(model, config, tp_group=None):
