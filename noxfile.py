@@ -284,18 +284,33 @@ def _print_drift(session: nox.Session, pythons: dict[str, Path], fatal: bool = T
 
 @nox.session(venv_backend="none")
 def report(session: nox.Session) -> None:
-    """Merge every target's reports/<session>/ into reports/compatibility.md (PR comment) and .html: -- [targets]."""
-    unknown = [name for name in session.posargs if name not in KNOWN]
+    """Merge every target's reports/<session>/ into reports/compatibility.md (PR comment) and .html:
+    -- [targets] [--baseline <subject label>]."""
+    names, baseline = _report_arguments(session)
+    unknown = [name for name in names if name not in KNOWN]
     if unknown:
         session.error(f"no target named {', '.join(unknown)} in {MATRIX.path.name} (known: {', '.join(KNOWN)})")
     # The targets a run asked for: a run narrowed to two of them is not "2 of 7 targets ran".
-    expected = {name: KNOWN[name] for name in session.posargs} or KNOWN
+    expected = {name: KNOWN[name] for name in names} or KNOWN
     try:
-        matrix, markdown, page = write_reports(REPORTS, expected)
+        matrix, markdown, page = write_reports(REPORTS, expected, baseline)
     except ReportError as err:
         session.error(str(err))
     session.log(headline(matrix))
     session.log(f"wrote {markdown} and {page}")
+
+
+def _report_arguments(session: nox.Session) -> tuple[list[str], str | None]:
+    """The targets named after ``--``, and the subject that several subjects are compared with (``--baseline``)."""
+    names, baseline, arguments = [], None, iter(session.posargs)
+    for argument in arguments:
+        if argument == "--baseline" or argument.startswith("--baseline="):
+            baseline = argument.partition("=")[2] or next(arguments, "")
+            if not baseline:
+                session.error(f"--baseline needs a subject's label: {launcher()} -s report -- --baseline <label>")
+        else:
+            names.append(argument)
+    return names, baseline
 
 
 @nox.session(venv_backend="none")

@@ -18,6 +18,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from pathlib import Path
 
+from harness.reports.comparison import baseline_of
 from harness.reports.html import render_html
 from harness.reports.markdown import render_markdown
 from harness.reports.results import ReportError, ResultGrid, collect, headline
@@ -26,11 +27,15 @@ from harness.targets.matrix import Target
 __all__ = ["ReportError", "headline", "write_reports"]
 
 
-def write_reports(reports: Path, expected: Mapping[str, Target] | None = None) -> tuple[ResultGrid, Path, Path]:
+def write_reports(
+    reports: Path, expected: Mapping[str, Target] | None = None, baseline: str | None = None
+) -> tuple[ResultGrid, Path, Path]:
     """Collect ``reports`` (with the matrix's targets by session, so that one that left nothing still shows its pins)
-    and write ``compatibility.md`` and ``compatibility.html`` beside the session folders."""
+    and write ``compatibility.md`` and ``compatibility.html`` beside the session folders; several subjects are each
+    compared with ``baseline`` (a subject's label), else with the first."""
     grid = collect(reports, expected)
+    baseline_of(grid, baseline)
     markdown, page = reports / "compatibility.md", reports / "compatibility.html"
-    markdown.write_text(render_markdown(grid))
-    page.write_text(render_html(grid))
+    markdown.write_text(render_markdown(grid, baseline=baseline))
+    page.write_text(render_html(grid, baseline))
     return grid, markdown, page

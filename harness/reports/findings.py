@@ -12,6 +12,7 @@ session recorded is dropped for not fitting a row.
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from harness.reports.results import TargetRun
@@ -63,6 +64,10 @@ class TargetFindings:
 
     session: str
     ran: bool
+    target: str = ""
+    """The target's session (``session`` adds the subject in a session of several)."""
+    subject: str = ""
+    """The subject's label in a report of several subjects; empty in a report of one."""
     peaks: list[Peak] = field(default_factory=list)
     unbounded: dict[str, int] = field(default_factory=dict)
     not_exercised: list[str] = field(default_factory=list)
@@ -126,7 +131,7 @@ def _read(row: TargetFindings, text: str, idle: list[set[str]]) -> bool:
 def target_findings(run: TargetRun) -> TargetFindings:
     """One target's row; a reduction counts as not exercised when no real-step configuration of the target
     exercised it."""
-    row = TargetFindings(run.session, run.ran)
+    row = TargetFindings(run.session, run.ran, run.target_session, run.subject_name)
     summary = run.summary
     if summary is None:
         return row
@@ -143,9 +148,33 @@ def target_findings(run: TargetRun) -> TargetFindings:
 
 @dataclass
 class FindingsTable:
-    """Every target's findings, in column order, and the measurements any of them made, as rows."""
+    """Every target's findings, in column order, and the measurements any of them made, as rows. A target of several
+    subjects is one column: what its subjects found alike is said once, what differs is said per subject."""
 
     targets: list[TargetFindings]
+
+    @property
+    def columns(self) -> list[tuple[str, list[TargetFindings]]]:
+        """Each target once, in version order, with its subjects' rows."""
+        found: dict[str, list[TargetFindings]] = {}
+        for row in self.targets:
+            found.setdefault(row.target or row.session, []).append(row)
+        return list(found.items())
+
+    @property
+    def subjects_on(self) -> dict[str, list[str]]:
+        """The subjects each target checked (one empty name in a report of one subject)."""
+        return {target: [row.subject for row in rows] for target, rows in self.columns}
+
+    def cells(self, text: Callable[[TargetFindings], str]) -> list[list[tuple[str, str]]]:
+        """One cell per column: ``[("", text)]`` where every subject of the target reads alike, else one
+        ``(subject, text)`` per subject."""
+        cells = []
+        for _, rows in self.columns:
+            texts = [(row.subject, text(row)) for row in rows]
+            alike = len({value for _, value in texts}) == 1
+            cells.append([("", texts[0][1])] if alike else texts)
+        return cells
 
     @property
     def measurements(self) -> list[str]:
@@ -155,9 +184,9 @@ class FindingsTable:
         return sorted(found, key=lambda what: not what.startswith(STEP))
 
     @property
-    def other(self) -> list[tuple[str, str]]:
-        """Every blocker and finding not read into a row, with its target."""
-        return [(row.session, text) for row in self.targets for text in row.other]
+    def other(self) -> list[tuple[str, str, str]]:
+        """Every blocker and finding not read into a row, with its target and subject."""
+        return [(row.target or row.session, row.subject, text) for row in self.targets for text in row.other]
 
 
 def findings_table(targets: list[TargetRun]) -> FindingsTable | None:

@@ -11,8 +11,10 @@ from __future__ import annotations
 import html
 from collections.abc import Iterable
 
+from harness.reports.comparison import compare
 from harness.reports.findings import findings_table
-from harness.reports.html_overview import breakable, findings_html, summary_heading, summary_html
+from harness.reports.grouping import grouped
+from harness.reports.html_overview import breakable, comparison_html, findings_html, summary_heading, summary_html
 from harness.reports.results import (
     INSTALLED,
     KINDS,
@@ -69,6 +71,7 @@ details.section > summary { font-size: 17px; font-weight: bold; cursor: pointer;
 .failure:target, .advisory-entry:target { background: #fff8c5; }
 .failure h3, .advisory-entry h3 { font-size: 15px; margin: 8px 0; }
 .facts { color: #57606a; }
+ul.comparison code.repro { font-size: 12px; color: #57606a; overflow-wrap: anywhere; }
 pre { background: #f6f8fa; padding: 8px 10px; white-space: pre-wrap; word-break: break-word; }
 """
 
@@ -102,7 +105,7 @@ def _html_header(run: TargetRun) -> str:
     if run.pinned:
         lines.append("pins from matrix.yaml")
     lines += [f"{name} {html.escape(run.version(name))}" for name in INSTALLED]
-    return f'<th scope="col">{html.escape(run.session)}<span class="pins">{"<br>".join(lines)}</span></th>'
+    return f'<th scope="col">{html.escape(run.target_session)}<span class="pins">{"<br>".join(lines)}</span></th>'
 
 
 def _html_row(row: Row, targets: Iterable[TargetRun]) -> str:
@@ -209,10 +212,12 @@ _ADVISORIES = (
 )
 
 
-def render_html(grid: ResultGrid) -> str:
-    """The report as one HTML page: headline, findings and a summary per subject first, then every case, the notes,
-    the failures (open) and the advisories, folded; anchors to every failure and advisory, inline CSS."""
-    notes = [f"<li>{html.escape(run.session)}: {html.escape(note)}</li>" for run in grid.targets for note in run.notes]
+def render_html(grid: ResultGrid, baseline: str | None = None) -> str:
+    """The report as one HTML page: headline, the comparison of several subjects (each against ``baseline``, else
+    the first), findings and a summary per subject first, then every case, the notes (each once), the failures
+    (open) and the advisories, folded; anchors to every failure and advisory, inline CSS."""
+    said = [(run.target_session, run.subject_name, note) for run in grid.targets for note in run.notes]
+    notes = [f"<li>{html.escape(where)}: {html.escape(note)}</li>" for where, note in grouped(said, grid.subjects_on)]
     failures = [_html_failure(failure) for failure in grid.failures]
     advisories = [_html_advisory(advisory) for advisory in grid.advisories]
     return "\n".join(
@@ -223,6 +228,7 @@ def render_html(grid: ResultGrid) -> str:
             f"<title>Megatron compatibility</title><style>{_CSS}</style></head><body>",
             "<h1>Megatron compatibility</h1>",
             f'<p class="headline">{html.escape(headline(grid))}</p>',
+            *comparison_html(compare(grid, baseline)),
             *findings_html(findings_table(grid.targets)),
             *(line for matrix in grid.matrices for line in summary_html(matrix)),
             _LEGEND,

@@ -11,8 +11,10 @@ from __future__ import annotations
 import html
 
 from harness.formats.markdown import code_block, code_span, table_row
+from harness.reports.comparison import compare
 from harness.reports.findings import findings_table
-from harness.reports.markdown_overview import ADVISORY, MARKS, findings_markdown, summary_markdown
+from harness.reports.grouping import grouped
+from harness.reports.markdown_overview import ADVISORY, MARKS, comparison_markdown, findings_markdown, summary_markdown
 from harness.reports.results import (
     INSTALLED,
     KINDS,
@@ -72,7 +74,7 @@ def _md_header(run: TargetRun) -> str:
     if run.pinned:
         lines.append("pins from matrix.yaml")
     lines += [f"{name} {html.escape(run.version(name))}" for name in INSTALLED]
-    return f"{run.session}<br><sub>{'<br>'.join(lines)}</sub>"
+    return f"{run.target_session}<br><sub>{'<br>'.join(lines)}</sub>"
 
 
 def _md_label(row: Row) -> str:
@@ -160,13 +162,16 @@ def _within_limit(text: str, sections: list[tuple[str, list[str]]], limit: int) 
     return text
 
 
-def render_markdown(grid: ResultGrid, limit: int = _MARKDOWN_LIMIT) -> str:
-    """The report as Markdown: headline, findings, a summary per subject and the legend, then, folded, every case
-    per subject, the notes, the failures (open) and the advisories (within ``limit`` chars)."""
-    blocks = ["## Megatron compatibility", headline(grid), *findings_markdown(findings_table(grid.targets))]
+def render_markdown(grid: ResultGrid, limit: int = _MARKDOWN_LIMIT, baseline: str | None = None) -> str:
+    """The report as Markdown: headline, the comparison of several subjects (each against ``baseline``, else the
+    first), findings, a summary per subject and the legend, then, folded, every case per subject, the notes (each
+    once), the failures (open) and the advisories (within ``limit`` chars)."""
+    blocks = ["## Megatron compatibility", headline(grid), *comparison_markdown(compare(grid, baseline))]
+    blocks += findings_markdown(findings_table(grid.targets))
     blocks += [*(summary_markdown(matrix) for matrix in grid.matrices), _LEGEND]
     blocks += [_md_matrix(matrix) for matrix in grid.matrices]
-    notes = [f"- {run.session}: {note}" for run in grid.targets for note in run.notes]
+    said = [(run.target_session, run.subject_name, note) for run in grid.targets for note in run.notes]
+    notes = [f"- {where}: {note}" for where, note in grouped(said, grid.subjects_on)]
     if notes:
         blocks.append(
             "\n".join([f"<details><summary><b>Notes</b> ({len(notes)})</summary>", "", *notes, "", "</details>"])

@@ -27,10 +27,6 @@ class Verdict:
     why: str | None = None
 
 
-NO_SUBJECT = "subject not recorded (no readable summary.json)"
-"""A summary's heading where no target left a summary naming the subject."""
-
-
 def header_version(run: TargetRun) -> str:
     """What a target's column header says under its name: the installed megatron-core, or that it did not run."""
     return run.version("megatron-core") if run.ran else "not run"

@@ -15,7 +15,7 @@ from __future__ import annotations
 import itertools
 import re
 from collections import Counter
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -53,6 +53,10 @@ _FIXTURE_ARGUMENTS = ("subject", "target")
 _BLOB = re.compile(r"@reproduce_failure\([^)]*\)")
 _EXAMPLE = re.compile(r"^(?:E\s+)?((?:Falsifying example|Failing test case): .*)$")
 _TRUNCATED = re.compile(r"^\[\+\d+ more lines; full report in element text\]$")
+
+
+NO_SUBJECT = "subject not recorded (no readable summary.json)"
+"""What a subject is called where no target left a summary naming it."""
 
 
 class ReportError(RuntimeError):
@@ -136,8 +140,11 @@ class TargetRun:
     advisories: list[Advisory] = field(default_factory=list)
     target: Target | None = None
     target_session: str = ""
-    """The target's session name; ``session`` adds the subject's folder where one session checked several subjects
-    (``megatron-0.15 (2-modernrl)``), so that each column and anchor is its own."""
+    """The target's session name; ``session`` adds the subject's label where one session checked several subjects
+    (``megatron-0.15 (modernrl.backends.megatron_utils (megatron-conformance.toml))``), so that each column and
+    anchor is its own."""
+    subject_name: str = ""
+    """The subject's label in a session of several subjects (:func:`subject_labels`); empty in a session of one."""
 
     def __post_init__(self) -> None:
         self.target_session = self.target_session or self.session
@@ -255,11 +262,18 @@ class Undeclared:
 @dataclass
 class SubjectMatrix:
     """The matrix of one subject (``None``: sessions that recorded none): its targets in version order, every target
-    that did not run among them, and rows (total, then each family followed by its cases)."""
+    that did not run among them, rows (total, then each family followed by its cases), and what the report calls the
+    subject (:func:`subject_labels`)."""
 
     subject: Subject | None
     targets: list[TargetRun]
     rows: list[Row]
+    label: str = NO_SUBJECT
+
+    @property
+    def runs(self) -> list[TargetRun]:
+        """The targets where this subject ran."""
+        return [run for run in self.targets if run.ran]
 
     @property
     def red(self) -> bool:
@@ -294,6 +308,29 @@ class ResultGrid:
     def advisories(self) -> list[Advisory]:
         """Every advisory, target by target, in row order; a cell's advisories are therefore consecutive."""
         return [advisory for run in self.targets for advisory in run.advisories]
+
+    @property
+    def recorded(self) -> list[SubjectMatrix]:
+        """The matrices of subjects a session recorded (sessions that recorded none share one more)."""
+        return [matrix for matrix in self.matrices if matrix.subject is not None]
+
+    @property
+    def several(self) -> bool:
+        """Whether the sessions ran more than one subject: the report then compares them and names each by label."""
+        return len(self.recorded) > 1
+
+    @property
+    def target_sessions(self) -> list[str]:
+        """Each target once, in version order (a session of several subjects is one target)."""
+        return list(dict.fromkeys(run.target_session for run in self.targets))
+
+    @property
+    def subjects_on(self) -> dict[str, list[str]]:
+        """The labels of the subjects each target checked (none in a report of one subject)."""
+        found: dict[str, list[str]] = {}
+        for run in self.targets:
+            found.setdefault(run.target_session, []).extend([run.subject_name] if run.subject_name else [])
+        return found
 
 
 def natural_key(name: str) -> list[Any]:
@@ -346,15 +383,17 @@ def _without_fixtures(block: list[str]) -> tuple[str, ...]:
     return tuple(kept)
 
 
-def _parse_failure(element: Element, session: str, nodeid: str, environment: Mapping[str, str], anchor: str) -> Failure:
+def _parse_failure(
+    element: Element, session: str, nodeid: str, environment: Mapping[str, str], anchor: str, target_session: str
+) -> Failure:
     """A ``<failure>`` or ``<error>`` element read into a :class:`Failure`; a red the gate plugin could not annotate
-    (strict XPASS, collection) gets the repro line the plugin would have printed."""
+    (strict XPASS, collection) gets the repro line the plugin would have printed, on the target's session."""
     text = element.text or ""
     message = element.get("message") or text
     kind = "xpass" if message.startswith("[XPASS(strict)]") else element.tag
     section, repro = red_section.parse(text)
     if repro is None:
-        repro = red_section.repro_line(session, nodeid, environment)
+        repro = red_section.repro_line(target_session, nodeid, environment)
     blob = _BLOB.search(text)
     return Failure(
         target=session,
@@ -392,7 +431,9 @@ def _undeclared_reason(case: JUnitCase) -> str | None:
     return message if is_not_declared(message) else None
 
 
-def _case_results(cases: Iterable[JUnitCase], session: str, environment: Mapping[str, str]) -> list[CaseResult]:
+def _case_results(
+    cases: Iterable[JUnitCase], session: str, environment: Mapping[str, str], target_session: str
+) -> list[CaseResult]:
     """The JUnit cases of one session, sorted in row order, failures numbered for their anchors."""
     pending = sorted(
         ((case.module, case.function if case.name else _COLLECTION, case.nodeid, case) for case in cases),
@@ -403,7 +444,7 @@ def _case_results(cases: Iterable[JUnitCase], session: str, environment: Mapping
         failure = None
         if case.verdict == "failed" and case.detail is not None:
             anchor = f"fail-{_slug(session)}-{next(numbers)}"
-            failure = _parse_failure(case.detail, session, nodeid, environment, anchor)
+            failure = _parse_failure(case.detail, session, nodeid, environment, anchor, target_session)
         reason = _undeclared_reason(case)
         status = "undeclared" if reason is not None else case.verdict
         results.append(CaseResult(module, function, nodeid, status, failure, reason))
@@ -419,11 +460,14 @@ def _advisories(records: Iterable[dict[str, str]], session: str) -> list[Advisor
     ]
 
 
-def load_target(directory: Path, target: Target | None = None, target_session: str = "") -> TargetRun:
+def load_target(
+    directory: Path, target: Target | None = None, target_session: str = "", subject_name: str = ""
+) -> TargetRun:
     """One target session folder, with its matrix entry when the matrix defines it; a missing or unreadable file
     becomes a note, not an exception. ``target_session`` names the target of a subject's folder of a session that
-    checked several (the folder's own name then joins it in the column's name)."""
-    session = f"{target_session} ({directory.name})" if target_session else directory.name
+    checked several: the subject's label (``subject_name``, else the folder's own name) then joins it in the column's
+    name."""
+    session = f"{target_session} ({subject_name or directory.name})" if target_session else directory.name
     notes: list[str] = []
     summary: SessionSummary | None = None
     if not directory.is_dir():
@@ -443,7 +487,7 @@ def load_target(directory: Path, target: Target | None = None, target_session: s
     if junit_path.is_file():
         try:
             environment = repro_environment(recorded.subject, recorded.matrix)
-            results = _case_results(read_cases(junit_path), session, environment)
+            results = _case_results(read_cases(junit_path), session, environment, target_session or session)
         except ParseError as err:
             notes.append(f"junit.xml is unreadable ({err}); no verdicts")
     else:
@@ -456,7 +500,7 @@ def load_target(directory: Path, target: Target | None = None, target_session: s
     if recorded.family_seconds:
         notes.append(time_note(recorded))
     advisories = _advisories(recorded.advisories, session)
-    return TargetRun(session, summary, results, notes, advisories, target, target_session)
+    return TargetRun(session, summary, results, notes, advisories, target, target_session, subject_name)
 
 
 def waiver_text(waiver: Mapping[str, str]) -> str:
@@ -505,15 +549,32 @@ def _rows(targets: list[TargetRun]) -> list[Row]:
     return rows
 
 
-def _matrices(targets: list[TargetRun]) -> list[SubjectMatrix]:
+def _subjects(targets: list[TargetRun]) -> list[Subject | None]:
+    """Every subject the targets ran, in the order they first ran it (a session's folders in their order)."""
+    return list(dict.fromkeys(run.subject for run in targets if run.ran)) or [None]
+
+
+def subject_labels(subjects: Sequence[Subject | None]) -> dict[Subject | None, str]:
+    """What the report calls each subject, ``subjects`` in the run's order: its declaration's ``[subject] label``
+    where given, else its recorded label (the adapter package and the file below the source root), else its file or
+    module name, never a folder name such as ``2-megatron-conformance``; the position in the run is added only where
+    two subjects would otherwise share a name."""
+    names = {subject: subject.short if subject else NO_SUBJECT for subject in subjects}
+    counts = Counter(names.values())
+    return {
+        subject: names[subject] if counts[names[subject]] == 1 else f"{names[subject]} #{position}"
+        for position, subject in enumerate(subjects, 1)
+    }
+
+
+def _matrices(targets: list[TargetRun], labels: Mapping[Subject | None, str]) -> list[SubjectMatrix]:
     """One matrix per subject, in the order the targets first ran it, so that no verdict of one subject reads as
     another's; sessions that recorded no subject share one. A target that did not run has no subject: it is a column
     of every matrix."""
-    subjects = list(dict.fromkeys(run.subject for run in targets if run.ran)) or [None]
     matrices = []
-    for subject in subjects:
+    for subject, label in labels.items():
         members = [run for run in targets if not run.ran or run.subject == subject]
-        matrices.append(SubjectMatrix(subject, members, _rows(members)))
+        matrices.append(SubjectMatrix(subject, members, _rows(members), label))
     return matrices
 
 
@@ -559,28 +620,58 @@ def collect(reports: Path, expected: Mapping[str, Target] | None = None) -> Resu
             f"no target session in {reports}: expected <session>/junit.xml or <session>/{SUMMARY_FILE} there; "
             f"run a target first ({launcher()} -s megatron-0.15) or download the gate's artifacts into it"
         )
-    sessions = found | set(expected)
+    sessions = sorted(found | set(expected), key=natural_key)
+    labels = subject_labels(_subjects(_load_all(reports, sessions, expected, {})))
+    targets = _load_all(reports, sessions, expected, labels)
+    return ResultGrid(targets, _matrices(targets, labels))
+
+
+def _load_all(
+    reports: Path, sessions: list[str], expected: Mapping[str, Target], labels: Mapping[Subject | None, str]
+) -> list[TargetRun]:
+    """Every session's folder (each subject's, in a session of several) read, the subjects' folders named by their
+    ``labels`` (read once without them, to learn the subjects)."""
     targets = []
-    for name in sorted(sessions, key=natural_key):
-        subjects = subject_folders(reports / name)
-        targets += [load_target(folder, expected.get(name), name) for folder in subjects]
-        if not subjects:
+    for name in sessions:
+        named: set[str] = set()
+        for folder in subject_folders(reports / name):
+            run = load_target(folder, expected.get(name), name)
+            label = labels.get(run.subject) if run.ran else None
+            if label in named:  # one subject named twice in a run: its folders tell the two sessions apart
+                label = f"{label} ({folder.name})"
+            named.add(label or "")
+            targets.append(load_target(folder, expected.get(name), name, label) if label else run)
+        if not subject_folders(reports / name):
             targets.append(load_target(reports / name, expected.get(name)))
-    return ResultGrid(targets, _matrices(targets))
+    return targets
 
 
 def headline(grid: ResultGrid) -> str:
-    """How many targets ran and which are red; and, when the sessions ran different subjects, that each has its own
-    matrix (a reader who stops at the first one must not take it for all of them). "7 targets, no failure" with one
-    of them not run would pass a target nothing checked for green."""
-    red = [run for run in grid.targets if any(r.failure for r in run.results)]
+    """One line: how many targets ran, and which are red; with several subjects, how many, and each one's reds with
+    the targets they are on (a reader who stops at the first matrix must not take it for all of them). "7 targets,
+    no failure" with one of them not run would pass a target nothing checked for green."""
     sessions = {run.target_session for run in grid.targets}
     # A target of several subjects ran only where every subject's session left something readable.
     ran = len(sessions - {run.target_session for run in grid.targets if not run.ran})
     total = len(sessions)
     count = f"{total} target{'s' if total != 1 else ''}" if ran == total else f"{ran} of {total} targets ran"
+    if grid.several:
+        return f"{count} · {len(grid.recorded)} subjects · {_reds_by_subject(grid)}."
+    red = [run for run in grid.targets if any(r.failure for r in run.results)]
     names = ", ".join(f"{run.session} ({sum(1 for r in run.results if r.failure)})" for run in red)
     text = f"{count}; failures on {names}." if red else f"{count}, no failure."
     if len(grid.matrices) > 1:
-        text += f" The sessions did not all record one subject: {len(grid.matrices)} matrices, one per subject."
+        text += " Some sessions recorded no subject: their verdicts have a matrix of their own."
     return text
+
+
+def _reds_by_subject(grid: ResultGrid) -> str:
+    """``5 reds: legacyrl 3 (megatron-0.13, megatron-0.16), kestrel 2 (megatron-0.16)``, or ``no red``."""
+    parts, total = [], 0
+    for matrix in grid.matrices:
+        red = {run.target_session: sum(1 for r in run.results if r.failure) for run in matrix.runs}
+        count = sum(red.values())
+        total += count
+        if count:
+            parts.append(f"{matrix.label} {count} ({', '.join(t for t, n in red.items() if n)})")
+    return f"{total} red{'s' if total != 1 else ''}: {', '.join(parts)}" if total else "no red"

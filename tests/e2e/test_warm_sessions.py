@@ -84,6 +84,8 @@ def test_a_target_session_checks_each_subject_the_environment_names_and_the_repo
     )
     assert report.returncode == 0, report.stderr[-3000:]
     markdown = (tmp_path / "compatibility.md").read_text()
-    assert markdown.splitlines()[2].startswith(f"1 target; failures on {SESSION} (1-chunk_splitting_reversed) (2).")
+    assert markdown.splitlines()[2] == "1 target · 2 subjects · 2 reds: chunk_splitting_reversed.py 2 (megatron-0.15)."
+    comparison = markdown[markdown.index("### Comparison: each subject against `chunk_splitting_reversed.py`") :]
+    assert comparison.index("2 fixed, 0 new, 0 shared") < comparison.index("### Findings"), "the comparison comes first"
     assert f"### Summary: subject `{seeded}` (module)" in markdown
     assert f"### Summary: subject `{REFERENCE_SUBJECT}` (module)" in markdown
