@@ -211,7 +211,7 @@ def tests(session: nox.Session) -> None:
     after running megatron-0.13, -0.15 and -0.16 through the newest target."""
     selection = _test_selection(session.posargs)
     torch_pin = f"torch{HARNESS_TARGET.torch}"
-    tools = ["nox[uv]", "pip", "ruff", "check-jsonschema", "matplotlib"]
+    tools = ["nox[uv]", "pip", "ruff", "check-jsonschema", "matplotlib", "markdown-it-py"]
     session.install(
         *install_command([*HARNESS_REQUIREMENTS, *tools, torch_pin], session.venv_backend, HARNESS_TARGET.python)
     )

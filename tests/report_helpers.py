@@ -3,6 +3,7 @@ and readers of the Markdown the report writes."""
 
 from __future__ import annotations
 
+import html
 import json
 import re
 import xml.etree.ElementTree as ET
@@ -312,8 +313,19 @@ def seven_targets() -> dict[str, Target]:
     return {session: known[session] for session in SEVEN}
 
 
+def _as_code_span(cell: str) -> str:
+    """A cell with the report's wrapping ``<code>`` read back as the code span it stands for."""
+    return re.sub(
+        r"<code>(.*?)</code>",
+        lambda found: (
+            "`" + html.unescape(re.sub(r"\\([\\`*_\[\]~])", r"\1", found.group(1).replace("<wbr>", ""))) + "`"
+        ),
+        cell,
+    )
+
+
 def _parse_table(lines: list[str]) -> tuple[list[str], dict[str, list[str]]]:
-    split = [[cell.strip() for cell in re.split(r"(?<!\\)\|", line)[1:-1]] for line in lines]
+    split = [[_as_code_span(cell.strip()) for cell in re.split(r"(?<!\\)\|", line)[1:-1]] for line in lines]
     return split[0][1:], {cells[0]: cells[1:] for cells in split[1:]}
 
 
@@ -347,6 +359,14 @@ def summaries(markdown: str) -> dict[str, tuple[list[str], dict[str, list[str]]]
 def findings(markdown: str) -> tuple[list[str], dict[str, list[str]]]:
     """The findings table of a Markdown report: targets as columns, a row per finding."""
     return _tables(markdown)["Findings: is the patch still needed, and enough?"]
+
+
+def comparison(markdown: str) -> tuple[str, list[str], dict[str, list[str]]]:
+    """The comparison table of a Markdown report: its baseline, targets as columns, a row per compared subject."""
+    heading, (headers, rows) = next(
+        (heading, found) for heading, found in _tables(markdown).items() if heading.startswith("Comparison: ")
+    )
+    return _as_code_span(heading.removeprefix("Comparison: each subject against ")), headers, rows
 
 
 def columns(markdown: str) -> dict[str, dict[str, list[str]]]:

@@ -3,6 +3,7 @@ the gate writes (compatibility matrix, api-diff, sensitivity, bench) escapes thr
 
 from __future__ import annotations
 
+import html
 import re
 
 
@@ -31,3 +32,21 @@ def code_block(text: str, language: str = "text") -> str:
     """A fenced block that survives fences inside ``text``."""
     fence = "`" * max(3, _longest_backtick_run(text) + 1)
     return f"{fence}{language}\n{text}\n{fence}"
+
+
+def breakable(text: str) -> str:
+    """``text`` escaped for HTML, with a break opportunity after each ``_``, ``.`` and ``/``: a case or function
+    name, a dotted package or a path then wraps inside its column instead of widening the page."""
+    escaped = html.escape(text)
+    for mark in "_./":
+        escaped = escaped.replace(mark, f"{mark}<wbr>")
+    return escaped
+
+
+def breakable_code(text: str) -> str:
+    """``text`` as inline code in Markdown that may wrap as :func:`breakable` text does: raw ``<code>`` (a code span
+    cannot hold ``<wbr>``), its Markdown punctuation escaped so that nothing inside turns into emphasis or a link."""
+    escaped = re.sub(r"([\\`*_\[\]~])", r"\\\1", html.escape(text))
+    for mark in "_./":
+        escaped = escaped.replace(mark, f"{mark}<wbr>")
+    return f"<code>{escaped}</code>"

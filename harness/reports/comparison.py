@@ -50,6 +50,35 @@ class Pair:
         """Whether nothing was fixed and nothing is new."""
         return not self.fixed and not self.new
 
+    def summary(self) -> list[tuple[str, str]]:
+        """The cell of this pair in the comparison table: ``(status, text)`` parts, worst first."""
+        if self.missing:
+            return [("none", "not compared")]
+        parts = [("failed", f"{len(self.new)} new")] if self.new else []
+        parts += [("passed", f"{len(self.fixed)} fixed")] if self.fixed else []
+        parts += [("", f"{len(self.shared)} shared")] if self.shared else []
+        parts = parts or [("", "no change")]
+        before, after = self.advisories
+        return parts + ([("advisory", f"advisories {before} → {after}")] if before != after else [])
+
+    @property
+    def new_entries(self) -> list[tuple[str, Entry]]:
+        """What is new against the baseline: what a reviewer must read first."""
+        return [("new", entry) for entry in self.new]
+
+    @property
+    def other_entries(self) -> list[tuple[str, Entry]]:
+        """What the subject fixes, then what it shares with the baseline."""
+        return [(what, entry) for what in ("fixed", "shared") for entry in getattr(self, what)]
+
+
+def by_subject(pairs: list[Pair]) -> dict[str, list[Pair]]:
+    """The pairs of each compared subject, in target order: a row of the comparison table each."""
+    found: dict[str, list[Pair]] = {}
+    for pair in pairs:
+        found.setdefault(pair.other, []).append(pair)
+    return found
+
 
 def _repro_environment(run: TargetRun) -> dict[str, str]:
     summary = run.summary

@@ -106,6 +106,16 @@ def peak_text(peak: Peak) -> str:
     return f"{size(peak.upstream)} → {size(peak.subject)}"
 
 
+def peak_cell(what: str) -> Callable[[TargetFindings], str]:
+    """What a target's cell of the measurement ``what`` says: its peaks, or ``—`` where it made none."""
+
+    def text(row: TargetFindings) -> str:
+        peak = row.peak(what)
+        return peak_text(peak) if peak else "—"
+
+    return text
+
+
 def _read(row: TargetFindings, text: str, idle: list[set[str]]) -> bool:
     """Read one finding into ``row``; ``False`` when it is of no shape read here."""
     step = _STEP.fullmatch(text)
@@ -166,15 +176,14 @@ class FindingsTable:
         """The subjects each target checked (one empty name in a report of one subject)."""
         return {target: [row.subject for row in rows] for target, rows in self.columns}
 
-    def cells(self, text: Callable[[TargetFindings], str]) -> list[list[tuple[str, str]]]:
-        """One cell per column: ``[("", text)]`` where every subject of the target reads alike, else one
-        ``(subject, text)`` per subject."""
-        cells = []
-        for _, rows in self.columns:
-            texts = [(row.subject, text(row)) for row in rows]
-            alike = len({value for _, value in texts}) == 1
-            cells.append([("", texts[0][1])] if alike else texts)
-        return cells
+    def rows(self, text: Callable[[TargetFindings], str]) -> list[tuple[str, list[str]]]:
+        """The cells of one finding, a column each: one row (subject ``""``) where every target's subjects read
+        alike, else one row per subject, so that a column stays as narrow as its figures."""
+        columns = [[(row.subject, text(row)) for row in rows] for _, rows in self.columns]
+        if all(len({value for _, value in column}) == 1 for column in columns):
+            return [("", [column[0][1] for column in columns])]
+        subjects = list(dict.fromkeys(subject for column in columns for subject, _ in column))
+        return [(subject, [dict(column).get(subject, "—") for column in columns]) for subject in subjects]
 
     @property
     def measurements(self) -> list[str]:

@@ -11,10 +11,11 @@ from __future__ import annotations
 import html
 from collections.abc import Iterable
 
+from harness.formats.markdown import breakable
 from harness.reports.comparison import compare
 from harness.reports.findings import findings_table
 from harness.reports.grouping import grouped
-from harness.reports.html_overview import breakable, comparison_html, findings_html, summary_heading, summary_html
+from harness.reports.html_overview import comparison_html, findings_html, summary_heading, summary_html
 from harness.reports.results import (
     INSTALLED,
     KINDS,
@@ -41,8 +42,9 @@ th, td { border: 1px solid #d0d7de; padding: 4px 8px; text-align: left; vertical
 thead th { background: #f6f8fa; }
 thead th .pins { display: block; font-weight: normal; font-size: 12px; color: #57606a; }
 tbody th { font-weight: normal; }
-table.findings, table.summary, table.matrix { table-layout: fixed; width: 100%; }
-table.findings th, table.findings td, table.summary th, table.summary td, table.matrix th, table.matrix td {
+table.findings, table.summary, table.matrix, table.comparison { table-layout: fixed; width: 100%; }
+table.findings th, table.findings td, table.summary th, table.summary td, table.matrix th, table.matrix td,
+table.comparison th, table.comparison td {
   overflow-wrap: anywhere;
 }
 thead th:first-child { width: 18%; }

@@ -7,7 +7,8 @@ from __future__ import annotations
 
 import html
 
-from harness.reports.comparison import KINDS, Entry, Pair
+from harness.formats.markdown import breakable
+from harness.reports.comparison import KINDS, Entry, Pair, by_subject
 from harness.reports.findings import (
     HEAD,
     IDLE,
@@ -16,21 +17,12 @@ from harness.reports.findings import (
     UNBOUNDED,
     FindingsTable,
     TargetFindings,
-    peak_text,
+    peak_cell,
     size,
 )
 from harness.reports.grouping import grouped
 from harness.reports.overview import Verdict, header_version, summary_rows, verdict
 from harness.reports.results import NO_SUBJECT, SubjectMatrix, TargetRun, advisory_text
-
-
-def breakable(text: str) -> str:
-    """``text`` escaped, with a break opportunity after each ``_``, ``.`` and ``/``: a case or function name, a
-    dotted package or a path then wraps inside its column instead of widening the page."""
-    escaped = html.escape(text)
-    for mark in "_./":
-        escaped = escaped.replace(mark, f"{mark}<wbr>")
-    return escaped
 
 
 def _unbounded(row: TargetFindings) -> str:
@@ -52,37 +44,38 @@ def _names(names: list[str]) -> str:
     return ", ".join(f"<code>{breakable(name)}</code>" for name in names) or "—"
 
 
-def _merged(cells: list[list[tuple[str, str]]], kind: str = "") -> str:
-    """Each target's cell: its text once where its subjects read alike, else one line per subject (its label in
-    grey). ``—`` and the verdicts that say nothing is known are quiet; ``kind`` is the class of a cell that says
-    something."""
+def _cells(cells: list[str], kind: str = "") -> str:
+    """A finding's cells: ``—`` and the verdicts that say nothing is known are quiet; ``kind`` is the class of a cell
+    that says something."""
     out = []
-    for cell in cells:
-        lines = [f'<span class="quiet">{html.escape(who)}:</span> {text}' if who else text for who, text in cell]
-        quiet = all(text in ("—", *NOT_KNOWN) for _, text in cell)
-        says = any(text not in ("—", "none") for _, text in cell)
-        css = "none" if quiet else kind if says else ""
-        out.append(f"<td{f' class={chr(34)}{css}{chr(34)}' if css else ''}>{'<br>'.join(lines)}</td>")
+    for text in cells:
+        css = "none" if text in ("—", *NOT_KNOWN) else kind if text != "none" else ""
+        out.append(f'<td class="{css}">{text}</td>' if css else f"<td>{text}</td>")
     return "".join(out)
 
 
-def _findings_row(label: str, cells: str) -> str:
-    return f'<tr><th scope="row">{label}</th>{cells}</tr>'
+def _rows(label: str, rows: list[tuple[str, list[str]]], kind: str = "") -> list[str]:
+    """A finding's rows: one, or one per subject where the subjects differ (the subject after the finding's name)."""
+    return [
+        f'<tr><th scope="row">{label}{f" · <code>{breakable(subject)}</code>" if subject else ""}</th>'
+        f"{_cells(cells, kind)}</tr>"
+        for subject, cells in rows
+    ]
 
 
 def findings_html(table: FindingsTable | None) -> list[str]:
     """The findings (nothing when no target recorded one): a column per target, a row for the verdict, one per
-    measurement, one for the reductions the subject leaves unbounded and one for those nothing exercised; findings
-    of other shapes and blockers listed once each below it, with where they were found."""
+    measurement, one for the reductions the subject leaves unbounded and one for those nothing exercised (each one
+    row per subject where subjects differ); findings of other shapes and blockers listed once each below it, with
+    where they were found."""
     if table is None:
         return []
-    lines = [_findings_row(NEEDED, _merged(table.cells(_verdict)))]
+    lines = _rows(NEEDED, table.rows(_verdict))
     for what in table.measurements:
-        cells = table.cells(lambda row, w=what: peak_text(row.peak(w)) if row.peak(w) else "—")
-        lines.append(_findings_row(html.escape(what), _merged(cells)))
-    lines.append(_findings_row(UNBOUNDED, _merged(table.cells(_unbounded), "unbounded")))
+        lines += _rows(html.escape(what), table.rows(peak_cell(what)))
+    lines += _rows(UNBOUNDED, table.rows(_unbounded), "unbounded")
     if any(row.not_exercised for row in table.targets):
-        lines.append(_findings_row(IDLE, _merged(table.cells(lambda row: _names(row.not_exercised)), "quiet")))
+        lines += _rows(IDLE, table.rows(lambda row: _names(row.not_exercised)), "quiet")
     head = "".join(f'<th scope="col">{html.escape(target)}</th>' for target, _ in table.columns)
     other = [
         f"<li>{html.escape(where)}: {html.escape(text)}</li>" for where, text in grouped(table.other, table.subjects_on)
@@ -96,40 +89,50 @@ def findings_html(table: FindingsTable | None) -> list[str]:
     ]
 
 
-def _entry(entry: Entry) -> str:
+def _comparison_cell(pair: Pair) -> str:
+    parts = [
+        f'<span class="quiet">{text}</span>' if status == "advisory" else html.escape(text)
+        for status, text in pair.summary()
+    ]
+    status = pair.summary()[0][0]
+    return f'<td class="{status}">{" · ".join(parts)}</td>' if status else f"<td>{' · '.join(parts)}</td>"
+
+
+def _change(pair: Pair, what: str, entry: Entry) -> str:
     case = f"<code>{breakable(entry.case)}</code>"
     if entry.anchor:
         case = f'<a href="#{entry.anchor}">{case}</a>'
-    return f'<li>{KINDS[entry.kind]} {case}<br><code class="repro">{html.escape(entry.repro)}</code></li>'
+    where = f"{html.escape(pair.target)} · <code>{breakable(pair.other)}</code>"
+    repro = f'<code class="repro">{html.escape(entry.repro)}</code>'
+    return f"<li>{where} · <strong>{what}</strong> {KINDS[entry.kind]} {case}<br>{repro}</li>"
 
 
 def comparison_html(pairs: list[Pair]) -> list[str]:
-    """The comparison (nothing for a report of one subject): per target, each subject against the baseline, what it
-    fixes, what is new and what both have, each with its repro line, and both advisory counts."""
+    """The comparison (nothing for a report of one subject): a row per subject, a column per target, what it fixes
+    and breaks against the baseline; then every new red with its repro line (open), and what is fixed or shared
+    (folded)."""
     if not pairs:
         return []
-    lines = [
-        f"<h2>Comparison: each subject against <code>{breakable(pairs[0].baseline)}</code></h2>",
-        '<ul class="comparison">',
+    targets = "".join(f'<th scope="col">{html.escape(t)}</th>' for t in dict.fromkeys(p.target for p in pairs))
+    rows = [
+        f'<tr><th scope="row"><code>{breakable(other)}</code></th>{"".join(map(_comparison_cell, found))}</tr>'
+        for other, found in by_subject(pairs).items()
     ]
-    for pair in pairs:
-        head = f"<strong>{html.escape(pair.target)}</strong> · <code>{breakable(pair.other)}</code>"
-        if pair.missing:
-            missing = " and ".join(f"<code>{breakable(label)}</code>" for label in pair.missing)
-            lines.append(f'<li class="quiet">{head}: not compared, {missing} did not run there</li>')
-            continue
-        before, after = pair.advisories
-        counts = f"{len(pair.fixed)} fixed, {len(pair.new)} new, {len(pair.shared)} shared"
-        lines.append(f"<li>{head}: {'no change' if pair.same else counts}; advisories {before} → {after}")
-        for title, found in (("fixed", pair.fixed), ("new", pair.new), ("shared", pair.shared)):
-            if found:
-                lines += [
-                    f'<ul class="{title}"><li><strong>{title}</strong><ul>',
-                    *map(_entry, found),
-                    "</ul></li></ul>",
-                ]
-        lines.append("</li>")
-    return [*lines, "</ul>"]
+    new = [_change(pair, what, entry) for pair in pairs for what, entry in pair.new_entries]
+    other = [_change(pair, what, entry) for pair in pairs for what, entry in pair.other_entries]
+    folds = []
+    for title, changes, opened in (("New against the baseline", new, " open"), ("Fixed and shared", other, "")):
+        if changes:
+            summary = f"{title}, each with its repro line ({len(changes)})"
+            folds += [f'<details class="section"{opened}><summary>{summary}</summary>', '<ul class="comparison">']
+            folds += [*changes, "</ul></details>"]
+    return [
+        f"<h2>Comparison: each subject against <code>{breakable(pairs[0].baseline)}</code></h2>",
+        f'<table class="comparison"><thead><tr><th scope="col">subject</th>{targets}</tr></thead><tbody>',
+        *rows,
+        "</tbody></table>",
+        *folds,
+    ]
 
 
 def _summary_cell(found: Verdict) -> str:

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import html
 
-from harness.formats.markdown import code_block, code_span, table_row
+from harness.formats.markdown import breakable_code, code_block, code_span, table_row
 from harness.reports.comparison import compare
 from harness.reports.findings import findings_table
 from harness.reports.grouping import grouped
@@ -68,7 +68,7 @@ def _md_header(run: TargetRun) -> str:
     (the matrix's pins when it recorded none)."""
     lines = [] if run.ran else ["not run"]
     if run.subject:
-        lines.append(f"subject {code_span(run.subject.short)}")
+        lines.append(f"subject {breakable_code(run.subject.short)}")
     if run.selection:
         lines.append(f"selection {code_span(' '.join(run.selection))}")
     if run.pinned:
@@ -79,13 +79,13 @@ def _md_header(run: TargetRun) -> str:
 
 def _md_label(row: Row) -> str:
     """The first cell of a row, unescaped (:func:`table_row` escapes its pipes, which GitHub splits cells on even
-    inside code)."""
+    inside code); names as code that wraps, so that long case names do not widen a comment's table."""
     if not row.module:
         return f"**{row.label}**"
     if row.function is None:
-        suffix = f" {code_span(row.module)}" if row.label != row.module else ""
+        suffix = f" {breakable_code(row.module)}" if row.label != row.module else ""
         return f"**{row.label}**{suffix}"
-    return "&nbsp;&nbsp;&nbsp;" + code_span(row.label)
+    return "&nbsp;&nbsp;&nbsp;" + breakable_code(row.label)
 
 
 def _md_failure(failure: Failure) -> str:

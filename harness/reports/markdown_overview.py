@@ -7,8 +7,8 @@ from __future__ import annotations
 
 import html
 
-from harness.formats.markdown import code_span, table_row
-from harness.reports.comparison import KINDS, Entry, Pair
+from harness.formats.markdown import breakable_code, code_span, table_row
+from harness.reports.comparison import KINDS, Entry, Pair, by_subject
 from harness.reports.findings import (
     HEAD,
     IDLE,
@@ -17,7 +17,7 @@ from harness.reports.findings import (
     UNBOUNDED,
     FindingsTable,
     TargetFindings,
-    peak_text,
+    peak_cell,
     size,
 )
 from harness.reports.grouping import grouped
@@ -37,7 +37,7 @@ def _table(head: list[str], rows: list[list[str]]) -> list[str]:
 def _unbounded(row: TargetFindings) -> str:
     if not row.ran or not row.steps:
         return "—"
-    listed = [f"{code_span(name)} ({size(nbytes)} in one buffer)" for name, nbytes in row.unbounded.items()]
+    listed = [f"{breakable_code(name)} ({size(nbytes)} in one buffer)" for name, nbytes in row.unbounded.items()]
     return "<br>".join(listed) or "none"
 
 
@@ -45,52 +45,61 @@ def _verdict(row: TargetFindings) -> str:
     return row.verdict if row.verdict in NOT_KNOWN else f"**{row.verdict}**"
 
 
-def _merged(cells: list[list[tuple[str, str]]]) -> list[str]:
-    """Each target's cell: its text once where its subjects read alike, else one ``subject: text`` line each."""
-    return ["<br>".join(f"{html.escape(who)}: {text}" if who else text for who, text in cell) for cell in cells]
+def _names(names: list[str]) -> str:
+    return ", ".join(breakable_code(name) for name in names) or "—"
+
+
+def _rows(label: str, rows: list[tuple[str, list[str]]]) -> list[list[str]]:
+    """A finding's rows: one, or one per subject where the subjects differ (the subject after the finding's name)."""
+    return [[f"{label} · {breakable_code(subject)}" if subject else label, *cells] for subject, cells in rows]
 
 
 def findings_markdown(table: FindingsTable | None) -> list[str]:
     """The findings (nothing when no target recorded one): a column per target, a row for the verdict, one per
-    measurement, one for the reductions the subject leaves unbounded and one for those nothing exercised; findings
-    of other shapes and blockers listed once each below it, with where they were found."""
+    measurement, one for the reductions the subject leaves unbounded and one for those nothing exercised (each one
+    row per subject where subjects differ); findings of other shapes and blockers listed once each below it, with
+    where they were found."""
     if table is None:
         return []
-    rows = [[NEEDED, *_merged(table.cells(_verdict))]]
+    rows = _rows(NEEDED, table.rows(_verdict))
     for what in table.measurements:
-        cells = table.cells(lambda row, w=what: peak_text(row.peak(w)) if row.peak(w) else "—")
-        rows.append([html.escape(what), *_merged(cells)])
-    rows.append([UNBOUNDED, *_merged(table.cells(_unbounded))])
+        rows += _rows(html.escape(what), table.rows(peak_cell(what)))
+    rows += _rows(UNBOUNDED, table.rows(_unbounded))
     if any(row.not_exercised for row in table.targets):
-        idle = table.cells(lambda row: ", ".join(code_span(name) for name in row.not_exercised) or "—")
-        rows.append([IDLE, *_merged(idle)])
+        rows += _rows(IDLE, table.rows(lambda row: _names(row.not_exercised)))
     head = [HEAD, *(target for target, _ in table.columns)]
     other = [f"- {where}: {text}" for where, text in grouped(table.other, table.subjects_on)]
     lines = ["### Findings: is the patch still needed, and enough?", "", *_table(head, rows)]
     return ["\n".join([*lines, *(["", *other] if other else [])])]
 
 
-def _entry(entry: Entry) -> str:
-    case = f"[{code_span(entry.case)}](#{entry.anchor})" if entry.anchor else code_span(entry.case)
-    return f"  - {KINDS[entry.kind]} {case}: {code_span(entry.repro)}"
+def _comparison_cell(pair: Pair) -> str:
+    marks = {**MARKS, "advisory": ADVISORY}
+    return " · ".join(f"{marks[status]} {text}" if status in marks else text for status, text in pair.summary())
+
+
+def _change(pair: Pair, what: str, entry: Entry) -> str:
+    case = f"[{breakable_code(entry.case)}](#{entry.anchor})" if entry.anchor else breakable_code(entry.case)
+    where = f"{pair.target} · {breakable_code(pair.other)}"
+    return f"- {where} · **{what}** {KINDS[entry.kind]} {case}: {code_span(entry.repro)}"
 
 
 def comparison_markdown(pairs: list[Pair]) -> list[str]:
-    """The comparison (nothing for a report of one subject): per target, each subject against the baseline, what it
-    fixes, what is new and what both have, each with its repro line, and both advisory counts."""
+    """The comparison (nothing for a report of one subject): a row per subject, a column per target, what it fixes
+    and breaks against the baseline; then every new red with its repro line (open), and what is fixed or shared
+    (folded)."""
     if not pairs:
         return []
-    lines = [f"### Comparison: each subject against {code_span(pairs[0].baseline)}", ""]
-    for pair in pairs:
-        head = f"- **{pair.target}** · {code_span(pair.other)}"
-        if pair.missing:
-            lines.append(f"{head}: not compared, {' and '.join(map(code_span, pair.missing))} did not run there")
-            continue
-        counts = f"{len(pair.fixed)} fixed, {len(pair.new)} new, {len(pair.shared)} shared"
-        before, after = pair.advisories
-        lines.append(f"{head}: {'no change' if pair.same else counts}; advisories {before} → {after}")
-        for title, found in (("fixed", pair.fixed), ("new", pair.new), ("shared", pair.shared)):
-            lines += [f"  - **{title}**", *(f"  {_entry(entry)}" for entry in found)] if found else []
+    targets = list(dict.fromkeys(pair.target for pair in pairs))
+    rows = [[breakable_code(other), *map(_comparison_cell, found)] for other, found in by_subject(pairs).items()]
+    lines = [f"### Comparison: each subject against {breakable_code(pairs[0].baseline)}", ""]
+    lines += _table(["subject", *targets], rows)
+    new = [_change(pair, what, entry) for pair in pairs for what, entry in pair.new_entries]
+    other = [_change(pair, what, entry) for pair in pairs for what, entry in pair.other_entries]
+    for title, changes, opened in (("New against the baseline", new, " open"), ("Fixed and shared", other, "")):
+        if changes:
+            summary = f"<b>{title}</b>, each with its repro line ({len(changes)})"
+            lines += ["", f"<details{opened}><summary>{summary}</summary>", "", *changes, "", "</details>"]
     return ["\n".join(lines)]
 
 

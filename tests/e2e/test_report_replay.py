@@ -12,6 +12,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from markdown_it import MarkdownIt
 
 from harness.reports.compatibility import write_reports
 from harness.reports.markdown import render_markdown
@@ -26,6 +27,7 @@ from tests.report_helpers import (
     synthetic_reports,
     table,
 )
+from tests.several_subjects import four_subject_reports, four_targets
 
 CHROMIUM_FLAGS = [
     "--headless",
@@ -91,12 +93,10 @@ MEASURE = (
 wide the page lays out against the window."""
 
 
-def test_seven_targets_fit_a_1400_px_window_unfolded(tmp_path: Path) -> None:
-    """Seven columns of long pins and case names once overflowed after the fifth; with every fold open the page
-    must still be no wider than the window."""
-    _, _, page = write_reports(seven_target_reports(tmp_path / "reports"), seven_targets())
+def laid_out(page: str, tmp_path: Path) -> tuple[str, int, int]:
+    """The DOM of ``page`` (every fold opened) in a 1400 px headless window, and how wide it lays out against it."""
     measured = tmp_path / "measured.html"
-    measured.write_text(page.read_text().replace("</body>", f"{MEASURE}</body>"))
+    measured.write_text(page.replace("</body>", f"{MEASURE}</body>"))
     dom = subprocess.run(
         [
             headless_browser(),
@@ -111,12 +111,78 @@ def test_seven_targets_fit_a_1400_px_window_unfolded(tmp_path: Path) -> None:
         timeout=120,
         check=True,
     ).stdout
+    scroll, window = map(int, re.search(r'data-widths="(\d+) (\d+)"', dom).groups())
+    assert 1300 < window <= 1400, f"the window is {window} px wide, not 1400"
+    return dom, scroll, window
+
+
+def test_seven_targets_fit_a_1400_px_window_unfolded(tmp_path: Path) -> None:
+    """Seven columns of long pins and case names once overflowed after the fifth; with every fold open the page
+    must still be no wider than the window."""
+    _, _, page = write_reports(seven_target_reports(tmp_path / "reports"), seven_targets())
+    dom, scroll, window = laid_out(page.read_text(), tmp_path)
     assert dom.count("<details") == dom.count('<details class="section" open="">') == 3, "the folds did not open"
     summary = dom[dom.index('<table class="summary">') : dom.index("</thead>", dom.index('<table class="summary">'))]
     assert re.findall(r'<th scope="col">(megatron-[\d.]+)<', summary) == list(SEVEN)
-    scroll, window = map(int, re.search(r'data-widths="(\d+) (\d+)"', dom).groups())
-    assert 1300 < window <= 1400, f"the window is {window} px wide, not 1400"
     assert scroll <= window, f"the page is {scroll} px wide in a {window} px window"
+
+
+def test_four_subjects_on_four_targets_fit_a_1400_px_window_unfolded(tmp_path: Path) -> None:
+    """The before and after of an upgrade and two more frameworks, on four targets: the comparison first, and every
+    fold open, the page no wider than the window."""
+    _, _, page = write_reports(four_subject_reports(tmp_path / "reports"), four_targets())
+    dom, scroll, window = laid_out(page.read_text(), tmp_path)
+    assert dom.index("<h2>Comparison") < dom.index("<h2>Findings") < dom.index("<h2>Summary")
+    assert dom.count('<table class="summary">') == 4
+    assert scroll <= window, f"the page is {scroll} px wide in a {window} px window"
+
+
+COMMENT = (
+    "<!DOCTYPE html><html><head><meta charset='utf-8'><style>"
+    "body { margin: 0; } .comment { width: {width}px; margin: 24px; padding: 16px; border: 1px solid #d0d7de;"
+    " font: 14px/1.5 'DejaVu Sans', sans-serif; overflow-wrap: break-word; }"
+    " .comment code { font: 12px 'DejaVu Sans Mono', monospace; white-space: break-spaces; }"
+    " .comment pre { overflow: auto; } .comment pre code { white-space: pre; }"
+    " .comment table { display: block; width: max-content; max-width: 100%; overflow: auto; border-spacing: 0; }"
+    " .comment td, .comment th { padding: 6px 13px; border: 1px solid #d0d7de; }"
+    "</style></head><body><div class='comment'>{body}</div>"
+    "<script>for (const f of document.querySelectorAll('details')) f.open = true;"
+    "const wide = [...document.querySelectorAll('.comment table')].filter(t => t.scrollWidth > t.clientWidth);"
+    "document.body.dataset.wide = wide.map(t => t.rows[0].cells[0].textContent).join('|');"
+    "const c = document.querySelector('.comment'); document.body.dataset.comment = `${c.scrollWidth} ${c.clientWidth}`;"
+    "</script></body></html>"
+)
+"""A pull-request comment as GitHub lays one out in a 1400 px window: the Markdown rendered to HTML (tables, raw
+HTML and ``<details>`` kept), in a comment box about 900 px wide whose tables scroll sideways when too wide (the
+``display: block; overflow: auto`` GitHub gives them). Every fold is opened; the page records which tables scroll
+and how wide the box lays out."""
+COMMENT_WIDTH = 880
+
+
+def test_four_subjects_on_four_targets_fit_a_pull_request_comment(tmp_path: Path) -> None:
+    _, markdown, _ = write_reports(four_subject_reports(tmp_path / "reports"), four_targets())
+    body = MarkdownIt("commonmark").enable("table").render(markdown.read_text())
+    page = tmp_path / "comment.html"
+    page.write_text(COMMENT.replace("{width}", str(COMMENT_WIDTH)).replace("{body}", body))
+    dom = subprocess.run(
+        [
+            headless_browser(),
+            *CHROMIUM_FLAGS,
+            f"--user-data-dir={tmp_path / 'profile'}",
+            "--window-size=1400,900",
+            "--dump-dom",
+            page.as_uri(),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=True,
+    ).stdout
+    assert "<h3>Comparison: each subject against" in dom
+    scroll, width = map(int, re.search(r'data-comment="(\d+) (\d+)"', dom).groups())
+    assert scroll <= width, f"the comment is {scroll} px wide in a {width} px box"
+    wide = re.search(r'data-wide="([^"]*)"', dom).group(1)
+    assert wide == "", f"these tables scroll sideways in a {COMMENT_WIDTH} px comment: {wide}"
 
 
 def test_repro_from_the_red_cell_reproduces_the_failure(tmp_path: Path) -> None:
