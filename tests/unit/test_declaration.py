@@ -115,6 +115,9 @@ def test_the_line_count_is_reported(framework: Path) -> None:
         (('freeze = "', 'nested = "yes"\nfreeze = "'), "provider.nested", "must be true or false, not 'yes'"),
         (('freeze = "', 'inner_takes_kwargs = 1\nfreeze = "'), "provider.inner_takes_kwargs", "must be true or false"),
         (("[splitter]", '[allow]\nlog-messages = ["x*"]\n\n[splitter]'), "allow.log-messages", "unknown key"),
+        (('source_root = "src"', 'source_root = "src"\nlabel = "  "'), "subject.label", "one non-empty line"),
+        (('source_root = "src"', 'source_root = "src"\nlabel = "a\\nb"'), "subject.label", "one non-empty line"),
+        (('source_root = "src"', 'source_root = "src"\nlabel = 3'), "subject.label", "non-empty string"),
     ],
 )
 def test_a_bad_declaration_is_one_line_naming_file_key_and_reason(
@@ -210,6 +213,8 @@ def test_the_label_names_the_adapter_package_and_the_file_below_the_source_root(
     (framework / "ci").mkdir()
     path = declare(framework, inside.replace('source_root = "."', 'source_root = ".."'), "ci/megatron-conformance.toml")
     assert read_declaration_file(path).label == "toyframe.megatron_utils (ci/megatron-conformance.toml)"
+    named = GOOD.replace('source_root = "src"', 'source_root = "src"\nlabel = "toyframe after the upgrade"')
+    assert read_declaration_file(declare(framework, named)).label == "toyframe after the upgrade"
 
 
 def test_provider_promises_are_false_unless_declared_and_true_for_module_subjects(framework: Path) -> None:
