@@ -42,7 +42,7 @@ class _SequenceParallelLayerNorm(torch.nn.LayerNorm):
 
 
 @contextlib.contextmanager
-def _current_device_is_cpu() -> Iterator[None]:
+def current_device_is_cpu() -> Iterator[None]:
     """``torch.cuda.current_device()`` answers ``"cpu"``, then is restored.
 
     The sequence-parallel all-gathers and reduce-scatters, Megatron's global memory buffer, RoPE's frequency table and
@@ -99,7 +99,7 @@ def cpu_workarounds() -> Iterator[None]:
     """
     if not torch.distributed.is_initialized():
         raise RuntimeError("cpu_workarounds() patches process-wide state: enter it in a rank process, after init")
-    with _current_device_is_cpu(), _current_stream_is_cpu(), _inference_rng_tracker():
+    with current_device_is_cpu(), _current_stream_is_cpu(), _inference_rng_tracker():
         yield
 
 

@@ -15,6 +15,7 @@ import re
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
+from harness.formats.byte_sizes import size
 from harness.reports.results import TargetRun
 
 _CUDA = r"(?:on CUDA \((?P<placement>[^)]*)\): )?"
@@ -88,14 +89,6 @@ class TargetFindings:
         if not self.peaks:
             return "not measured"
         return "needed" if any(peak.needed for peak in self.peaks) else "not needed"
-
-
-def size(nbytes: int) -> str:
-    """Bytes as a reader compares them across targets: ``896 B``, ``17.3 KiB``, ``4 MiB``."""
-    for unit, scale in (("GiB", 1 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10)):
-        if nbytes >= scale:
-            return f"{round(nbytes / scale, 1):g} {unit}"
-    return f"{nbytes} B"
 
 
 def peak_text(peak: Peak) -> str:

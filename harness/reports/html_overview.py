@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import html
 
+from harness.formats.byte_sizes import size
 from harness.formats.markdown import breakable
 from harness.reports.comparison import KINDS, Entry, Pair, by_subject
 from harness.reports.findings import (
@@ -18,7 +19,6 @@ from harness.reports.findings import (
     FindingsTable,
     TargetFindings,
     peak_cell,
-    size,
 )
 from harness.reports.grouping import grouped
 from harness.reports.overview import Verdict, header_version, summary_rows, verdict
