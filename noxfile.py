@@ -6,8 +6,9 @@
 One session per target (``nox -s megatron-0.15``), plus ``tests`` (the harness's own tests, which also drive
 three real targets end to end), ``lint``, ``api-diff`` (what changed in the subject's declared Megatron symbols
 between two built targets), ``report`` (every target's results merged into one compatibility matrix) and
-``sensitivity`` (the mutant catalogue against built targets: does each family still bite) and ``bench`` (chunked
-vs upstream all-reduce, and the gate's own costs). Arguments after ``--`` go to pytest; a test id or path among
+``sensitivity`` (the mutant catalogue against built targets: does each family still bite), ``scale`` (the bytes
+each coalesced reduction flattens for real model configs) and ``bench`` (chunked vs upstream all-reduce, and the
+gate's own costs). Arguments after ``--`` go to pytest; a test id or path among
 them replaces the default ``cases`` directory, which is what the repro lines printed on a red rely on.
 """
 
@@ -33,18 +34,23 @@ from harness.formats.environment import (  # noqa: E402
     REPORTS_ENV_VAR,
     launcher,
 )
+from harness.formats.scale_findings import DEFAULT_MODELS  # noqa: E402
+from harness.formats.scale_findings import finding as scale_finding  # noqa: E402
 from harness.formats.summary import FILE_NAME as SUMMARY_FILE  # noqa: E402
 from harness.formats.summary import SummaryError, read_summary  # noqa: E402
 from harness.plugin.command import SUBJECT_STATUS_FILE, case_command  # noqa: E402
+from harness.plugin.scale_estimate import measure_in_target  # noqa: E402
 from harness.reports.api_diff import ApiDiffError, compare, render_markdown, write_report  # noqa: E402
 from harness.reports.compatibility import ReportError, headline, write_reports  # noqa: E402
+from harness.reports.scale_table import scale_markdown  # noqa: E402
 from harness.sensitivity.catalogue import CATALOGUE, CatalogueError, load_catalogue, select  # noqa: E402
 from harness.sensitivity.cli import parse_arguments  # noqa: E402
 from harness.sensitivity.mutate import MutationError  # noqa: E402
 from harness.sensitivity.report import summary_line  # noqa: E402
 from harness.sensitivity.report import write_report as write_sensitivity_report  # noqa: E402
 from harness.sensitivity.runner import run_sensitivity  # noqa: E402
-from harness.subjects.loading import SubjectError, subject_spec, subject_specs  # noqa: E402
+from harness.subjects.declaration import DeclarationFileError  # noqa: E402
+from harness.subjects.loading import SubjectError, resolve_subject, subject_spec, subject_specs  # noqa: E402
 from harness.targets import candidate as candidates  # noqa: E402
 from harness.targets.interpreters import expose_on_path, missing_message, running_version  # noqa: E402
 from harness.targets.matrix import MatrixError, Target, load_matrix, venv_python  # noqa: E402
@@ -311,6 +317,35 @@ def _report_arguments(session: nox.Session) -> tuple[list[str], str | None]:
         else:
             names.append(argument)
     return names, baseline
+
+
+@nox.session(venv_backend="none")
+def scale(session: nox.Session) -> None:
+    """Bytes each coalesced reduction flattens for real model configs, on built targets: -- [targets]."""
+    pythons = _built_target_pythons(session, session.posargs or list(DEFAULT_TARGETS))
+    spec = _one_subject(session)
+    try:
+        declaration = resolve_subject(spec).declaration
+    except (SubjectError, DeclarationFileError) as err:
+        session.error(str(err))
+    declared = declaration.scale if declaration is not None else {}
+    request = {
+        "models": declared.get("models") or list(DEFAULT_MODELS),
+        "subject": spec,
+        "budget": declared.get("budget"),
+    }
+    results = {}
+    for name, python in pythons.items():
+        session.log(f"{name}: measuring {len(request['models'])} models on the meta device")
+        results[name] = measure_in_target(request, str(python))
+        for result in results[name]:
+            session.log(scale_finding(result))
+    out = REPORTS / "scale"
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "scale.json").write_text(json.dumps(results, indent=2) + "\n")
+    (out / "scale.md").write_text(scale_markdown(results))
+    print(scale_markdown(results))
+    session.log(f"wrote {out / 'scale.md'} and {out / 'scale.json'}")
 
 
 @nox.session(venv_backend="none")

@@ -34,7 +34,7 @@ import yaml
 from torch.utils._python_dispatch import TorchDispatchMode
 
 from harness.contracts.step_memory import coalesced_reductions
-from harness.formats.scale_findings import verdict_text
+from harness.formats.scale_findings import DEFAULT_MODELS, verdict_text
 from harness.ranks.cpu_gpt import current_device_is_cpu
 from harness.targets.megatron_names import FINALIZE_MODULE
 
@@ -361,17 +361,6 @@ def measure(request: ModelRequest, subject: Any = None, budget: int | None = Non
     reached = [dataclasses.asdict(reduction) for reduction in result.reductions]
     result.verdict = verdict_text(reached, result.budget)
     return result
-
-
-DEFAULT_MODELS = (
-    {"preset": "llama-8b", "tp": 2, "sp": True},
-    {"preset": "llama-70b", "tp": 8, "sp": True},
-    {"preset": "qwen3-30b-a3b", "tp": 4, "sp": True, "ep": 8},
-    {"preset": "qwen3-235b-a22b", "tp": 4, "sp": True, "ep": 16},
-    {"preset": "deepseek-v3", "tp": 8, "sp": True, "ep": 32},
-)
-"""The layouts ``nox -s scale`` measures every preset in: tensor parallel with sequence parallelism (the reduction
-in question exists only there), experts spread over the data-parallel ranks."""
 
 
 def layout(model: dict[str, Any]) -> str:

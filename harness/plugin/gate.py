@@ -32,9 +32,11 @@ from harness.plugin.blockers import (
 from harness.plugin.failure import contract_failure
 from harness.plugin.families import Family, UnknownFamily, family, family_of_case
 from harness.plugin.records import append_record, clear_records
+from harness.plugin.scale_estimate import record_scale_findings
 from harness.plugin.session_summary import (
     families_not_run,
     nothing_checked,
+    selection,
     session_summary,
     write_terminal_sections,
 )
@@ -263,6 +265,9 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
     config = session.config
     if hasattr(config, "workerinput"):
         return
+    subject = session_state.subject_ref_of(config)
+    narrowed = selection(config) is not None
+    record_scale_findings(session_state.report_dir_of(config), subject.declaration, subject.spec, narrowed)
     reporter = config.pluginmanager.get_plugin("terminalreporter")
     stats = reporter.stats if reporter else {}
     not_run = config.stash[_NOT_RUN] = families_not_run(stats, config.stash.get(BLOCKERS, []))

@@ -90,7 +90,7 @@ def session_summary(
         subject_label=declaration.label if declaration is not None else None,
         declaration_lines=declaration.lines if declaration is not None else None,
         matrix=None if is_default_matrix(matrix) else str(matrix),
-        selection=_selection(config),
+        selection=selection(config),
         pins={
             "megatron": target.megatron.location,
             "torch": str(target.torch),
@@ -153,7 +153,7 @@ def write_terminal_sections(
             terminalreporter.write_line(f"{NOTHING_CHECKED} (exit 1)", red=True, bold=True)
 
 
-def _selection(config: pytest.Config) -> list[str] | None:
+def selection(config: pytest.Config) -> list[str] | None:
     """What narrowed the run (node ids, ``-k``, ``-m``); ``None`` when every case of ``cases/`` ran."""
     cases = (REPO_ROOT / "cases").resolve()
     narrowed = [arg for arg in config.args if Path(arg).resolve() != cases]

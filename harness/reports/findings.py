@@ -16,6 +16,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from harness.formats.byte_sizes import size
+from harness.formats.scale_findings import cell_text, row_label
 from harness.reports.results import TargetRun
 
 _CUDA = r"(?:on CUDA \((?P<placement>[^)]*)\): )?"
@@ -73,6 +74,8 @@ class TargetFindings:
     unbounded: dict[str, int] = field(default_factory=dict)
     not_exercised: list[str] = field(default_factory=list)
     other: list[str] = field(default_factory=list)
+    scale: dict[str, str] = field(default_factory=dict)
+    """Each declared model's scale verdict, by its row's label (``at scale: llama-70b (TP 8 + SP)``)."""
     steps: int = 0
     """How many real-step findings were read: none means nothing is known about unbounded reductions."""
 
@@ -141,7 +144,12 @@ def target_findings(run: TargetRun) -> TargetFindings:
     row.other += [f"blocked: {line}" for line in summary.blocked]
     idle: list[set[str]] = []
     for record in summary.findings:
-        if record["family"] != "equivalence" or not _read(row, record["text"], idle):
+        scale_row = row_label(record["text"]) if record["family"] == "scale" else None
+        if scale_row:
+            row.scale[scale_row] = cell_text(record["text"])
+            if "not measured" in row.scale[scale_row]:
+                row.other.append(f"scale: {record['text']}")
+        elif record["family"] != "equivalence" or not _read(row, record["text"], idle):
             row.other.append(f"{record['family']}: {record['text']}")
     if idle:
         common = set.intersection(*idle) - set(row.unbounded)
@@ -169,6 +177,11 @@ class FindingsTable:
         """The subjects each target checked (one empty name in a report of one subject)."""
         return {target: [row.subject for row in rows] for target, rows in self.columns}
 
+    @property
+    def scale_rows(self) -> list[str]:
+        """The declared models measured at scale on some target, as row labels, in the order first met."""
+        return list(dict.fromkeys(label for row in self.targets for label in row.scale))
+
     def rows(self, text: Callable[[TargetFindings], str]) -> list[tuple[str, list[str]]]:
         """The cells of one finding, a column each: one row (subject ``""``) where every target's subjects read
         alike, else one row per subject, so that a column stays as narrow as its figures."""
@@ -195,4 +208,4 @@ def findings_table(targets: list[TargetRun]) -> FindingsTable | None:
     """The findings of ``targets``; ``None`` when none of them recorded a finding or a blocker (a report of sessions
     that measured nothing shows no findings)."""
     rows = [target_findings(run) for run in targets]
-    return FindingsTable(rows) if any(row.peaks or row.other for row in rows) else None
+    return FindingsTable(rows) if any(row.peaks or row.other or row.scale for row in rows) else None

@@ -73,6 +73,8 @@ def findings_html(table: FindingsTable | None) -> list[str]:
     lines = _rows(NEEDED, table.rows(_verdict))
     for what in table.measurements:
         lines += _rows(html.escape(what), table.rows(peak_cell(what)))
+    for label in table.scale_rows:
+        lines += _rows(html.escape(label), table.rows(lambda row, at=label: row.scale.get(at, "—")))
     lines += _rows(UNBOUNDED, table.rows(_unbounded), "unbounded")
     if any(row.not_exercised for row in table.targets):
         lines += _rows(IDLE, table.rows(lambda row: _names(row.not_exercised)), "quiet")

@@ -64,6 +64,8 @@ def findings_markdown(table: FindingsTable | None) -> list[str]:
     rows = _rows(NEEDED, table.rows(_verdict))
     for what in table.measurements:
         rows += _rows(html.escape(what), table.rows(peak_cell(what)))
+    for label in table.scale_rows:
+        rows += _rows(html.escape(label), table.rows(lambda row, at=label: row.scale.get(at, "—")))
     rows += _rows(UNBOUNDED, table.rows(_unbounded))
     if any(row.not_exercised for row in table.targets):
         rows += _rows(IDLE, table.rows(lambda row: _names(row.not_exercised)))

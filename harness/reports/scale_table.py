@@ -12,19 +12,13 @@ from typing import Any
 
 from harness.formats.byte_sizes import exact, size
 from harness.formats.markdown import code_span, table_row
-from harness.formats.scale_findings import CHANGES_NOTHING, NO_PATCH
+from harness.formats.scale_findings import cell_text, finding
+from harness.reports.grouping import grouped
 
 
 def short_verdict(result: Mapping[str, Any]) -> str:
     """A verdict as a table cell says it."""
-    if "error" in result:
-        return "not measured (see the notes)"
-    if result["verdict"] == NO_PATCH:
-        return "no coalesced reduction: not needed"
-    if result["verdict"] == CHANGES_NOTHING:
-        return "the budget is above all of it: no change"
-    largest = max(result["reductions"], key=lambda r: r["upstream_bytes"])
-    return f"{size(largest['upstream_bytes'])} in one buffer; budget {size(result['budget'])}"
+    return cell_text(finding(result))
 
 
 def _cell(result: Mapping[str, Any] | None, name: str) -> str:
@@ -35,6 +29,12 @@ def _cell(result: Mapping[str, Any] | None, name: str) -> str:
         return "not reached" if name in result["not_reached"] else "—"
     subject = f"subject ≤ {size(found['subject_bytes'])} in {found['subject_collectives']}"
     return f"{exact(found['upstream_bytes'])} in {found['upstream_collectives']}; {subject}"
+
+
+def _note(result: Mapping[str, Any]) -> str:
+    if "error" in result:
+        return f"not measured: {result['error']}"
+    return f"not reached: {', '.join(result['not_reached'])}"
 
 
 def scale_markdown(results: Mapping[str, Sequence[Mapping[str, Any]]]) -> str:
@@ -52,11 +52,15 @@ def scale_markdown(results: Mapping[str, Sequence[Mapping[str, Any]]]) -> str:
         rows += [[f"&nbsp;&nbsp;{code_span(name)}", *(_cell(r, name) for r in present)] for name in names]
     lines = [table_row(["model / coalesced reduction", *targets]), "|---" * (len(targets) + 1) + "|"]
     lines += [table_row(row) for row in rows]
-    notes = [f"- {t}: {r['model']}: {r['error']}" for t, found in results.items() for r in found if "error" in r]
-    notes += [
-        f"- {t}: {r['model']}: not reached: {', '.join(r['not_reached'])}"
+    said = [
+        (
+            t,
+            r["model"],
+            f"not measured: {r['error']}" if "error" in r else f"not reached: {', '.join(r['not_reached'])}",
+        )
         for t, found in results.items()
         for r in found
-        if "error" not in r and r["not_reached"]
+        if "error" in r or r["not_reached"]
     ]
+    notes = [f"- {where}: {text}" for where, text in grouped(said, {t: models for t in targets})]
     return "\n".join([*lines, *(["", *notes] if notes else [])]) + "\n"

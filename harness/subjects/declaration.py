@@ -20,6 +20,7 @@ from typing import Any
 from harness.formats.effect_kinds import ALLOWANCE_KINDS
 from harness.formats.keys import key_problem
 from harness.formats.megatron_symbols import DeclarationError, parse_declaration, parse_usage
+from harness.subjects.scale_models import scale_table
 
 PYPROJECT_TABLE = "megatron-conformance"
 ROLES = ("splitter", "patch", "provider", "megatron_symbols")
@@ -39,6 +40,7 @@ _TABLES: dict[str, tuple[tuple[str, ...], tuple[str, ...]]] = {
     "splitter": (("function",), ("arguments", "returns")),
     "provider": (("factory",), ("train_only", "freeze", "match", "call_shapes", *PROVIDER_FLAGS)),
     "allow": ((), ALLOWANCE_KINDS),
+    "scale": (("models",), ("budget",)),
 }
 _FREE_TABLES = ("megatron_symbols", "upstream_body_hashes", "expected_failures")
 _APPLIED = ("import", "call")
@@ -81,6 +83,8 @@ class Declaration:
     megatron_symbols: Mapping[str, str] = field(default_factory=dict)
     upstream_body_hashes: Mapping[str, str] = field(default_factory=dict)
     expected_failures: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
+    scale: Mapping[str, Any] = field(default_factory=dict)
+    """``[scale]``: the models to measure at their real size, and the budget to judge them by."""
     lines: int = 0
     given_label: str | None = None
     """``[subject] label``: what the report calls this subject, where the framework names it itself."""
@@ -188,6 +192,7 @@ def _checked(path: Path, raw: dict[str, Any], lines: int) -> Declaration:
         expected_failures={
             k: _patterns(path, f"expected_failures.{k}", v) for k, v in _table(path, raw, "expected_failures").items()
         },
+        scale=scale_table(path, tables["scale"], lambda key, reason: DeclarationFileError(path, key, reason)),
         lines=lines,
         given_label=_label(path, subject.get("label")),
     )

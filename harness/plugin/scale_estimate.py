@@ -1,0 +1,66 @@
+"""The scale estimate in a target session: where the subject's declaration has ``[scale]``, its models are measured
+on this target once the cases are done, and each verdict is recorded as a finding (printed with the others, kept in
+``summary.json``, read by the report). It is a finding, never a red.
+
+The measurement builds models under Megatron's parallel state on torch's ``fake`` process group, which must not
+touch the session's own state (its rank pools, the warm run's fork server): it runs in a fresh interpreter of the
+target venv, ``python -m harness.contracts.scale``. A run narrowed to some cases (a repro line) skips it.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+from typing import Any
+
+from harness import REPO_ROOT
+from harness.formats.scale_findings import finding
+from harness.plugin.records import append_record
+from harness.subjects.declaration import Declaration
+
+SCALE_TIMEOUT_S = 600
+FAMILY = "scale"
+"""The family name scale findings are recorded under."""
+
+
+def scale_request(declaration: Declaration, subject: str) -> dict[str, Any]:
+    """What the measuring interpreter is asked: the declared models, the subject, the declared budget."""
+    return {"models": list(declaration.scale["models"]), "subject": subject, "budget": declaration.scale.get("budget")}
+
+
+def measure_in_target(request: dict[str, Any], python: str = sys.executable) -> list[dict[str, Any]]:
+    """Each model's result, measured by ``python -m harness.contracts.scale``; a run that printed nothing gives one
+    result naming why, for every model."""
+    with tempfile.TemporaryDirectory() as folder:
+        path = Path(folder) / "request.json"
+        path.write_text(json.dumps(request))
+        try:
+            done = subprocess.run(
+                [python, "-m", "harness.contracts.scale", str(path)],
+                cwd=REPO_ROOT,
+                capture_output=True,
+                text=True,
+                timeout=SCALE_TIMEOUT_S,
+            )
+            output, why = done.stdout, (done.stderr.strip().splitlines() or [f"exit status {done.returncode}"])[-1]
+        except subprocess.TimeoutExpired:
+            output, why = "", f"the measurement took over {SCALE_TIMEOUT_S} s"
+    results = [json.loads(line) for line in output.splitlines() if line.startswith("{")]
+    if results:
+        return results
+    return [
+        {"model": m.get("name") or m.get("preset") or "model", "megatron": "?", "layout": "", "error": why}
+        for m in request["models"]
+    ]
+
+
+def record_scale_findings(report_dir: Path, declaration: Declaration | None, subject: str, narrowed: bool) -> None:
+    """Measure the declared models and record one finding each; nothing where ``[scale]`` is not declared or the
+    run was narrowed to some cases."""
+    if declaration is None or not declaration.scale or narrowed:
+        return
+    for result in measure_in_target(scale_request(declaration, subject)):
+        append_record(report_dir, "findings", {"family": FAMILY, "text": finding(result)})
