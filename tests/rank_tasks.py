@@ -87,3 +87,17 @@ def source_of(rank: int, world_size: int, module: str, name: str) -> str:
     import inspect
 
     return inspect.getsource(getattr(importlib.import_module(module), name))
+
+
+def real_step_flattened(rank: int, world_size: int) -> dict[str, int]:
+    """The tiny CPU GPT's real step (TP = world, sequence parallel, fp32 main grads): the largest tensor each function
+    of the finalize module allocated during upstream's ``finalize_model_grads``, by function."""
+    from harness.contracts.step_memory import SiteTracker
+    from harness.ranks import cpu_gpt
+
+    with cpu_gpt.cpu_workarounds():
+        model, _ = cpu_gpt.build_gpt(seed=11)
+        cpu_gpt.forward_backward(model, seed=5)
+        with SiteTracker("cpu") as tracker:
+            cpu_gpt.finalize(model)
+    return tracker.sites

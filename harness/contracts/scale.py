@@ -305,18 +305,25 @@ def collectives_of(model: torch.nn.Module) -> dict[str, list[int]]:
     return recorded.sites
 
 
-def _budget(subject: Any, given: int | None) -> tuple[int | None, str]:
-    """The budget to install the subject with, and where it came from."""
+def _budget(subject: Any, given: int | None) -> tuple[int | None, int, str]:
+    """What to install the subject with (``None``: its own default), the budget that is, and where it came from:
+    ``[scale] budget``, else the subject's own default (the value its budget global holds after import, else the
+    default of its apply's budget argument), else 1 GiB."""
     if given is not None:
-        return given, "declared in [scale]"
-    try:
+        return given, given, "declared in [scale]"
+    if hasattr(subject, "installed_budget"):
         subject.install()
-        held = subject.installed_budget() if hasattr(subject, "installed_budget") else None
-    finally:
-        subject.uninstall()
-    if held is not None:
-        return None, "the subject's own default"
-    return DEFAULT_BUDGET, "1 GiB (nothing named a budget)"
+        try:
+            held = subject.installed_budget()
+        finally:
+            subject.uninstall()
+        if held is not None:
+            return None, held, "the subject's own default"
+    if hasattr(subject, "default_budget"):
+        value, source = subject.default_budget()
+        if value is not None:
+            return None, value, source
+    return DEFAULT_BUDGET, DEFAULT_BUDGET, "1 GiB (nothing named a budget)"
 
 
 def _attributed(sites: dict[str, list[int]], replaced: list[str]) -> dict[str, list[int]]:
@@ -339,13 +346,12 @@ def measure(request: ModelRequest, subject: Any = None, budget: int | None = Non
         under_subject: dict[str, list[int]] = {}
         result.budget_source = "no subject"
         if subject is not None:
-            chosen, result.budget_source = _budget(subject, budget)
+            chosen, result.budget, result.budget_source = _budget(subject, budget)
             pinned = dict(vars(module))
             subject.install(chosen)
             try:
                 replaced = [name for name in coalesced if getattr(module, name) is not pinned[name]]
                 under_subject = _attributed(collectives_of(model), replaced)
-                result.budget = subject.installed_budget() if hasattr(subject, "installed_budget") else chosen
             finally:
                 subject.uninstall()
     for name in coalesced:
@@ -356,11 +362,24 @@ def measure(request: ModelRequest, subject: Any = None, budget: int | None = Non
             )
         else:
             result.not_reached.append(name)
-    if budget is not None and result.budget_source == "declared in [scale]":
-        result.budget = budget
     reached = [dataclasses.asdict(reduction) for reduction in result.reductions]
     result.verdict = verdict_text(reached, result.budget)
     return result
+
+
+def cross_check(measured: ScaleResult, real_sites: dict[str, int]) -> list[str]:
+    """Where the meta measurement of a model and a real step of the same model disagree: each coalesced reduction must
+    flatten the same bytes in both (the real step's largest tensor in that function is its buffer), and a reduction
+    the real step flattened must have been reached on the meta device too."""
+    problems = []
+    reached = {reduction.name: reduction.upstream_bytes for reduction in measured.reductions}
+    for name in [*reached, *(n for n in measured.not_reached if real_sites.get(n))]:
+        if reached.get(name) != real_sites.get(name):
+            problems.append(
+                f"{name}: {reached.get(name, 'not reached')} bytes on the meta device, "
+                f"{real_sites.get(name, 'nothing')} in the real step"
+            )
+    return problems
 
 
 def layout(model: dict[str, Any]) -> str:

@@ -188,6 +188,7 @@ class DeclaredPatch:
                 f"the patch bound {_describe(replacement)} as {UPSTREAM_NAME}, not {self.patch['module']}.{function}",
             )
         subject.install, subject.uninstall = self.install, self.uninstall
+        subject.default_budget = self.default_budget
         subject.allreduce_non_tensor_model_parallel_grads = replacement
         for key in ("apply", "undo"):
             if key in self.patch and not callable(getattr(self.module, self.patch[key], None)):
@@ -234,6 +235,20 @@ class DeclaredPatch:
             function(**kwargs)
         except Exception as err:
             raise self.declaration.fail(key, f"{name}() raised {type(err).__name__}: {err}") from err
+
+    def default_budget(self) -> tuple[int | None, str]:
+        """The framework's own budget and where it is: the budget global's value after import, else the default of
+        the budget argument of ``apply``; ``None`` where neither names a whole number of bytes."""
+        value = self.default_global
+        if isinstance(value, int) and not isinstance(value, bool):
+            return value, f"the value of {self.budget['global']} after import"
+        argument, apply = self.budget.get("argument"), getattr(self.module, self.patch.get("apply", ""), None)
+        if argument and callable(apply):
+            parameter = inspect.signature(apply).parameters.get(argument)
+            default = parameter.default if parameter is not None else None
+            if isinstance(default, int) and not isinstance(default, bool):
+                return default, f"the default of {self.patch['apply']}({argument})"
+        return None, ""
 
     def _global(self, module: ModuleType) -> object:
         name = self.budget.get("global")

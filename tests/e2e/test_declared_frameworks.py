@@ -68,6 +68,12 @@ def test_the_new_form_is_green_with_its_advisories_listed(session: str, both_for
     assert ("class-attribute", "deep_ep.Buffer.__init__") in waived
     not_declared = [name for name, (verdict, text) in run.verdicts.items() if "not declared" in text]
     assert not not_declared
+    scale = {
+        f["text"].split(" (", 1)[1].split(",")[0]: f["text"] for f in recorded["findings"] if f["family"] == "scale"
+    }
+    assert set(scale) == {"llama-70b", "deepseek-v3"}, "the declared [scale] models were not measured"
+    assert "flattens 5,275,648 B (5 MiB) in 1 collective" in scale["llama-70b"]
+    assert "budget 1,073,741,824 B (1 GiB) (the value of GRAD_COALESCE_CHUNK_BYTES after import)" in scale["llama-70b"]
 
 
 @pytest.mark.parametrize("session", on_one_target_in_ci(TARGETS, ["megatron-0.16"]))

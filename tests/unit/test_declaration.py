@@ -3,6 +3,7 @@ declaration drives the framework's own functions without glue."""
 
 from __future__ import annotations
 
+import json
 import textwrap
 from pathlib import Path
 from types import ModuleType
@@ -317,3 +318,48 @@ def test_several_subjects_in_the_environment_are_split_for_the_target_session_an
     assert subject_spec("c.py") == "c.py"
     monkeypatch.setenv(SUBJECT_ENV_VAR, "")
     assert subject_spec() == "harness.reference"
+
+
+SCALE = '\n[scale]\nmodels = [{ preset = "llama-70b", tp = 8, sp = true }]\n'
+
+
+@pytest.mark.parametrize(
+    ("table", "key", "reason"),
+    [
+        ("\n[scale]\nbudget = 4\n", "scale.models", "missing"),
+        ("\n[scale]\nmodels = []\n", "scale.models", "at least one model"),
+        (SCALE.replace("llama-70b", "llama-7b"), "scale.models[0].preset", "no preset 'llama-7b'"),
+        (SCALE.replace("tp = 8", "tp = 0"), "scale.models[0].tp", "positive whole number"),
+        (SCALE.replace("sp = true", "sp = 1"), "scale.models[0].sp", "true or false"),
+        (SCALE.replace("tp = 8", "tensor = 8"), "scale.models[0].tensor", "unknown key"),
+        (
+            SCALE.replace('preset = "llama-70b"', 'preset = "llama-70b", config = "a.yaml"'),
+            "scale.models[0]",
+            "exactly one",
+        ),
+        (SCALE.replace('preset = "llama-70b"', 'config = "nowhere.yaml"'), "scale.models[0].config", "is not a file"),
+        (SCALE.replace("tp = 8", 'tp = 8, main_grad_dtype = "fp8"'), "scale.models[0].main_grad_dtype", "one of"),
+        (SCALE + "budget = -1\n", "scale.budget", "positive whole number of bytes"),
+    ],
+)
+def test_a_bad_scale_table_is_one_line_naming_its_key(framework: Path, table: str, key: str, reason: str) -> None:
+    path = declare(framework, GOOD + table)
+    with pytest.raises(DeclarationFileError) as caught:
+        read_declaration_file(path)
+    message = str(caught.value)
+    assert message.startswith(f"{path}: key '{key}': ") and reason in message and "\n" not in message
+
+
+def test_a_frameworks_own_config_file_becomes_the_models_fields(framework: Path) -> None:
+    (framework / "args.json").write_text(json.dumps({"num_layers": 4, "hidden_size": 64, "vocab_size": 1000}))
+    (framework / "bare.yaml").write_text("num_layers: 4\n")
+    table = '\n[scale]\nmodels = [{ config = "args.json", tp = 2, sp = true }]\nbudget = 1048576\n'
+    declared = read_declaration_file(declare(framework, GOOD + table)).scale
+    assert declared == {
+        "models": [
+            {"tp": 2, "sp": True, "vocab_size": 1000, "fields": {"num_layers": 4, "hidden_size": 64}, "name": "args"}
+        ],
+        "budget": 1048576,
+    }
+    with pytest.raises(DeclarationFileError, match=r"scale.models\[0\].vocab_size'.* is needed"):
+        read_declaration_file(declare(framework, GOOD + table.replace("args.json", "bare.yaml")))
