@@ -76,6 +76,8 @@ class Reduction:
     upstream_collectives: int = 0
     subject_bytes: int = 0
     subject_collectives: int = 0
+    subject_buffer: int = 0
+    """The largest buffer the subject made for this reduction (a chunk, or everything where it flattens it all)."""
 
 
 @dataclass
@@ -109,16 +111,24 @@ def _site() -> str:
 
 
 class SiteCollectives(TorchDispatchMode):
-    """Every all-reduce run in the block, by the finalize function that made it: ``{site: [bytes, ...]}``."""
+    """Every all-reduce run in the block, by the finalize function that made it (``sites``: the bytes of each), and
+    the largest new tensor each made (``allocated``): an op output that aliases none of its inputs, which on the meta
+    device is a buffer that would be allocated, with no storage behind it."""
 
     def __init__(self) -> None:
         super().__init__()
         self.sites: dict[str, list[int]] = {}
+        self.allocated: dict[str, int] = {}
 
     def __torch_dispatch__(self, func: Any, types: Any, args: tuple = (), kwargs: dict | None = None) -> Any:
         if func.namespace == "c10d" and func._opname in ("allreduce_", "allreduce_coalesced_"):
             self.sites.setdefault(_site(), []).append(message_bytes(list(args[0])))
-        return func(*args, **(kwargs or {}))
+            return func(*args, **(kwargs or {}))
+        out = func(*args, **(kwargs or {}))
+        if isinstance(out, torch.Tensor) and all(ret.alias_info is None for ret in func._schema.returns):
+            site = _site()
+            self.allocated[site] = max(self.allocated.get(site, 0), message_bytes([out]))
+        return out
 
 
 def load_presets(path: Path = PRESETS) -> dict[str, dict[str, Any]]:
@@ -297,12 +307,13 @@ def build_meta_model(request: ModelRequest) -> tuple[torch.nn.Module, list[str]]
     return model, ignored
 
 
-def collectives_of(model: torch.nn.Module) -> dict[str, list[int]]:
-    """The all-reduces the installed ``finalize_model_grads`` runs on ``model``, by the function that ran each."""
+def collectives_of(model: torch.nn.Module) -> SiteCollectives:
+    """The all-reduces the installed ``finalize_model_grads`` runs on ``model`` and the largest buffers it makes, by
+    the function that ran each."""
     finalize = importlib.import_module(FINALIZE_MODULE).finalize_model_grads
     with SiteCollectives() as recorded:
         finalize([model])
-    return recorded.sites
+    return recorded
 
 
 def _budget(subject: Any, given: int | None) -> tuple[int | None, int, str]:
@@ -326,11 +337,11 @@ def _budget(subject: Any, given: int | None) -> tuple[int | None, int, str]:
     return DEFAULT_BUDGET, DEFAULT_BUDGET, "1 GiB (nothing named a budget)"
 
 
-def _attributed(sites: dict[str, list[int]], replaced: list[str]) -> dict[str, list[int]]:
-    """The subject's collectives by reduction: a replaced reduction's run in the subject's own function, called from
+def _attributed(sites: dict[str, Any], replaced: list[str]) -> dict[str, Any]:
+    """The subject's records by reduction: a replaced reduction's run in the subject's own function, called from
     ``finalize_model_grads`` itself, so they are found under that name (an alias shares them)."""
-    own = sites.get("finalize_model_grads", [])
-    return {**sites, **{name: own for name in replaced}}
+    own = sites.get("finalize_model_grads")
+    return {**sites, **{name: own for name in replaced if own is not None}}
 
 
 def measure(request: ModelRequest, subject: Any = None, budget: int | None = None) -> ScaleResult:
@@ -342,8 +353,9 @@ def measure(request: ModelRequest, subject: Any = None, budget: int | None = Non
     coalesced = coalesced_reductions(module)  # read before any install: a replacement may not flatten at all
     with parallel_world(request):
         model, result.ignored = build_meta_model(request)
-        upstream = collectives_of(model)
+        upstream = collectives_of(model).sites
         under_subject: dict[str, list[int]] = {}
+        buffers: dict[str, int] = {}
         result.budget_source = "no subject"
         if subject is not None:
             chosen, result.budget, result.budget_source = _budget(subject, budget)
@@ -351,14 +363,17 @@ def measure(request: ModelRequest, subject: Any = None, budget: int | None = Non
             subject.install(chosen)
             try:
                 replaced = [name for name in coalesced if getattr(module, name) is not pinned[name]]
-                under_subject = _attributed(collectives_of(model), replaced)
+                recorded = collectives_of(model)
+                under_subject = _attributed(recorded.sites, replaced)
+                buffers = _attributed(recorded.allocated, replaced)
             finally:
                 subject.uninstall()
     for name in coalesced:
         if upstream.get(name):
             messages, subject_messages = upstream[name], under_subject.get(name, [])
+            largest_sent = max(subject_messages, default=0)
             result.reductions.append(
-                Reduction(name, max(messages), len(messages), max(subject_messages, default=0), len(subject_messages))
+                Reduction(name, max(messages), len(messages), largest_sent, len(subject_messages), buffers.get(name, 0))
             )
         else:
             result.not_reached.append(name)

@@ -24,16 +24,16 @@ def _plural(count: int, noun: str) -> str:
 
 def verdict_text(reductions: list[Mapping[str, Any]], budget: int) -> str:
     """The verdict for the reductions reached (``name``, ``upstream_bytes``, and where the subject was measured its
-    ``subject_bytes`` and ``subject_collectives``) at ``budget`` bytes: the patch changes nothing where the subject
-    sends the largest buffer in one piece anyway (or, not measured, where the budget is above it)."""
+    ``subject_buffer`` and ``subject_collectives``) at ``budget`` bytes: the patch changes nothing where the subject
+    makes a buffer as large as upstream's anyway (or, not measured, where the budget is above it)."""
     if not reductions:
         return NO_PATCH
     largest = max(reductions, key=lambda r: r["upstream_bytes"])
     measured = [r for r in reductions if r.get("subject_collectives")]
-    sent = max((r["subject_bytes"] for r in measured), default=None)
+    sent = max((r.get("subject_buffer", 0) for r in measured), default=None)
     if (sent if sent is not None else budget) >= largest["upstream_bytes"]:
         return CHANGES_NOTHING
-    sent_text = "" if sent is None else f", and the subject's largest message is {exact(sent)}"
+    sent_text = "" if sent is None else f", and the subject's largest buffer is {exact(sent)}"
     return HOLDS.format(
         upstream=exact(largest["upstream_bytes"]), name=largest["name"], budget=exact(budget), sent=sent_text
     )
@@ -50,8 +50,9 @@ def finding(result: Mapping[str, Any]) -> str:
     for reduction in result["reductions"]:
         parts.append(
             f"{reduction['name']} flattens {exact(reduction['upstream_bytes'])} in "
-            f"{_plural(reduction['upstream_collectives'], 'collective')}, the subject's largest message "
-            f"{exact(reduction['subject_bytes'])} in {_plural(reduction['subject_collectives'], 'collective')}"
+            f"{_plural(reduction['upstream_collectives'], 'collective')}, the subject's largest buffer "
+            f"{exact(reduction.get('subject_buffer', 0))} and largest message {exact(reduction['subject_bytes'])} in "
+            f"{_plural(reduction['subject_collectives'], 'collective')}"
         )
     parts.append(f"budget {exact(result['budget'])} ({result['budget_source']})")
     if result["not_reached"]:
@@ -80,7 +81,7 @@ MAIN_GRAD_DTYPES = ("float32", "bfloat16", "float16")
 
 _HOLDS = re.compile(
     r"upstream coalesces [\d,]+ B(?: \((?P<upstream>[^)]*)\))? in one buffer \(\w+\); your budget holds "
-    r"(?P<exact>[\d,]+ B)(?: \((?P<budget>[^)]*)\))?(?:, and the subject's largest message is (?P<sent>[\d,]+ B)"
+    r"(?P<exact>[\d,]+ B)(?: \((?P<budget>[^)]*)\))?(?:, and the subject's largest buffer is (?P<sent>[\d,]+ B)"
     r"(?: \((?P<sent_size>[^)]*)\))?)?"
 )
 

@@ -27,8 +27,12 @@ def _cell(result: Mapping[str, Any] | None, name: str) -> str:
     found = next((r for r in result["reductions"] if r["name"] == name), None)
     if found is None:
         return "not reached" if name in result["not_reached"] else "—"
-    subject = f"subject ≤ {size(found['subject_bytes'])} in {found['subject_collectives']}"
-    return f"{exact(found['upstream_bytes'])} in {found['upstream_collectives']}; {subject}"
+    upstream = f"{exact(found['upstream_bytes'])} in {found['upstream_collectives']}"
+    if not found["subject_collectives"]:
+        return upstream
+    return (
+        f"{upstream}; subject: buffer {size(found.get('subject_buffer', 0))}, {found['subject_collectives']} messages"
+    )
 
 
 def _note(result: Mapping[str, Any]) -> str:

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from harness.formats.scale_findings import DEFAULT_MODELS
+from harness.formats.scale_findings import CHANGES_NOTHING, DEFAULT_MODELS
 from harness.plugin.scale_estimate import measure_in_target
 from harness.reports.scale_table import scale_markdown
 from tests.pytest_helpers import ROOT, on_one_target_in_ci, target_python
@@ -55,7 +55,7 @@ def test_a_second_coalesced_reduction_shows_in_the_table() -> None:
     reached = {r["name"]: r["upstream_bytes"] for r in checked["meta"]["reductions"]}
     assert reached == {UPSTREAM: 896, "_allreduce_seeded_extra_grads": 896}
     table = scale_markdown({"megatron-0.15": [{**checked["meta"], "layout": "TP 2 + SP"}]})
-    assert "| &nbsp;&nbsp;`_allreduce_seeded_extra_grads` | 896 B in 1; subject ≤ 0 B in 0 |" in table
+    assert "| &nbsp;&nbsp;`_allreduce_seeded_extra_grads` | 896 B in 1 |" in table
 
 
 @pytest.mark.parametrize("session", on_one_target_in_ci(TARGETS, ["megatron-0.19"]))
@@ -68,3 +68,48 @@ def test_every_preset_is_measured_on_every_target(session: str, tmp_path: Path) 
     assert llama[UPSTREAM]["upstream_bytes"] == LLAMA_70B_NORMS
     assert llama[UPSTREAM]["subject_bytes"] <= 4 << 20 < LLAMA_70B_NORMS
     assert results["llama-70b"]["verdict"].startswith("upstream coalesces 5,275,648 B (5 MiB) in one buffer")
+
+
+FLATTENS_EVERYTHING = '''"""Seeded: every sequence-parallel grad in one buffer, all-reduced in budget-sized views of it."""
+import importlib
+
+import torch
+from torch._utils import _flatten_dense_tensors
+
+_FINALIZE = "megatron.core.distributed.finalize_model_grads"
+_NAME = "_allreduce_non_tensor_model_parallel_grads"
+_state = {"budget": 1 << 30, "original": None}
+
+
+def allreduce_non_tensor_model_parallel_grads(model, config, tp_group=None):
+    from megatron.core import parallel_state
+
+    grads = [p.main_grad for chunk in model for p in chunk.parameters() if getattr(p, "sequence_parallel", False)]
+    flat = _flatten_dense_tensors(grads)
+    step = _state["budget"] // flat.element_size()
+    for start in range(0, flat.numel(), step):
+        torch.distributed.all_reduce(flat[start : start + step], group=parallel_state.get_tensor_model_parallel_group())
+
+
+def install(budget_bytes=None):
+    module = importlib.import_module(_FINALIZE)
+    _state["original"] = getattr(module, _NAME)
+    _state["budget"] = budget_bytes or _state["budget"]
+    setattr(module, _NAME, allreduce_non_tensor_model_parallel_grads)
+
+
+def uninstall():
+    setattr(importlib.import_module(_FINALIZE), _NAME, _state["original"])
+'''
+
+
+def test_a_subject_that_flattens_everything_is_judged_by_its_buffer_not_its_messages(tmp_path: Path) -> None:
+    """Messages within the budget say nothing of memory: the buffer the subject made is what the verdict weighs."""
+    subject = tmp_path / "flattens_everything.py"
+    subject.write_text(FLATTENS_EVERYTHING)
+    request = {"models": [{"preset": "llama-70b", "tp": 8, "sp": True}], "subject": str(subject), "budget": 1 << 20}
+    (found,) = measure_in_target(request, str(target_python("megatron-0.15")))
+    (reduction,) = found["reductions"]
+    assert reduction["subject_bytes"] == 1 << 20 and reduction["subject_collectives"] == 6
+    assert reduction["subject_buffer"] == reduction["upstream_bytes"] == LLAMA_70B_NORMS
+    assert found["verdict"] == CHANGES_NOTHING

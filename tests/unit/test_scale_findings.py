@@ -26,6 +26,7 @@ LLAMA = {
             "upstream_bytes": 5275648,
             "upstream_collectives": 1,
             "subject_bytes": 4194304,
+            "subject_buffer": 4194304,
             "subject_collectives": 2,
         }
     ],
@@ -43,20 +44,22 @@ def result(**changes: object) -> dict:
 
 def test_the_three_verdicts() -> None:
     assert verdict_text([], 1 << 30) == NO_PATCH
-    sent_whole = [{**LLAMA["reductions"][0], "subject_bytes": 5275648, "subject_collectives": 1}]
+    sent_whole = [
+        {**LLAMA["reductions"][0], "subject_bytes": 5275648, "subject_buffer": 5275648, "subject_collectives": 1}
+    ]
     assert verdict_text(sent_whole, 1 << 30) == CHANGES_NOTHING
     unmeasured = [{"name": UPSTREAM, "upstream_bytes": 5275648}]
     assert verdict_text(unmeasured, 1 << 30) == CHANGES_NOTHING
     assert verdict_text(LLAMA["reductions"], 4194304) == (
         f"upstream coalesces 5,275,648 B (5 MiB) in one buffer ({UPSTREAM}); your budget holds 4,194,304 B (4 MiB), "
-        "and the subject's largest message is 4,194,304 B (4 MiB)"
+        "and the subject's largest buffer is 4,194,304 B (4 MiB)"
     )
 
 
 def test_a_finding_says_the_figures_and_its_cell_the_verdict() -> None:
     text = finding(result())
     assert text.startswith("megatron-core 0.15.3, at scale (llama-70b, TP 8 + SP): upstream coalesces 5,275,648 B")
-    assert f"{UPSTREAM} flattens 5,275,648 B (5 MiB) in 1 collective, the subject's largest message" in text
+    assert f"{UPSTREAM} flattens 5,275,648 B (5 MiB) in 1 collective, the subject's largest buffer 4,194,304 B" in text
     assert (
         "budget 4,194,304 B (4 MiB) (declared in [scale]); not reached: _allreduce_conditional_embedding_grads" in text
     )
@@ -74,8 +77,8 @@ def test_the_session_table_has_a_row_per_model_and_reduction() -> None:
     assert rows[0] == "| model / coalesced reduction | megatron-0.13 | megatron-0.15 |"
     assert rows[2].startswith("| **llama-70b** (TP 8 + SP) | 5 MiB in one buffer → 4 MiB at a time (budget 4 MiB) |")
     assert rows[3] == (
-        f"| &nbsp;&nbsp;`{UPSTREAM}` | 5,275,648 B (5 MiB) in 1; subject ≤ 4 MiB in 2 | "
-        "5,275,648 B (5 MiB) in 1; subject ≤ 4 MiB in 2 |"
+        f"| &nbsp;&nbsp;`{UPSTREAM}` | 5,275,648 B (5 MiB) in 1; subject: buffer 4 MiB, 2 messages | "
+        "5,275,648 B (5 MiB) in 1; subject: buffer 4 MiB, 2 messages |"
     )
     assert "- megatron-0.13, megatron-0.15: not reached: _allreduce_conditional_embedding_grads" in table
 
