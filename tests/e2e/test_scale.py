@@ -70,7 +70,7 @@ def test_every_preset_is_measured_on_every_target(session: str, tmp_path: Path) 
     assert results["llama-70b"]["verdict"].startswith("upstream coalesces 5,275,648 B (5 MiB) in one buffer")
 
 
-FLATTENS_EVERYTHING = '''"""Seeded: every sequence-parallel grad in one buffer, all-reduced in budget-sized views of it."""
+FLATTENS_EVERYTHING = '''"""Seeded: every sequence-parallel grad in one buffer, reduced in views of the budget."""
 import importlib
 
 import torch
