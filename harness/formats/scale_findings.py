@@ -101,7 +101,7 @@ def cell_text(text: str) -> str:
     if holds:
         upstream = holds["upstream"] or rest.split(" ")[2] + " B"
         budget = holds["budget"] or holds["exact"]
-        sent = f" → {holds['sent_size'] or holds['sent']} at a time" if holds["sent"] else ""
+        sent = f", the subject's at most {holds['sent_size'] or holds['sent']}" if holds["sent"] else ""
         return f"{upstream} in one buffer{sent} (budget {budget})"
     return rest.split("; ")[0]
 

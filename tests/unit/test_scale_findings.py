@@ -63,7 +63,7 @@ def test_a_finding_says_the_figures_and_its_cell_the_verdict() -> None:
     assert (
         "budget 4,194,304 B (4 MiB) (declared in [scale]); not reached: _allreduce_conditional_embedding_grads" in text
     )
-    assert cell_text(text) == "5 MiB in one buffer → 4 MiB at a time (budget 4 MiB)"
+    assert cell_text(text) == "5 MiB in one buffer, the subject's at most 4 MiB (budget 4 MiB)"
     assert row_label(text) == "at scale: llama-70b (TP 8 + SP)"
     assert cell_text(finding(result(reductions=[]))) == "no coalesced reduction: not needed"
     broken = finding({"model": "deepseek-v3", "megatron": "0.13.1", "layout": "TP 8 + SP", "error": "boom"})
@@ -75,7 +75,9 @@ def test_the_session_table_has_a_row_per_model_and_reduction() -> None:
     table = scale_markdown({"megatron-0.13": [result()], "megatron-0.15": [result(megatron="0.15.3")]})
     rows = table.splitlines()
     assert rows[0] == "| model / coalesced reduction | megatron-0.13 | megatron-0.15 |"
-    assert rows[2].startswith("| **llama-70b** (TP 8 + SP) | 5 MiB in one buffer → 4 MiB at a time (budget 4 MiB) |")
+    assert rows[2].startswith(
+        "| **llama-70b** (TP 8 + SP) | 5 MiB in one buffer, the subject's at most 4 MiB (budget 4 MiB) |"
+    )
     assert rows[3] == (
         f"| &nbsp;&nbsp;`{UPSTREAM}` | 5,275,648 B (5 MiB) in 1; subject: buffer 4 MiB, 2 messages | "
         "5,275,648 B (5 MiB) in 1; subject: buffer 4 MiB, 2 messages |"
@@ -96,7 +98,9 @@ def test_the_report_has_a_row_per_declared_model(tmp_path: Path) -> None:
     grid = collect(reports, {"megatron-0.15": matrix_targets()["megatron-0.15"]})
     assert findings_table(grid.targets) is not None
     _, rows = findings(render_markdown(grid))
-    assert rows["at scale: llama-70b (TP 8 + SP)"] == ["5 MiB in one buffer → 4 MiB at a time (budget 4 MiB)"]
+    assert rows["at scale: llama-70b (TP 8 + SP)"] == [
+        "5 MiB in one buffer, the subject's at most 4 MiB (budget 4 MiB)"
+    ]
     assert rows["at scale: deepseek-v3 (TP 8 + SP, EP 32)"] == ["not measured (see the notes)"]
     assert "- megatron-0.15: scale: megatron-core 0.15.3, at scale (deepseek-v3" in render_markdown(grid)
 
