@@ -16,6 +16,7 @@ from harness.reports.scale_table import scale_markdown
 from tests.report_helpers import findings, junit_document, matrix_targets, summary, write_target
 
 UPSTREAM = "_allreduce_non_tensor_model_parallel_grads"
+CELL = "5 MiB in one buffer, the subject's at most 4 MiB (budget 4 MiB)"
 LLAMA = {
     "model": "llama-70b",
     "megatron": "0.15.3",
@@ -63,7 +64,7 @@ def test_a_finding_says_the_figures_and_its_cell_the_verdict() -> None:
     assert (
         "budget 4,194,304 B (4 MiB) (declared in [scale]); not reached: _allreduce_conditional_embedding_grads" in text
     )
-    assert cell_text(text) == "5 MiB in one buffer, the subject's at most 4 MiB (budget 4 MiB)"
+    assert cell_text(text) == CELL
     assert row_label(text) == "at scale: llama-70b (TP 8 + SP)"
     assert cell_text(finding(result(reductions=[]))) == "no coalesced reduction: not needed"
     broken = finding({"model": "deepseek-v3", "megatron": "0.13.1", "layout": "TP 8 + SP", "error": "boom"})
