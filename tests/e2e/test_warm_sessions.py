@@ -13,6 +13,7 @@ from harness.formats.environment import REFERENCE_SUBJECT, SUBJECT_ENV_VAR
 from harness.plugin.command import OUTPUT_FILE, SUBJECT_STATUS_FILE, case_command, subject_folder, subject_runs
 from harness.ranks.rank_warnings import WARNINGS_ENV_VAR
 from tests.pytest_helpers import ROOT, SEEDED, target_python
+from tests.report_helpers import comparison
 
 SESSION = "megatron-0.15"
 SELECTION = ["cases/test_equivalence.py::test_matches_upstream_on_generated_modules[world2-tp2-gloo]"]
@@ -85,7 +86,12 @@ def test_a_target_session_checks_each_subject_the_environment_names_and_the_repo
     assert report.returncode == 0, report.stderr[-3000:]
     markdown = (tmp_path / "compatibility.md").read_text()
     assert markdown.splitlines()[2] == "1 target · 2 subjects · 2 reds: chunk_splitting_reversed.py 2 (megatron-0.15)."
-    comparison = markdown[markdown.index("### Comparison: each subject against `chunk_splitting_reversed.py`") :]
-    assert comparison.index("2 fixed, 0 new, 0 shared") < comparison.index("### Findings"), "the comparison comes first"
+    baseline, targets, rows = comparison(markdown)
+    assert (baseline, targets, rows) == (
+        "`chunk_splitting_reversed.py`",
+        [SESSION],
+        {"`harness.reference`": ["✅ 2 fixed"]},
+    )
+    assert markdown.index("### Comparison") < markdown.index("### Summary"), "the comparison comes first"
     assert f"### Summary: subject `{seeded}` (module)" in markdown
     assert f"### Summary: subject `{REFERENCE_SUBJECT}` (module)" in markdown
