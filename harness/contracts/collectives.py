@@ -30,6 +30,11 @@ def _op_name(script_op: Any) -> str:
     return torch.distributed.ReduceOp.RedOpType(script_op._get_method("op")()).name
 
 
+def message_bytes(tensors: list[torch.Tensor]) -> int:
+    """The bytes one collective sends: every tensor's elements times their size (a meta tensor has no storage)."""
+    return sum(tensor.numel() * tensor.element_size() for tensor in tensors)
+
+
 def _group_name(group: Any) -> str:
     return group.group_name
 
@@ -57,6 +62,6 @@ class CollectiveRecorder(TorchDispatchMode):
     def _record(self, tensors: list[torch.Tensor], op: str, group_name: str) -> None:
         if group_name != self.tp_group_name:
             self.foreign_groups += 1
-        size = sum(t.numel() * t.element_size() for t in tensors)
+        size = message_bytes(tensors)
         element = max((t.element_size() for t in tensors), default=1)
         self.calls.append((op, size, element))

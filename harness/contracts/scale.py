@@ -33,7 +33,8 @@ import torch
 import yaml
 from torch.utils._python_dispatch import TorchDispatchMode
 
-from harness.contracts.step_memory import coalesced_reductions
+from harness.contracts.collectives import message_bytes
+from harness.contracts.step_memory import coalesced_reductions, finalize_site
 from harness.formats.scale_findings import DEFAULT_MODELS, verdict_text
 from harness.ranks.cpu_gpt import current_device_is_cpu
 from harness.targets.megatron_names import FINALIZE_MODULE
@@ -44,6 +45,8 @@ DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch
 TE_ONLY = ("fp8", "fp8_recipe", "apply_rope_fusion", "bias_activation_fusion", "masked_softmax_fusion")
 """Fields the local layer specs never read: a preset that sets them is measured without them."""
 _PARALLEL = ("tp", "sp", "ep", "pp", "main_grad_dtype")
+ELSEWHERE = "elsewhere"
+"""Where a record made outside every function of the finalize module is kept."""
 
 
 class ScaleError(ValueError):
@@ -95,21 +98,6 @@ class ScaleResult:
     verdict: str = ""
 
 
-def message_bytes(tensors: list[torch.Tensor]) -> int:
-    """The bytes one collective sends: every tensor's elements times their size (a meta tensor has no storage)."""
-    return sum(tensor.numel() * tensor.element_size() for tensor in tensors)
-
-
-def _site() -> str:
-    """The innermost function of the finalize module on the stack, or ``elsewhere``."""
-    frame = sys._getframe(2)
-    while frame is not None:
-        if frame.f_globals.get("__name__") == FINALIZE_MODULE:
-            return frame.f_code.co_name
-        frame = frame.f_back
-    return "elsewhere"
-
-
 class SiteCollectives(TorchDispatchMode):
     """Every all-reduce run in the block, by the finalize function that made it (``sites``: the bytes of each), and
     the largest new tensor each made (``allocated``): an op output that aliases none of its inputs, which on the meta
@@ -122,11 +110,11 @@ class SiteCollectives(TorchDispatchMode):
 
     def __torch_dispatch__(self, func: Any, types: Any, args: tuple = (), kwargs: dict | None = None) -> Any:
         if func.namespace == "c10d" and func._opname in ("allreduce_", "allreduce_coalesced_"):
-            self.sites.setdefault(_site(), []).append(message_bytes(list(args[0])))
+            self.sites.setdefault(finalize_site() or ELSEWHERE, []).append(message_bytes(list(args[0])))
             return func(*args, **(kwargs or {}))
         out = func(*args, **(kwargs or {}))
         if isinstance(out, torch.Tensor) and all(ret.alias_info is None for ret in func._schema.returns):
-            site = _site()
+            site = finalize_site() or ELSEWHERE
             self.allocated[site] = max(self.allocated.get(site, 0), message_bytes([out]))
         return out
 

@@ -81,8 +81,9 @@ def coalesced_reductions(module: ModuleType) -> list[str]:
     return [name for _, name in sorted(found)]
 
 
-def _site() -> str | None:
-    """The innermost function of the finalize module on the current stack (who made the tensor being allocated)."""
+def finalize_site() -> str | None:
+    """The innermost function of the finalize module on the current stack (who made the tensor being allocated, or
+    ran the collective being recorded)."""
     frame = sys._getframe(2)
     while frame is not None:
         if frame.f_globals.get("__name__") == FINALIZE_MODULE:
@@ -101,7 +102,7 @@ class SiteTracker(AllocationTracker):
 
     def _note(self, tensor: torch.Tensor, inputs: set[int], func: Any) -> int | None:
         nbytes = super()._note(tensor, inputs, func)
-        site = _site() if nbytes is not None else None
+        site = finalize_site() if nbytes is not None else None
         if site is not None:
             self.sites[site] = max(self.sites.get(site, 0), nbytes)
         return nbytes
