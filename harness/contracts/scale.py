@@ -36,7 +36,7 @@ from torch.utils._python_dispatch import TorchDispatchMode
 from harness.contracts.collectives import message_bytes
 from harness.contracts.step_memory import coalesced_reductions, finalize_site
 from harness.formats.scale_findings import DEFAULT_MODELS, verdict_text
-from harness.ranks.cpu_gpt import current_device_is_cpu
+from harness.ranks.cpu_gpt import current_device_is_cpu, replaced_in_spec, sequence_parallel_norm
 from harness.targets.megatron_names import FINALIZE_MODULE
 
 PRESETS = Path(__file__).with_name("scale_presets.yaml")
@@ -152,42 +152,12 @@ def request_from(model: dict[str, Any], presets: dict[str, dict[str, Any]]) -> M
     )
 
 
-def _norm_class(config: Any) -> type[torch.nn.Module]:
-    """A torch norm of the config's kind whose params carry ``sequence_parallel`` as Megatron's fused norms set it
-    (the local spec's ``WrappedTorchNorm`` refuses sequence parallelism instead)."""
-    base = torch.nn.RMSNorm if config.normalization == "RMSNorm" else torch.nn.LayerNorm
-
-    class SequenceParallelNorm(base):
-        def __init__(self, config: Any, hidden_size: int, eps: float = 1e-5, **_unused: Any) -> None:
-            super().__init__(hidden_size, eps=eps)
-            for param in self.parameters():
-                param.sequence_parallel = config.sequence_parallel
-
-    return SequenceParallelNorm
-
-
 class _CoreAttention(torch.nn.Module):
     """Stands in for the local spec's ``DotProductAttention``, which holds no parameter: nothing here runs a forward,
     and the local MLA spec passes it keywords (``k_channels``) that some releases' class refuses."""
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__()
-
-
-def _swapped(spec: Any, norm: type[torch.nn.Module]) -> Any:
-    """``spec`` with every ``WrappedTorchNorm`` replaced by ``norm`` and core attention by its stand-in."""
-    from megatron.core.transformer.dot_product_attention import DotProductAttention
-    from megatron.core.transformer.torch_norm import WrappedTorchNorm
-
-    replaced = {WrappedTorchNorm: norm, DotProductAttention: _CoreAttention}
-    if isinstance(spec, type) and spec in replaced:
-        return replaced[spec]
-    if isinstance(spec, list):
-        return [_swapped(item, norm) for item in spec]
-    if dataclasses.is_dataclass(spec) and not isinstance(spec, type):
-        changes = {f.name: _swapped(getattr(spec, f.name), norm) for f in dataclasses.fields(spec)}
-        return dataclasses.replace(spec, **changes)
-    return spec
 
 
 def _config(request: ModelRequest) -> tuple[Any, list[str]]:
@@ -221,8 +191,12 @@ def _block_spec(config: Any) -> Any:
     """Megatron's local decoder block spec for ``config`` (dense and MoE layers as ``moe_layer_freq`` says), its
     norms sequence-parallel capable."""
     specs = importlib.import_module("megatron.core.models.gpt.gpt_layer_specs")
+    from megatron.core.transformer.dot_product_attention import DotProductAttention
+    from megatron.core.transformer.torch_norm import WrappedTorchNorm
+
     block = specs.get_gpt_decoder_block_spec(config, use_transformer_engine=False, normalization=config.normalization)
-    return _swapped(block, _norm_class(config))
+    replacements = {WrappedTorchNorm: sequence_parallel_norm(config.normalization), DotProductAttention: _CoreAttention}
+    return replaced_in_spec(block, replacements)
 
 
 @contextlib.contextmanager

@@ -18,7 +18,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import importlib
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from typing import Any
 
 import torch
@@ -37,8 +37,25 @@ class _SequenceParallelLayerNorm(torch.nn.LayerNorm):
 
     def __init__(self, config: Any, hidden_size: int, eps: float = 1e-5, **_unused: Any) -> None:
         super().__init__(hidden_size, eps=eps)
-        for param in self.parameters():
-            param.sequence_parallel = config.sequence_parallel
+        _mark_sequence_parallel(self, config)
+
+
+class _SequenceParallelRMSNorm(torch.nn.RMSNorm):
+    """torch's RMSNorm (a weight, no bias), built from a Megatron config as :class:`_SequenceParallelLayerNorm` is."""
+
+    def __init__(self, config: Any, hidden_size: int, eps: float = 1e-5, **_unused: Any) -> None:
+        super().__init__(hidden_size, eps=eps)
+        _mark_sequence_parallel(self, config)
+
+
+def _mark_sequence_parallel(norm: torch.nn.Module, config: Any) -> None:
+    for param in norm.parameters():
+        param.sequence_parallel = config.sequence_parallel
+
+
+def sequence_parallel_norm(normalization: str) -> type[torch.nn.Module]:
+    """The sequence-parallel capable torch norm of a config's ``normalization`` (LayerNorm unless ``RMSNorm``)."""
+    return _SequenceParallelRMSNorm if normalization == "RMSNorm" else _SequenceParallelLayerNorm
 
 
 @contextlib.contextmanager
@@ -114,14 +131,15 @@ def device_workarounds(device: str) -> Iterator[None]:
         yield
 
 
-def _with_sequence_parallel_norms(spec: Any) -> Any:
-    """A copy of a layer spec with every ``WrappedTorchNorm`` replaced by :class:`_SequenceParallelLayerNorm`."""
-    from megatron.core.transformer.torch_norm import WrappedTorchNorm
-
-    if spec is WrappedTorchNorm:
-        return _SequenceParallelLayerNorm
-    if dataclasses.is_dataclass(spec) and not isinstance(spec, type):
-        changes = {f.name: _with_sequence_parallel_norms(getattr(spec, f.name)) for f in dataclasses.fields(spec)}
+def replaced_in_spec(spec: Any, replacements: Mapping[type, type]) -> Any:
+    """A copy of a Megatron module spec (dataclasses and lists of them, nested) with every class that is a key of
+    ``replacements`` replaced by its value: the local spec's ``WrappedTorchNorm`` by a sequence-parallel norm."""
+    if isinstance(spec, type):
+        return replacements.get(spec, spec)
+    if isinstance(spec, list):
+        return [replaced_in_spec(item, replacements) for item in spec]
+    if dataclasses.is_dataclass(spec):
+        changes = {f.name: replaced_in_spec(getattr(spec, f.name), replacements) for f in dataclasses.fields(spec)}
         return dataclasses.replace(spec, **changes)
     return spec
 
@@ -134,9 +152,12 @@ def _block_spec(qk_layernorm: bool) -> Any:
     """
     from megatron.core.models.gpt.gpt_layer_specs import get_gpt_layer_local_spec
     from megatron.core.transformer.spec_utils import ModuleSpec
+    from megatron.core.transformer.torch_norm import WrappedTorchNorm
     from megatron.core.transformer.transformer_block import TransformerBlock, TransformerBlockSubmodules
 
-    layer = _with_sequence_parallel_norms(get_gpt_layer_local_spec(qk_layernorm=qk_layernorm))
+    layer = replaced_in_spec(
+        get_gpt_layer_local_spec(qk_layernorm=qk_layernorm), {WrappedTorchNorm: _SequenceParallelLayerNorm}
+    )
     return ModuleSpec(
         module=TransformerBlock,
         submodules=TransformerBlockSubmodules(
