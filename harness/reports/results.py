@@ -549,11 +549,6 @@ def _rows(targets: list[TargetRun]) -> list[Row]:
     return rows
 
 
-def _subjects(targets: list[TargetRun]) -> list[Subject | None]:
-    """Every subject the targets ran, in the order they first ran it (a session's folders in their order)."""
-    return list(dict.fromkeys(run.subject for run in targets if run.ran)) or [None]
-
-
 def subject_labels(subjects: Sequence[Subject | None]) -> dict[Subject | None, str]:
     """What the report calls each subject, ``subjects`` in the run's order: its declaration's ``[subject] label``
     where given, else its recorded label (the adapter package and the file below the source root), else its file or
@@ -621,27 +616,50 @@ def collect(reports: Path, expected: Mapping[str, Target] | None = None) -> Resu
             f"run a target first ({launcher()} -s megatron-0.15) or download the gate's artifacts into it"
         )
     sessions = sorted(found | set(expected), key=natural_key)
-    labels = subject_labels(_subjects(_load_all(reports, sessions, expected, {})))
-    targets = _load_all(reports, sessions, expected, labels)
+    recorded = {folder: _recorded(folder) for name in sessions for folder in _session_folders(reports, name)}
+    # Every subject the sessions ran, in the order they first ran it (a session's folders in their order).
+    labels = subject_labels(list(dict.fromkeys(subject for ran, subject in recorded.values() if ran)) or [None])
+    named = {folder: labels.get(subject) if ran else None for folder, (ran, subject) in recorded.items()}
+    targets = _load_all(reports, sessions, expected, named)
     return ResultGrid(targets, _matrices(targets, labels))
 
 
+def _session_folders(reports: Path, session: str) -> list[Path]:
+    """The folders of one target session: each subject's, in a session of several, else its own."""
+    return subject_folders(reports / session) or [reports / session]
+
+
+def _recorded(folder: Path) -> tuple[bool, Subject | None]:
+    """Whether a session folder holds anything readable (as :attr:`TargetRun.ran`), and the subject its summary
+    names; read from the summary alone, and from the JUnit file only where there is no summary."""
+    try:
+        summary = read_summary(folder)
+    except (SummaryError, OSError):
+        summary = None
+    if summary is not None:
+        return True, TargetRun(folder.name, summary, [], []).subject
+    try:
+        return any(True for _ in read_cases(folder / "junit.xml")), None
+    except (OSError, ParseError):
+        return False, None
+
+
 def _load_all(
-    reports: Path, sessions: list[str], expected: Mapping[str, Target], labels: Mapping[Subject | None, str]
+    reports: Path, sessions: list[str], expected: Mapping[str, Target], labels: Mapping[Path, str | None]
 ) -> list[TargetRun]:
-    """Every session's folder (each subject's, in a session of several) read, the subjects' folders named by their
-    ``labels`` (read once without them, to learn the subjects)."""
+    """Every session's folder (each subject's, in a session of several) read once, the subjects' folders named by
+    the label of the subject each ran."""
     targets = []
     for name in sessions:
+        folders = subject_folders(reports / name)
         named: set[str] = set()
-        for folder in subject_folders(reports / name):
-            run = load_target(folder, expected.get(name), name)
-            label = labels.get(run.subject) if run.ran else None
+        for folder in folders:
+            label = labels[folder]
             if label in named:  # one subject named twice in a run: its folders tell the two sessions apart
                 label = f"{label} ({folder.name})"
             named.add(label or "")
-            targets.append(load_target(folder, expected.get(name), name, label) if label else run)
-        if not subject_folders(reports / name):
+            targets.append(load_target(folder, expected.get(name), name, label or ""))
+        if not folders:
             targets.append(load_target(reports / name, expected.get(name)))
     return targets
 
