@@ -61,15 +61,20 @@ class Pair:
         before, after = self.advisories
         return parts + ([("advisory", f"advisories {before} → {after}")] if before != after else [])
 
-    @property
-    def new_entries(self) -> list[tuple[str, Entry]]:
-        """What is new against the baseline: what a reviewer must read first."""
-        return [("new", entry) for entry in self.new]
 
-    @property
-    def other_entries(self) -> list[tuple[str, Entry]]:
-        """What the subject fixes, then what it shares with the baseline."""
-        return [(what, entry) for what in ("fixed", "shared") for entry in getattr(self, what)]
+CHANGE_FOLDS = (("New against the baseline", ("new",), True), ("Fixed and shared", ("fixed", "shared"), False))
+"""The folds below the comparison table: their title, what they list, and whether they start open (new reds do)."""
+
+
+def change_folds(pairs: list[Pair]) -> list[tuple[str, bool, list[tuple[Pair, str, Entry]]]]:
+    """Each fold that has something to list: its title, whether it is open, and every change in it (the pair, what
+    happened, the entry), target by target."""
+    folds = []
+    for title, kinds, opened in CHANGE_FOLDS:
+        changes = [(pair, what, entry) for pair in pairs for what in kinds for entry in getattr(pair, what)]
+        if changes:
+            folds.append((title, opened, changes))
+    return folds
 
 
 def by_subject(pairs: list[Pair]) -> dict[str, list[Pair]]:

@@ -9,7 +9,7 @@ import html
 
 from harness.formats.byte_sizes import size
 from harness.formats.markdown import breakable
-from harness.reports.comparison import KINDS, Entry, Pair, by_subject
+from harness.reports.comparison import KINDS, Entry, Pair, by_subject, change_folds
 from harness.reports.findings import (
     HEAD,
     IDLE,
@@ -120,14 +120,11 @@ def comparison_html(pairs: list[Pair]) -> list[str]:
         f'<tr><th scope="row"><code>{breakable(other)}</code></th>{"".join(map(_comparison_cell, found))}</tr>'
         for other, found in by_subject(pairs).items()
     ]
-    new = [_change(pair, what, entry) for pair in pairs for what, entry in pair.new_entries]
-    other = [_change(pair, what, entry) for pair in pairs for what, entry in pair.other_entries]
     folds = []
-    for title, changes, opened in (("New against the baseline", new, " open"), ("Fixed and shared", other, "")):
-        if changes:
-            summary = f"{title}, each with its repro line ({len(changes)})"
-            folds += [f'<details class="section"{opened}><summary>{summary}</summary>', '<ul class="comparison">']
-            folds += [*changes, "</ul></details>"]
+    for title, opened, changes in change_folds(pairs):
+        summary = f"{title}, each with its repro line ({len(changes)})"
+        folds += [f'<details class="section"{" open" if opened else ""}><summary>{summary}</summary>']
+        folds += ['<ul class="comparison">', *(_change(*change) for change in changes), "</ul></details>"]
     return [
         f"<h2>Comparison: each subject against <code>{breakable(pairs[0].baseline)}</code></h2>",
         f'<table class="comparison"><thead><tr><th scope="col">subject</th>{targets}</tr></thead><tbody>',

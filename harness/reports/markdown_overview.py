@@ -9,7 +9,7 @@ import html
 
 from harness.formats.byte_sizes import size
 from harness.formats.markdown import breakable_code, code_span, table_row
-from harness.reports.comparison import KINDS, Entry, Pair, by_subject
+from harness.reports.comparison import KINDS, Entry, Pair, by_subject, change_folds
 from harness.reports.findings import (
     HEAD,
     IDLE,
@@ -96,12 +96,10 @@ def comparison_markdown(pairs: list[Pair]) -> list[str]:
     rows = [[breakable_code(other), *map(_comparison_cell, found)] for other, found in by_subject(pairs).items()]
     lines = [f"### Comparison: each subject against {breakable_code(pairs[0].baseline)}", ""]
     lines += _table(["subject", *targets], rows)
-    new = [_change(pair, what, entry) for pair in pairs for what, entry in pair.new_entries]
-    other = [_change(pair, what, entry) for pair in pairs for what, entry in pair.other_entries]
-    for title, changes, opened in (("New against the baseline", new, " open"), ("Fixed and shared", other, "")):
-        if changes:
-            summary = f"<b>{title}</b>, each with its repro line ({len(changes)})"
-            lines += ["", f"<details{opened}><summary>{summary}</summary>", "", *changes, "", "</details>"]
+    for title, opened, changes in change_folds(pairs):
+        summary = f"<b>{title}</b>, each with its repro line ({len(changes)})"
+        lines += ["", f"<details{' open' if opened else ''}><summary>{summary}</summary>", ""]
+        lines += [*(_change(*change) for change in changes), "", "</details>"]
     return ["\n".join(lines)]
 
 
