@@ -93,24 +93,19 @@ MEASURE = (
 wide the page lays out against the window."""
 
 
+def dumped_dom(page: Path, tmp_path: Path) -> str:
+    """The DOM of ``page`` once its scripts ran, in a 1400 x 900 headless window."""
+    command = [headless_browser(), *CHROMIUM_FLAGS, f"--user-data-dir={tmp_path / 'profile'}", "--window-size=1400,900"]
+    return subprocess.run(
+        [*command, "--dump-dom", page.as_uri()], capture_output=True, text=True, timeout=120, check=True
+    ).stdout
+
+
 def laid_out(page: str, tmp_path: Path) -> tuple[str, int, int]:
     """The DOM of ``page`` (every fold opened) in a 1400 px headless window, and how wide it lays out against it."""
     measured = tmp_path / "measured.html"
     measured.write_text(page.replace("</body>", f"{MEASURE}</body>"))
-    dom = subprocess.run(
-        [
-            headless_browser(),
-            *CHROMIUM_FLAGS,
-            f"--user-data-dir={tmp_path / 'profile'}",
-            "--window-size=1400,900",
-            "--dump-dom",
-            measured.as_uri(),
-        ],
-        capture_output=True,
-        text=True,
-        timeout=120,
-        check=True,
-    ).stdout
+    dom = dumped_dom(measured, tmp_path)
     scroll, window = map(int, re.search(r'data-widths="(\d+) (\d+)"', dom).groups())
     assert 1300 < window <= 1400, f"the window is {window} px wide, not 1400"
     return dom, scroll, window
@@ -164,20 +159,7 @@ def test_four_subjects_on_four_targets_fit_a_pull_request_comment(tmp_path: Path
     body = MarkdownIt("commonmark").enable("table").render(markdown.read_text())
     page = tmp_path / "comment.html"
     page.write_text(COMMENT.replace("{width}", str(COMMENT_WIDTH)).replace("{body}", body))
-    dom = subprocess.run(
-        [
-            headless_browser(),
-            *CHROMIUM_FLAGS,
-            f"--user-data-dir={tmp_path / 'profile'}",
-            "--window-size=1400,900",
-            "--dump-dom",
-            page.as_uri(),
-        ],
-        capture_output=True,
-        text=True,
-        timeout=120,
-        check=True,
-    ).stdout
+    dom = dumped_dom(page, tmp_path)
     assert "<h3>Comparison: each subject against" in dom
     scroll, width = map(int, re.search(r'data-comment="(\d+) (\d+)"', dom).groups())
     assert scroll <= width, f"the comment is {scroll} px wide in a {width} px box"
