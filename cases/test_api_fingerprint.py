@@ -26,6 +26,7 @@ from harness.contracts.api_fingerprint.cache import write_json
 from harness.contracts.api_fingerprint.checks import (
     changed_copies,
     missing_symbols,
+    replacement_of,
     replacement_problems,
     resolved_member,
     unbound_calls,
@@ -98,10 +99,11 @@ def test_replacements_accept_every_call_upstream_accepts(
         upstream = fingerprints[symbol].get("parameters") if symbol else None
         if upstream is None:
             continue
-        if not hasattr(subject, str(entry.replacement)):
-            problems.append(f"{symbol}: the subject has no {entry.replacement!r}, which it declares as the replacement")
+        function, problem = replacement_of(subject, str(entry.replacement))
+        if problem is not None:
+            problems.append(f"{symbol}: {problem}")
             continue
-        replacement = parameters(getattr(subject, str(entry.replacement)))
+        replacement = parameters(function)
         if replacement is None:
             problems.append(f"{symbol}: the subject's {entry.replacement} has no inspectable signature")
             continue

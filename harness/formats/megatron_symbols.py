@@ -6,6 +6,7 @@
     {
         "<module>:<qualname>": "<usage>",                       # usage: imports, calls, reads, relies
         "<module>:<qualname>": "replaces with <subject name>",  # the subject's drop-in replacement of it
+        "<module>:<qualname>": "replaces with <module>:<qualname>",  # the framework's own function, by its own name
         "<module>:<qualname>": "calls, optional",               # may be absent on a target
         "<module>:<a> | <module>:<b>": "reads",                 # alternatives: one must exist, the first present wins
     }
@@ -24,7 +25,9 @@ _USAGES = ("imports", "calls", "reads", "replaces", "relies")
 _DOTTED = r"[A-Za-z_]\w*(?:\.[A-Za-z_]\w*)*"
 SYMBOL = re.compile(rf"^({_DOTTED}):({_DOTTED})$")
 """``module:qualname``, both dotted."""
-_USAGE = re.compile(r"^(?P<usage>[a-z]+)(?: with (?P<replacement>[A-Za-z_]\w*))?(?P<optional>, optional)?$")
+_USAGE = re.compile(
+    rf"^(?P<usage>[a-z]+)(?: with (?P<replacement>{_DOTTED}:{_DOTTED}|[A-Za-z_]\w*))?(?P<optional>, optional)?$"
+)
 
 
 class DeclarationError(ValueError):
@@ -80,7 +83,8 @@ def parse_usage(key: str, value: str) -> tuple[str, str | None, bool]:
     if not match or match["usage"] not in _USAGES:
         raise _entry_error(
             key,
-            f"{value!r} is not a usage: expected one of {', '.join(_USAGES)}, 'replaces with <subject name>', "
+            f"{value!r} is not a usage: expected one of {', '.join(_USAGES)}, 'replaces with <subject name>' or "
+            "'replaces with <module>:<qualname>', "
             "optionally followed by ', optional'",
         )
     if (match["usage"] == "replaces") != (match["replacement"] is not None):

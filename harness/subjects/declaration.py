@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from harness.formats.budget_units import UNITS
 from harness.formats.effect_kinds import ALLOWANCE_KINDS
 from harness.formats.keys import key_problem
 from harness.formats.megatron_symbols import DeclarationError, parse_declaration, parse_usage
@@ -35,15 +36,20 @@ never meets either."""
 
 _TABLES: dict[str, tuple[tuple[str, ...], tuple[str, ...]]] = {
     "subject": (("adapter_package",), ("source_root", "strict", "require", "label")),
-    "patch": (("module", "applied"), ("apply", "undo", "function")),
-    "budget": ((), ("global", "env", "argument")),
+    "patch": (("module", "applied"), ("apply", "undo", "function", "context", "arguments")),
+    "budget": ((), ("global", "env", "argument", "unit", "whole_units")),
     "splitter": (("function",), ("arguments", "returns")),
     "provider": (("factory",), ("train_only", "freeze", "match", "call_shapes", *PROVIDER_FLAGS)),
     "allow": ((), ALLOWANCE_KINDS),
     "scale": (("models",), ("budget",)),
 }
 _FREE_TABLES = ("megatron_symbols", "upstream_body_hashes", "expected_failures")
-_APPLIED = ("import", "call")
+_APPLIED = ("import", "call", "context")
+"""How a patch is applied: by importing its module, by calling ``apply`` (undone by ``undo``), or by entering the
+context manager ``context`` (undone by leaving it)."""
+UNDO_RETURNED = "returned"
+"""``undo = "returned"``: ``apply`` returns what undoes it (a callable, or an object whose ``undo`` method does);
+``undo = "returned.<method>"`` names the method."""
 _SPLITTER_ARGUMENTS = ("params", "grads", "budget")
 _SPLITTER_RETURNS = ("pairs", "grads", "indices")
 """What a splitter returns: ``(params, grads)`` pairs, lists of the grads it was given, or lists of their indices."""
@@ -75,8 +81,8 @@ class Declaration:
     strict: bool = False
     require: tuple[str, ...] = ()
     """Families that must run: a role they need left undeclared is a red, not a skip (names checked by the gate)."""
-    patch: Mapping[str, str] = field(default_factory=dict)
-    budget: Mapping[str, str] = field(default_factory=dict)
+    patch: Mapping[str, Any] = field(default_factory=dict)
+    budget: Mapping[str, Any] = field(default_factory=dict)
     splitter: Mapping[str, Any] = field(default_factory=dict)
     provider: Mapping[str, Any] = field(default_factory=dict)
     allow: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
@@ -183,7 +189,7 @@ def _checked(path: Path, raw: dict[str, Any], lines: int) -> Declaration:
         strict=strict,
         require=_patterns(path, "subject.require", subject.get("require", [])),
         patch=_patch(path, tables["patch"]),
-        budget={k: _string(path, f"budget.{k}", v) for k, v in tables["budget"].items()},
+        budget=_budget(path, tables["budget"]),
         splitter=_splitter(path, tables["splitter"]),
         provider=_provider(path, tables["provider"]),
         allow={k: _patterns(path, f"allow.{k}", v) for k, v in tables["allow"].items()},
@@ -224,15 +230,17 @@ def _megatron_symbols(path: Path, table: object) -> dict[str, str]:
 
 
 def _check_replacements(declaration: Declaration) -> None:
-    """``replaces with <name>`` must name a callable the declared subject will have: one of its roles'."""
+    """``replaces with <name>`` must name a callable the declared subject will have (one of its roles'), or the
+    framework's own function by ``module:qualname``, resolved where the api-fingerprint family checks it."""
     exposed = [name for role in declaration.roles for name in ROLE_ATTRIBUTES.get(role, ())]
     for key, value in declaration.megatron_symbols.items():
         _, replacement, _ = parse_usage(key, value)
-        if replacement is not None and replacement not in exposed:
+        if replacement is not None and ":" not in replacement and replacement not in exposed:
             offered = ", ".join(exposed) or "nothing: no [patch], [splitter] or [provider] is declared"
             raise declaration.fail(
                 f"megatron_symbols.{key}",
-                f"{value!r}: a declared subject has no {replacement!r}; its roles expose {offered}",
+                f"{value!r}: a declared subject has no {replacement!r}; its roles expose {offered}; name the "
+                "framework's own function as module:qualname",
             )
 
 
@@ -249,26 +257,74 @@ def _check_roles(declaration: Declaration) -> None:
             "names neither global nor argument: a budget read from the environment at import lands in a module "
             "global; name it (budget.global), or the apply argument (budget.argument); env alone is informational",
         )
-    if "argument" in budget and patch.get("applied") != "call":
-        raise declaration.fail("budget.argument", 'only an apply function (applied = "call") takes an argument')
+    if "argument" in budget and patch.get("applied") == "import":
+        raise declaration.fail(
+            "budget.argument", 'only an apply function (applied = "call") or a context manager takes an argument'
+        )
+    argument = str(budget.get("argument", "")).partition(".")[0]
+    if argument and argument in patch.get("arguments", {}) and not isinstance(patch["arguments"][argument], dict):
+        raise declaration.fail(
+            "patch.arguments", f"{argument!r} is where budget.argument puts the budget: give it as a table, or leave it"
+        )
 
 
-def _patch(path: Path, table: dict[str, Any]) -> dict[str, str]:
+def _budget(path: Path, table: dict[str, Any]) -> dict[str, Any]:
+    """``[budget]``: names as strings, ``unit`` one of :data:`UNITS`, ``whole_units`` a boolean (only with a unit),
+    ``argument`` a keyword of apply or ``keyword.attribute`` (the attribute of an argument the harness builds as an
+    ``argparse.Namespace``)."""
+    budget: dict[str, Any] = {k: _string(path, f"budget.{k}", v) for k, v in table.items() if k != "whole_units"}
+    if "whole_units" in table:
+        if "unit" not in table:
+            raise DeclarationFileError(path, "budget.whole_units", "goes with budget.unit: bytes are whole already")
+        budget["whole_units"] = _boolean(path, "budget.whole_units", table["whole_units"])
+    if "unit" in budget and budget["unit"] not in UNITS:
+        raise DeclarationFileError(
+            path, "budget.unit", f"{budget['unit']!r} is not a unit: expected one of {', '.join(UNITS)}"
+        )
+    argument = budget.get("argument")
+    if argument is not None:
+        parts = argument.split(".")
+        if len(parts) > 2 or not all(part.isidentifier() for part in parts):
+            raise DeclarationFileError(
+                path, "budget.argument", f"{argument!r} is not a keyword of apply, or keyword.attribute of one"
+            )
+    return budget
+
+
+def _patch(path: Path, table: dict[str, Any]) -> dict[str, Any]:
     if not table:
         return {}
-    patch = {k: _string(path, f"patch.{k}", v) for k, v in table.items()}
+    patch: dict[str, Any] = {k: _string(path, f"patch.{k}", v) for k, v in table.items() if k != "arguments"}
     patch["module"] = _dotted(path, "patch.module", patch["module"], qualified=False)
-    if patch["applied"] not in _APPLIED:
+    applied = patch["applied"]
+    if applied not in _APPLIED:
+        raise DeclarationFileError(path, "patch.applied", f"must be one of {', '.join(_APPLIED)}, not {applied!r}")
+    needed = {"call": "apply", "context": "context"}.get(applied)
+    if needed and needed not in patch:
         raise DeclarationFileError(
-            path, "patch.applied", f"must be one of {', '.join(_APPLIED)}, not {patch['applied']!r}"
+            path, f"patch.{needed}", f'missing required key: applied = "{applied}" names the {needed} function'
         )
-    if patch["applied"] == "call" and "apply" not in patch:
-        raise DeclarationFileError(path, "patch.apply", 'missing required key: applied = "call" names the function')
-    if patch["applied"] == "import" and "apply" in patch:
-        raise DeclarationFileError(path, "patch.apply", 'applied = "import" has no apply function')
-    for key in ("apply", "undo", "function"):
+    for key in ("apply", "context", "undo"):
+        if key in patch and key != needed and not (key == "undo" and applied == "call"):
+            raise DeclarationFileError(path, f"patch.{key}", f'applied = "{applied}" has no {key} function')
+    if "arguments" in table:
+        if applied == "import":
+            raise DeclarationFileError(path, "patch.arguments", 'applied = "import" calls nothing to pass them to')
+        if not isinstance(table["arguments"], dict):
+            raise DeclarationFileError(path, "patch.arguments", "must be a table of keyword = value")
+        patch["arguments"] = dict(table["arguments"])
+    for key in ("apply", "context", "function"):
         if key in patch and not patch[key].isidentifier():
             raise DeclarationFileError(path, f"patch.{key}", f"{patch[key]!r} is not a name in the patch module")
+    undo = patch.get("undo", "")
+    returned, dot, method = undo.partition(".")
+    if undo and not (undo.isidentifier() or (returned == UNDO_RETURNED and dot and method.isidentifier())):
+        raise DeclarationFileError(
+            path,
+            "patch.undo",
+            f"{undo!r} is neither a name in the patch module nor {UNDO_RETURNED!r} / '{UNDO_RETURNED}.<method>' "
+            "(what apply returns undoes it)",
+        )
     return patch
 
 

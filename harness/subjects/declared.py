@@ -5,12 +5,15 @@ A patch that applies itself at import is imported once (in every process that lo
 rank), what it bound into ``finalize_model_grads`` is captured, and Megatron is put back exactly before any case runs;
 ``install()`` then binds the captured replacement and ``uninstall()`` puts back what was there. A patch applied by a
 function is applied and undone through the declared functions (the harness puts back what it saved where no undo is
-declared). The budget is set the declared way: the module global it lives in (also when the framework reads it from
-the environment at import), or an argument of the apply function.
+declared), and a context-manager patch is entered and left. The budget is set the declared way, in the framework's
+unit: the module global it lives in (also when the framework reads it from the environment at import), an argument of
+the apply function, or an attribute of one (an ``argparse.Namespace`` the harness builds).
 """
 
 from __future__ import annotations
 
+import argparse
+import copy
 import importlib
 import inspect
 import itertools
@@ -21,7 +24,9 @@ from pathlib import Path
 from types import ModuleType
 from typing import Any
 
-from harness.subjects.declaration import Declaration
+from harness.formats.budget_units import UNITS, effective_bytes, in_unit
+from harness.reference.budget import DEFAULT_BUDGET_BYTES
+from harness.subjects.declaration import UNDO_RETURNED, Declaration
 from harness.targets.megatron_names import FINALIZE_MODULE, UPSTREAM_NAME
 
 _MISSING = object()
@@ -176,8 +181,12 @@ class DeclaredPatch:
         self.subject = subject
         self.patch = declaration.patch
         self.budget = declaration.budget
+        self.unit = str(self.budget.get("unit", "B"))
+        self.whole_units = bool(self.budget.get("whole_units", False))
         self.finalize = importlib.import_module(FINALIZE_MODULE)
         self.originals: dict[str, object] = {}
+        self.undo_handle: object = None
+        self.context: Any = None
         self.module, self.rebinds = self._capture()
         self.default_global = self._global(self.module)
         replacement = self.rebinds[UPSTREAM_NAME]
@@ -190,64 +199,137 @@ class DeclaredPatch:
         subject.install, subject.uninstall = self.install, self.uninstall
         subject.default_budget = self.default_budget
         subject.allreduce_non_tensor_model_parallel_grads = replacement
+        if "unit" in self.budget:
+            subject.BUDGET_UNIT = self.unit
+            subject.effective_budget = self.effective_budget
         for key in ("apply", "undo"):
-            if key in self.patch and not callable(getattr(self.module, self.patch[key], None)):
-                raise declaration.fail(f"patch.{key}", f"{self.patch['module']!r} has no function {self.patch[key]!r}")
+            name = self.patch.get(key, UNDO_RETURNED)
+            if name != UNDO_RETURNED and not callable(getattr(self.module, name, None)):
+                raise declaration.fail(f"patch.{key}", f"{self.patch['module']!r} has no function {name!r}")
         if "global" in self.budget and self.default_global is _MISSING:
             raise declaration.fail("budget.global", f"{self.patch['module']!r} has no global {self.budget['global']!r}")
 
     def _capture(self) -> tuple[ModuleType, dict[str, object]]:
         """Import the patch module, apply it as declared, and put Megatron back exactly; the names it bound and to
-        what."""
+        what. An apply that requires its budget is given the 1 GiB default here: what it binds is the same."""
         before = dict(vars(self.finalize))
+        applied = self.patch["applied"]
         with megatron_restored():
             module = _import(self.declaration, "patch.module", self.patch["module"], fresh=True)
-            if self.patch["applied"] == "call":
-                self._call(module, "apply", "patch.apply")
+            if applied != "import":
+                self._apply(module, self._capture_budget(module))
             rebinds = {
                 name: value for name, value in vars(self.finalize).items() if before.get(name, _MISSING) is not value
             }
-            if self.patch["applied"] == "call" and "undo" in self.patch:
-                self._call(module, "undo", "patch.undo")
+            if applied == "context" or "undo" in self.patch:
+                self._undo(module)
         if UPSTREAM_NAME not in rebinds:
-            how = "importing it" if self.patch["applied"] == "import" else f"calling {self.patch.get('apply')}()"
+            how = {"import": "importing it", "call": f"calling {self.patch.get('apply')}()"}.get(
+                applied, f"entering {self.patch.get('context')}()"
+            )
             raise self.declaration.fail(
-                "patch.applied",
-                f"{how} bound nothing as {FINALIZE_MODULE}.{UPSTREAM_NAME} (applied = {self.patch['applied']!r})",
+                "patch.applied", f"{how} bound nothing as {FINALIZE_MODULE}.{UPSTREAM_NAME} (applied = {applied!r})"
             )
         self.originals = {name: before.get(name, _MISSING) for name in rebinds}
         return module, rebinds
 
-    def _call(self, module: ModuleType, role: str, key: str, **kwargs: Any) -> None:
-        """Call the declared ``apply``/``undo`` function; whatever it raises becomes one line against ``key``, and an
-        argument it needs that the declaration does not supply names the key that would."""
-        name = self.patch[role]
+    def _capture_budget(self, module: ModuleType) -> int | None:
+        """The budget the capture passes: none (the framework's own default) unless apply requires it."""
+        argument = str(self.budget.get("argument", ""))
+        if not argument or "." in argument:
+            return None
+        function = getattr(module, self.patch.get("apply") or self.patch.get("context", ""), None)
+        return DEFAULT_BUDGET_BYTES if callable(function) and argument in _missing_arguments(function, {}) else None
+
+    def _arguments(self, budget_bytes: int | None) -> dict[str, Any]:
+        """The keywords of apply (or of the context manager): ``[patch] arguments`` as declared, and the budget in
+        the framework's unit, as a keyword or as the attribute of an ``argparse.Namespace`` built for it."""
+        kwargs = copy.deepcopy(dict(self.patch.get("arguments", {})))
+        keyword, _, attribute = str(self.budget.get("argument", "")).partition(".")
+        if attribute:
+            fields = kwargs.get(keyword, {})
+            if budget_bytes is not None:
+                fields = {**fields, attribute: in_unit(budget_bytes, self.unit, self.whole_units)}
+            kwargs[keyword] = argparse.Namespace(**fields)
+        elif keyword and budget_bytes is not None:
+            kwargs[keyword] = in_unit(budget_bytes, self.unit, self.whole_units)
+        return kwargs
+
+    def _apply(self, module: ModuleType, budget_bytes: int | None) -> None:
+        """Apply the patch: call ``apply`` (keeping what it returns, for ``undo = "returned"``), or enter the
+        context manager; whatever it raises becomes one line against its key, and an argument it needs that the
+        declaration does not supply names the key that would."""
+        role = "context" if self.patch["applied"] == "context" else "apply"
+        key, name = f"patch.{role}", self.patch[role]
         function = getattr(module, name, None)
         if not callable(function):
             raise self.declaration.fail(key, f"{self.patch['module']!r} has no function {name!r}")
+        kwargs = self._arguments(budget_bytes)
         missing = _missing_arguments(function, kwargs)
         if missing:
             hint = f'if {missing[0]!r} is the byte budget, declare budget.argument = "{missing[0]}"'
-            if role == "apply" and "argument" not in self.budget:
+            if "argument" not in self.budget:
                 raise self.declaration.fail(key, f"{name}() needs {', '.join(missing)}, which nothing supplies: {hint}")
-            raise self.declaration.fail(key, f"{name}() needs {', '.join(missing)}, which nothing supplies")
+            raise self.declaration.fail(
+                key, f"{name}() needs {', '.join(missing)}, which nothing supplies: declare it in patch.arguments"
+            )
         try:
-            function(**kwargs)
+            handle = function(**kwargs)
+            if role == "context":
+                handle.__enter__()
+                self.context = handle
+            else:
+                self.undo_handle = handle
         except Exception as err:
-            raise self.declaration.fail(key, f"{name}() raised {type(err).__name__}: {err}") from err
+            step = f"{name}(...).__enter__()" if role == "context" else f"{name}()"
+            raise self.declaration.fail(key, f"{step} raised {type(err).__name__}: {err}") from err
+
+    def _undo(self, module: ModuleType) -> None:
+        """Undo the patch: leave the context manager, call ``undo`` (or what apply returned); one line on error."""
+        if self.patch["applied"] == "context":
+            context, self.context = self.context, None
+            if context is None:
+                return
+            try:
+                context.__exit__(None, None, None)
+            except Exception as err:
+                raise self.declaration.fail(
+                    "patch.context", f"{self.patch['context']}(...).__exit__() raised {type(err).__name__}: {err}"
+                ) from err
+            return
+        undo = str(self.patch["undo"])
+        if undo.split(".")[0] == UNDO_RETURNED:
+            method = undo.partition(".")[2] or "undo"
+            handle = self.undo_handle
+            function = handle if callable(handle) and "." not in undo else getattr(handle, method, None)
+            name = f"{self.patch['apply']}()'s {'result' if function is handle else method}"
+        else:
+            function, name = getattr(module, undo, None), f"{undo}()"
+        if not callable(function):
+            raise self.declaration.fail("patch.undo", f"{name} is not callable: {function!r}")
+        try:
+            function()
+        except Exception as err:
+            raise self.declaration.fail("patch.undo", f"{name} raised {type(err).__name__}: {err}") from err
+
+    def effective_budget(self, budget_bytes: int) -> int:
+        """The bytes the framework really runs with when given ``budget_bytes`` (more, where whole units round up)."""
+        return effective_bytes(budget_bytes, self.unit, self.whole_units)
 
     def default_budget(self) -> tuple[int | None, str]:
-        """The framework's own budget and where it is: the budget global's value after import, else the default of
-        the budget argument of ``apply``; ``None`` where neither names a whole number of bytes."""
+        """The framework's own budget in bytes and where it is: the budget global's value after import, else the
+        default of the budget argument of ``apply``; ``None`` where neither names a number."""
+        factor = UNITS[self.unit]
         value = self.default_global
-        if isinstance(value, int) and not isinstance(value, bool):
-            return value, f"the value of {self.budget['global']} after import"
-        argument, apply = self.budget.get("argument"), getattr(self.module, self.patch.get("apply", ""), None)
-        if argument and callable(apply):
+        if isinstance(value, int | float) and not isinstance(value, bool):
+            return int(value * factor), f"the value of {self.budget['global']} after import"
+        argument = str(self.budget.get("argument", ""))
+        apply = getattr(self.module, self.patch.get("apply") or self.patch.get("context", ""), None)
+        if argument and "." not in argument and callable(apply):
             parameter = inspect.signature(apply).parameters.get(argument)
             default = parameter.default if parameter is not None else None
-            if isinstance(default, int) and not isinstance(default, bool):
-                return default, f"the default of {self.patch['apply']}({argument})"
+            if isinstance(default, int | float) and not isinstance(default, bool):
+                return int(default * factor), f"the default of {apply.__name__}({argument})"
         return None, ""
 
     def _global(self, module: ModuleType) -> object:
@@ -256,15 +338,14 @@ class DeclaredPatch:
 
     def install(self, budget_bytes: int | None = None) -> None:
         """Apply the framework's patch with ``budget_bytes`` (``None``: the framework's own default)."""
-        if self.patch["applied"] == "call":
-            argument = self.budget.get("argument")
-            kwargs = {argument: budget_bytes} if argument and budget_bytes is not None else {}
-            self._call(self.module, "apply", "patch.apply", **kwargs)
+        if self.patch["applied"] != "import":
+            self._apply(self.module, budget_bytes)
         else:
             for name, value in self.rebinds.items():
                 setattr(self.finalize, name, value)
         if "global" in self.budget:
-            setattr(self.module, self.budget["global"], self.default_global if budget_bytes is None else budget_bytes)
+            value = self.default_global if budget_bytes is None else in_unit(budget_bytes, self.unit, self.whole_units)
+            setattr(self.module, self.budget["global"], value)
         # What finalize_model_grads will call is what this install bound (an apply function may bind a new closure
         # over the budget each time); where it bound nothing, the captured replacement stays, never upstream.
         bound = getattr(self.finalize, UPSTREAM_NAME, None)
@@ -273,8 +354,8 @@ class DeclaredPatch:
 
     def uninstall(self) -> None:
         """Undo the patch the declared way, else put back what the harness saw before the patch module ran."""
-        if self.patch["applied"] == "call" and "undo" in self.patch:
-            self._call(self.module, "undo", "patch.undo")
+        if self.patch["applied"] == "context" or "undo" in self.patch:
+            self._undo(self.module)
         else:
             for name, value in self.originals.items():
                 if value is _MISSING:

@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import importlib
 import inspect
 from collections.abc import Iterable
+from types import ModuleType
 from typing import Any
 
 from harness.contracts.api_fingerprint.source_scan import CallSite
@@ -22,6 +24,25 @@ def missing_symbols(declaration: Iterable[Declared], fingerprints: dict[str, dic
         what = entry.members[0] if len(entry.members) == 1 else f"none of the alternatives {entry.key}"
         problems.append(f"{what} ({entry.usage}) does not exist: {reasons}")
     return problems
+
+
+def replacement_of(subject: ModuleType, name: str) -> tuple[Any, str | None]:
+    """The replacement an entry names, and ``None``; or ``None`` and why it cannot be had. ``name`` is an attribute
+    of the subject (the gate's protocol name), or the framework's own function as ``module:qualname``."""
+    if ":" not in name:
+        if not hasattr(subject, name):
+            return None, f"the subject has no {name!r}, which it declares as the replacement"
+        return getattr(subject, name), None
+    module_name, _, qualname = name.partition(":")
+    try:
+        value: Any = importlib.import_module(module_name)
+    except Exception as err:
+        return None, f"the declared replacement {name} cannot be imported: {type(err).__name__}: {err}"
+    for part in qualname.split("."):
+        if not hasattr(value, part):
+            return None, f"the declared replacement {name} does not exist: {module_name!r} has no {qualname!r}"
+        value = getattr(value, part)
+    return value, None
 
 
 def resolved_member(entry: Declared, fingerprints: dict[str, dict[str, Any]]) -> str | None:
