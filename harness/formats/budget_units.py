@@ -12,6 +12,9 @@ from typing import Any
 
 UNITS = {"B": 1, "KB": 10**3, "KiB": 2**10, "MB": 10**6, "MiB": 2**20, "GB": 10**9, "GiB": 2**30}
 """What ``[budget] unit`` may say, and how many bytes one of it is."""
+CAPTURE_BUDGET_BYTES = 1 << 30
+"""The budget given to an apply that requires one when the gate applies it only to see what it binds (1 GiB, the
+reference subject's default): a budget changes what the replacement does, never what is bound."""
 
 
 def in_unit(budget_bytes: int, unit: str, whole_units: bool) -> int | float:

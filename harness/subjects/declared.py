@@ -24,8 +24,7 @@ from pathlib import Path
 from types import ModuleType
 from typing import Any
 
-from harness.formats.budget_units import UNITS, effective_bytes, in_unit
-from harness.reference.budget import DEFAULT_BUDGET_BYTES
+from harness.formats.budget_units import CAPTURE_BUDGET_BYTES, UNITS, effective_bytes, in_unit
 from harness.subjects.declaration import UNDO_RETURNED, Declaration
 from harness.targets.megatron_names import FINALIZE_MODULE, UPSTREAM_NAME
 
@@ -239,7 +238,7 @@ class DeclaredPatch:
         if not argument or "." in argument:
             return None
         function = getattr(module, self.patch.get("apply") or self.patch.get("context", ""), None)
-        return DEFAULT_BUDGET_BYTES if callable(function) and argument in _missing_arguments(function, {}) else None
+        return CAPTURE_BUDGET_BYTES if callable(function) and argument in _missing_arguments(function, {}) else None
 
     def _arguments(self, budget_bytes: int | None) -> dict[str, Any]:
         """The keywords of apply (or of the context manager): ``[patch] arguments`` as declared, and the budget in
