@@ -4,14 +4,16 @@ Each property names itself in its failure message, so a red says which promise b
 budget, no-empty, greedy tightness, element-size accounting, budget validation or linear cost (measured in bytecode
 instructions and bytes allocated, not in time or calls).
 
-Greedy tightness, budget validation, no empty chunk and linear cost are advisory (``@pytest.mark.advisory``): an
-adapter that makes more collectives than needed, treats a budget of 0 as "one tensor per chunk", leaves an empty
-chunk or splits in quadratic time still gives Megatron every value it computes. They are reported in their own
-colour, and are reds only for a strict subject (a module subject, or a declaration with ``strict = true``).
+Order, greedy tightness, budget validation, no empty chunk and linear cost are advisory (``@pytest.mark.advisory``):
+an adapter that groups grads by dtype before chunking, makes more collectives than needed, treats a budget of 0 as
+"one tensor per chunk", leaves an empty chunk or splits in quadratic time still gives Megatron every value it
+computes. They are reported in their own colour, and are reds only for a strict subject (a module subject, or a
+declaration with ``strict = true``).
 """
 
 from __future__ import annotations
 
+from collections import Counter
 from types import ModuleType
 
 import pytest
@@ -21,6 +23,7 @@ from hypothesis import strategies as st
 
 from harness.contracts.population_strategies import TensorSpec, budgets_for, gpt_layer_specs, populations
 from harness.contracts.work import Work, measure_work, settled_heap
+from harness.formats.budget_units import budget_words, effective_budget
 from harness.plugin.failure import contract_failure
 from harness.plugin.families import family
 from harness.targets.matrix import Target
@@ -52,19 +55,46 @@ def population_and_budget(draw: st.DrawFn) -> tuple[list[TensorSpec], int]:
 
 @given(population_and_budget())
 def test_partition(subject: ModuleType, target: Target, case: tuple[list[TensorSpec], int]) -> None:
+    """Every grad exactly once, each with its own param: what ``finalize_model_grads`` reduces. In what order the
+    chunks hold them changes no value a rank computes, so order is an advisory of its own (:func:`test_order`)."""
     specs, budget = case
     params, grads = materialise(specs)
     chunks = split(subject, params, grads, budget)
     flat_params = [p for chunk_params, _ in chunks for p in chunk_params]
     flat_grads = [g for _, chunk_grads in chunks for g in chunk_grads]
-    same = len(flat_grads) == len(grads) and all(a is b for a, b in zip(flat_grads, grads, strict=True))
-    same = same and len(flat_params) == len(params) and all(a is b for a, b in zip(flat_params, params, strict=True))
-    assert same, contract_failure(
+    times = Counter(id(g) for g in flat_grads)
+    param_of = {id(g): p for p, g in zip(params, grads, strict=True)}
+    wrong = [g for g in grads if times[id(g)] != 1]
+    strangers = [g for g in flat_grads if id(g) not in param_of]
+    unpaired = len(flat_params) != len(flat_grads) or any(
+        param_of.get(id(g)) is not p for p, g in zip(flat_params, flat_grads, strict=False)
+    )
+    assert not (wrong or strangers or unpaired), contract_failure(
         target,
         FAMILY.name,
         f"property 'partition' violated by {FAMILY.symbol}",
-        f"the chunks concatenated are not the input sequence (input {len(grads)} tensors, "
-        f"chunks hold {len(flat_grads)} grads / {len(flat_params)} params; budget {budget})",
+        f"the chunks do not hold every grad exactly once, each with its own param (input {len(grads)} tensors, "
+        f"chunks hold {len(flat_grads)} grads / {len(flat_params)} params: {len(wrong)} grads not exactly once, "
+        f"{len(strangers)} tensors that are not input grads, params {'not ' if unpaired else ''}paired; "
+        f"{budget_words(subject, budget)})",
+    )
+
+
+@pytest.mark.advisory
+@given(population_and_budget())
+def test_order(subject: ModuleType, target: Target, case: tuple[list[TensorSpec], int]) -> None:
+    """The chunks concatenated are the input in its order: what upstream's one buffer holds. Another order reduces
+    the same values, so this is an advisory (a splitter that groups grads by dtype first is correct)."""
+    specs, budget = case
+    params, grads = materialise(specs)
+    flat_grads = [g for _, chunk_grads in split(subject, params, grads, budget) for g in chunk_grads]
+    same = len(flat_grads) == len(grads) and all(a is b for a, b in zip(flat_grads, grads, strict=True))
+    assert same, contract_failure(
+        target,
+        FAMILY.name,
+        f"property 'order' violated by {FAMILY.symbol}",
+        f"the chunks concatenated are not the input sequence (input {len(grads)} tensors; "
+        f"{budget_words(subject, budget)})",
     )
 
 
@@ -93,20 +123,21 @@ def test_alignment(subject: ModuleType, target: Target, case: tuple[list[TensorS
 def test_budget_and_oversize_alone(subject: ModuleType, target: Target, case: tuple[list[TensorSpec], int]) -> None:
     specs, budget = case
     params, grads = materialise(specs)
+    limit, words = effective_budget(subject, budget), budget_words(subject, budget)
     for index, (_, chunk_grads) in enumerate(split(subject, params, grads, budget)):
-        oversize = [nbytes(g) for g in chunk_grads if nbytes(g) > budget]
+        oversize = [nbytes(g) for g in chunk_grads if nbytes(g) > limit]
         assert not oversize or len(chunk_grads) == 1, contract_failure(
             target,
             FAMILY.name,
             f"property 'oversize alone' violated by {FAMILY.symbol}",
-            f"chunk {index} mixes a {oversize[0]}-byte grad (> budget {budget}) with others",
+            f"chunk {index} mixes a {oversize[0]}-byte grad (> {words}) with others",
         )
         size = sum(nbytes(g) for g in chunk_grads)
-        assert len(chunk_grads) == 1 or size <= budget, contract_failure(
+        assert len(chunk_grads) == 1 or size <= limit, contract_failure(
             target,
             FAMILY.name,
             f"property 'budget' violated by {FAMILY.symbol}",
-            f"chunk {index} of {len(chunk_grads)} grads holds {size} bytes > budget {budget}",
+            f"chunk {index} of {len(chunk_grads)} grads holds {size} bytes > {words}",
         )
 
 
@@ -138,32 +169,36 @@ def test_greedy_tightness(subject: ModuleType, target: Target, case: tuple[list[
     specs, budget = case
     params, grads = materialise(specs)
     chunks = split(subject, params, grads, budget)
+    limit = effective_budget(subject, budget)
     for index in range(len(chunks) - 1):
         size = sum(nbytes(g) for g in chunks[index][1])
         following = nbytes(chunks[index + 1][1][0]) if chunks[index + 1][1] else 0
-        if size <= budget:
-            assert size + following > budget, contract_failure(
+        if size <= limit:
+            assert size + following > limit, contract_failure(
                 target,
                 FAMILY.name,
                 f"property 'greedy tightness' violated by {FAMILY.symbol}",
-                f"chunk {index} ({size} bytes) could have taken the next grad ({following} bytes) within budget "
-                f"{budget}: {len(chunks)} collectives where fewer suffice",
+                f"chunk {index} ({size} bytes) could have taken the next grad ({following} bytes) within "
+                f"{budget_words(subject, budget)}: {len(chunks)} collectives where fewer suffice",
             )
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.float16])
 def test_bytes_use_element_size(subject: ModuleType, target: Target, dtype: torch.dtype) -> None:
     element = torch.empty((), dtype=dtype).element_size()
-    specs = [TensorSpec(f"t{i}", (4, 3), dtype, transposed=i % 2 == 1) for i in range(6)]
+    # Two grads per chunk exactly: 12 elements each, or, for a framework that takes whole units of its budget only
+    # (a MiB), grads of half the smallest budget it can be given.
+    columns = max(3, effective_budget(subject, 1) // (2 * 4 * element))
+    specs = [TensorSpec(f"t{i}", (4, columns), dtype, transposed=i % 2 == 1) for i in range(6)]
     params, grads = materialise(specs)
-    budget = 2 * 12 * element
+    budget = 2 * 4 * columns * element
     sizes = [len(g) for _, g in split(subject, params, grads, budget)]
     assert sizes == [2, 2, 2], contract_failure(
         target,
         FAMILY.name,
         f"property 'element-size bytes' violated by {FAMILY.symbol}",
-        f"six {dtype} grads of 12 elements ({12 * element} bytes each) under a {budget}-byte budget must form "
-        f"chunks of 2, got chunk sizes {sizes}",
+        f"six {dtype} grads of {4 * columns} elements ({4 * columns * element} bytes each) under a {budget}-byte "
+        f"budget must form chunks of 2, got chunk sizes {sizes}",
     )
 
 

@@ -20,7 +20,7 @@ INSTALLED = {
     "megatron-0.18": {"python": "3.12.1", "megatron-core": "0.18.2", "torch": "2.13.0+cpu", "numpy": "2.5.5"},
     "megatron-0.19": {"python": "3.12.1", "megatron-core": "0.19.2", "torch": "2.13.0+cpu", "numpy": "2.5.5"},
 }
-SEEDED_SUBJECT = "harness/sensitivity/seeded/chunk_splitting_reversed.py"
+SEEDED_SUBJECT = "harness/sensitivity/seeded/chunk_splitting_last_dropped.py"
 PARTITION_MESSAGE = (
     "AssertionError: [megatron-0.15] chunk-splitting property 'partition' violated by split_into_chunks: the chunks "
     "concatenated are not the input sequence (input 2 tensors, chunks hold 2 grads / 2 params; budget 1)"
@@ -36,7 +36,7 @@ PARTITION_TEXT = f"""subject = <module 'seeded'>
 E       {PARTITION_MESSAGE}
 E       assert False
 E       Falsifying example: test_partition(
-E           subject=<module '_megatron_conformance_subject_0_chunks_reversed'>,
+E           subject=<module '_megatron_conformance_subject_0_chunks_last_dropped'>,
 E           target=Target(session='megatron-0.15',
 E            python='3.11'),
 E           case=([TensorSpec(name='a', shape=(1,), dtype=torch.float32, transposed=False),

@@ -21,7 +21,6 @@ SEEDED_BREAKS = {
     "chunk_splitting_last_dropped": "partition",
     "chunk_splitting_oversize_merged": "oversize alone",
     "chunk_splitting_oversize_split": "partition",
-    "chunk_splitting_reversed": "partition",
     "chunk_splitting_misaligned": "alignment",
     "chunk_splitting_one_per_chunk": "greedy tightness",
     "chunk_splitting_counts_elements": "budget",

@@ -14,6 +14,7 @@ CORRECT = ROOT / "harness" / "sensitivity" / "correct"
 OPS_ADVISORY = "test_reduces_with_upstreams_ops"
 # variant -> (case file, advisories it must show: the style it has, named, never a red)
 VARIANTS = {
+    "chunk_splitting_reversed": ("cases/test_chunk_splitting.py", {"test_order", "test_greedy_tightness"}),
     "equivalence_bound_at_import": ("cases/test_equivalence.py", set()),
     "equivalence_sum_then_divide": ("cases/test_equivalence.py", {OPS_ADVISORY}),
     "import_side_effects_reads_budget_variable": ("cases/test_import_side_effects.py", set()),

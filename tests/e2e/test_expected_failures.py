@@ -26,13 +26,13 @@ def _matrix_with_expectations(tmp_path: Path, lines: list[str]) -> Path:
 def test_listed_failure_is_xfail_and_stale_lines_are_reported(tmp_path: Path) -> None:
     matrix = _matrix_with_expectations(
         tmp_path,
-        ["cases/test_chunk_splitting.py::test_partition  # reversed chunks", "cases/test_nowhere.py::test_gone"],
+        ["cases/test_chunk_splitting.py::test_partition  # the last chunk dropped", "cases/test_nowhere.py::test_gone"],
     )
     run = run_target_cases(
         SESSION,
         ["cases/test_chunk_splitting.py::test_partition", "cases/test_chunk_splitting.py::test_alignment"],
         tmp_path,
-        subject=SEEDED / "chunk_splitting_reversed.py",
+        subject=SEEDED / "chunk_splitting_last_dropped.py",
         extra=[f"--matrix={matrix}"],
     )
     assert run.returncode == 0, run.output[-3000:]
@@ -48,7 +48,7 @@ def test_listed_case_that_passes_fails_the_run(tmp_path: Path) -> None:
         SESSION,
         ["cases/test_chunk_splitting.py::test_alignment"],
         tmp_path,
-        subject=SEEDED / "chunk_splitting_reversed.py",
+        subject=SEEDED / "chunk_splitting_last_dropped.py",
         extra=[f"--matrix={matrix}"],
     )
     assert run.returncode == 1, run.output[-3000:]

@@ -173,7 +173,7 @@ def test_repro_from_the_red_cell_reproduces_the_failure(tmp_path: Path) -> None:
         "megatron-0.15",
         ["cases/test_chunk_splitting.py::test_partition"],
         reports / "megatron-0.15",
-        subject=SEEDED / "chunk_splitting_reversed.py",
+        subject=SEEDED / "chunk_splitting_last_dropped.py",
     )
     assert seeded.returncode == 1, seeded.output[-3000:]
     markdown = render_markdown(collect(reports))
@@ -182,7 +182,7 @@ def test_repro_from_the_red_cell_reproduces_the_failure(tmp_path: Path) -> None:
     entry = failure_entry(markdown, anchor)
     command = repro_of(entry)
     assert command == (
-        f"MEGATRON_CONFORMANCE_SUBJECT={SEEDED / 'chunk_splitting_reversed.py'} nox -R -s megatron-0.15 -- "
+        f"MEGATRON_CONFORMANCE_SUBJECT={SEEDED / 'chunk_splitting_last_dropped.py'} nox -R -s megatron-0.15 -- "
         "cases/test_chunk_splitting.py::test_partition"
     )
     reported = collect(reports).failures[0]

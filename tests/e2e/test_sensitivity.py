@@ -23,7 +23,7 @@ KNOWN = tuple(t.session for t in load_matrix(ROOT / "matrix.yaml").targets)
 NEWEST = KNOWN[-1]
 # One mutant per family: the gate must go red on each, through a case of that family.
 FAST_SUBSET = (
-    "chunk_splitting_reversed",
+    "chunk_splitting_last_dropped",
     "sum_avg_swapped",
     "gpt_process_group_keyword_renamed",
     "finalize_binds_at_import",
@@ -121,9 +121,9 @@ def test_subject_mutants_of_one_warm_run_are_judged_each_on_its_own(tmp_path: Pa
     subject = tmp_path / "crashing_subject.py"
     subject.write_text(CRASHING_SUBJECT)
     crashing = Mutant("crashes", "subject", (SESSION,), "w", "chunk-splitting", subject=str(subject))
-    [reversed_] = applicable(("chunk_splitting_reversed",), SESSION)
+    [dropped] = applicable(("chunk_splitting_last_dropped",), SESSION)
     correct = Mutant("correct", "subject", (SESSION,), "w", "chunk-splitting", subject=str(ROOT / "harness/reference"))
-    mutants = [crashing, reversed_, correct]
+    mutants = [crashing, dropped, correct]
     report = run_sensitivity(mutants, {SESSION: target_python(SESSION)}, "harness.reference", 1, print)
     outcome, killed, survived = report.outcomes
     assert outcome.verdict == "broken" and outcome.caught_by == [], outcome

@@ -61,7 +61,7 @@ def test_a_target_session_checks_each_subject_the_environment_names_and_the_repo
     tmp_path: Path,
 ) -> None:
     target_python(SESSION)  # the venv nox -R reuses
-    seeded = str(SEEDED / "chunk_splitting_reversed.py")
+    seeded = str(SEEDED / "chunk_splitting_last_dropped.py")
     env = {
         **os.environ,
         "MEGATRON_CONFORMANCE_REPORTS": str(tmp_path),
@@ -79,16 +79,16 @@ def test_a_target_session_checks_each_subject_the_environment_names_and_the_repo
     assert gate.returncode == 1, gate.stdout[-3000:] + gate.stderr[-3000:]
     assert f"repro: MEGATRON_CONFORMANCE_SUBJECT={seeded} nox -R -s {SESSION} -- " in gate.stdout
     folders = sorted(path.name for path in (tmp_path / SESSION).iterdir())
-    assert folders == ["1-chunk_splitting_reversed", "2-harness.reference"], folders
+    assert folders == ["1-chunk_splitting_last_dropped", "2-harness.reference"], folders
     report = subprocess.run(
         [*nox, "-s", "report", "--", SESSION], cwd=ROOT, env=env, capture_output=True, text=True, timeout=300
     )
     assert report.returncode == 0, report.stderr[-3000:]
     markdown = (tmp_path / "compatibility.md").read_text()
-    assert markdown.splitlines()[2] == "1 target · 2 subjects · 2 reds: chunk_splitting_reversed.py 2 (megatron-0.15)."
+    assert markdown.splitlines()[2] == "1 target · 2 subjects · 2 reds: chunk_splitting_last_dropped.py 2 (megatron-0.15)."
     baseline, targets, rows = comparison(markdown)
     assert (baseline, targets, rows) == (
-        "`chunk_splitting_reversed.py`",
+        "`chunk_splitting_last_dropped.py`",
         [SESSION],
         {"`harness.reference`": ["✅ 2 fixed"]},
     )

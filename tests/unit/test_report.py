@@ -68,7 +68,7 @@ def test_columns_are_targets_in_version_order_with_installed_pins(synthetic: Pat
     headers, _ = matrices[SEEDED]
     assert [h.split("<br>")[0] for h in headers] == ["megatron-0.13", "megatron-0.15", "megatron-0.16"]
     assert headers[0] == (
-        "megatron-0.13<br><sub>subject `chunk_splitting_reversed.py`<br>megatron-core 0.13.1<br>torch 2.13.0+cpu<br>"
+        "megatron-0.13<br><sub>subject `chunk_splitting_last_dropped.py`<br>megatron-core 0.13.1<br>torch 2.13.0+cpu<br>"
         "numpy 1.26.4<br>python 3.11.7</sub>"
     )
     assert "numpy 2.4.6" in headers[2]
@@ -671,7 +671,7 @@ def test_a_session_of_several_subjects_gives_each_its_own_matrix_and_counts_as_o
     reference = summary("megatron-0.15", subject="harness.reference")
     write_target(reports / "megatron-0.15", "2-harness.reference", reference, junit_document(green))
     grid = collect(reports, {"megatron-0.15": matrix_targets()["megatron-0.15"]})
-    seeded = "chunk_splitting_reversed.py"
+    seeded = "chunk_splitting_last_dropped.py"
     assert [run.session for run in grid.targets] == [f"megatron-0.15 ({seeded})", "megatron-0.15 (harness.reference)"]
     assert {run.target_session for run in grid.targets} == {"megatron-0.15"}
     assert len(grid.matrices) == 2

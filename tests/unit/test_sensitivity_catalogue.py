@@ -40,7 +40,7 @@ VALID: dict[str, Any] = {
             "family": "chunk-splitting",
             "targets": [SESSION],
             "why": "w",
-            "subject": "seeded/chunk_splitting_reversed.py",
+            "subject": "seeded/chunk_splitting_last_dropped.py",
         },
     ]
 }

@@ -119,7 +119,7 @@ def test_this_interpreters_standard_library_is_installed_and_deeper_directories_
     ("spec", "packages", "dirs"),
     [
         ("mypkg.megatron_adapter", {"mypkg"}, set()),
-        ("harness/sensitivity/seeded/chunk_splitting_reversed.py", set(), set()),
+        ("harness/sensitivity/seeded/chunk_splitting_last_dropped.py", set(), set()),
         ("harness/reference", set(), {"harness/reference"}),
         ("tests/frameworks/modernrl/megatron-conformance.toml", {"modernrl"}, {"tests/frameworks/modernrl"}),
     ],
