@@ -54,6 +54,7 @@ from harness.subjects.loading import SubjectError, resolve_subject, subject_spec
 from harness.targets import candidate as candidates  # noqa: E402
 from harness.targets.interpreters import expose_on_path, missing_message, running_version  # noqa: E402
 from harness.targets.matrix import MatrixError, Target, load_matrix, venv_python  # noqa: E402
+from harness.targets.requirements import RequirementsError, declared_requirements, requirements_python  # noqa: E402
 from harness.targets.venv_install import HARNESS_REQUIREMENTS, describe, install_command  # noqa: E402
 
 try:
@@ -138,6 +139,24 @@ def _clear_other_layout(report_dir: Path, several: bool) -> None:
             (report_dir / name).unlink(missing_ok=True)
 
 
+def _subject_python(session: nox.Session, target: Target, specs: list[str]) -> str:
+    """The interpreter the cases run in: the target venv's, or, where the subjects' declarations name requirements,
+    that of a venv holding the target's packages and theirs (one per target and requirement set, reused)."""
+    requirements: list[str] = []
+    try:
+        for spec in specs or [_one_subject(session)]:
+            declaration = resolve_subject(spec).declaration
+            if declaration is not None:
+                requirements += [r for r in declared_requirements(declaration) if r not in requirements]
+        if not requirements:
+            return "python"
+        session.log(f"the subject's requirements: {', '.join(requirements)}")
+        target_python = Path(session.virtualenv.location) / "bin" / "python"
+        return str(requirements_python(target_python, requirements, target.python))
+    except (DeclarationFileError, RequirementsError) as err:
+        session.error(str(err))
+
+
 def _make_target_session(target: Target) -> None:
     def run_target(session: nox.Session) -> None:
         _install_target(session, target)
@@ -150,10 +169,17 @@ def _make_target_session(target: Target) -> None:
         _clear_other_layout(report_dir, bool(several))
         if several:
             session.log(f"{len(several)} subjects, each in a session of its own: reports in {report_dir}/<n>-<name>/")
+        python = _subject_python(session, target, subjects)
         command = case_command(
-            target.session, report_dir, selection, matrix=MATRIX.path, workers=workers, subjects=several
+            target.session,
+            report_dir,
+            selection,
+            python=python,
+            matrix=MATRIX.path,
+            workers=workers,
+            subjects=several,
         )
-        session.run(*command)
+        session.run(*command, external=python != "python")
 
     run_target.__doc__ = f"Gate on {target.description}."
     if not _python_available(target.python):

@@ -42,13 +42,17 @@ from harness.contracts.import_side_effects.detector import (
 from harness.contracts.import_side_effects.dry_import import load_subject_afresh, megatron_modules_loaded_by
 from harness.contracts.import_side_effects.fake_modules import build_fakes
 from harness.contracts.import_side_effects.import_time import ImportTimeError, measure_import_times
-from harness.contracts.import_side_effects.isolation import adapter_import_root, load_isolated
+from harness.contracts.import_side_effects.isolation import (
+    adapter_import_root,
+    import_as_the_framework,
+    load_isolated,
+)
 from harness.plugin.failure import contract_failure
 from harness.plugin.families import family
 from harness.ranks.early_start import ON_RANKS
 from harness.ranks.megatron_state import finalize_module
 from harness.ranks.pool import RankPoolError
-from harness.subjects.declared import megatron_restored
+from harness.subjects.declared import megatron_restored, missing_dependency
 from harness.subjects.loading import SubjectRef
 from harness.subjects.promises import budget_env_var
 from harness.targets.matrix import Target
@@ -191,7 +195,8 @@ def test_importing_the_adapter_with_real_megatron_changes_nothing(
     target: Target, subject: ModuleType, observe: Callable[..., list[SideEffect]]
 ) -> None:
     finalize_module()
-    effects = _megatron_state(_observed_once("real", observe, lambda: load_isolated(subject.ADAPTER_PACKAGE)))
+    block = _importing(target, subject.ADAPTER_PACKAGE, lambda: load_isolated(subject.ADAPTER_PACKAGE))
+    effects = _megatron_state(_observed_once("real", observe, block))
     assert not effects, contract_failure(
         target, FAMILY.name, f"importing {FAMILY.symbol} {subject.ADAPTER_PACKAGE} changed Megatron", _effects(effects)
     )
@@ -202,9 +207,69 @@ def test_importing_the_adapter_with_real_megatron_has_no_other_effects(
     target: Target, subject: ModuleType, observe: Callable[..., list[SideEffect]]
 ) -> None:
     finalize_module()
-    effects = _other_effects(_observed_once("real", observe, lambda: load_isolated(subject.ADAPTER_PACKAGE)))
+    block = _importing(target, subject.ADAPTER_PACKAGE, lambda: load_isolated(subject.ADAPTER_PACKAGE))
+    effects = _other_effects(_observed_once("real", observe, block))
     assert not effects, contract_failure(
         target, FAMILY.name, f"importing {FAMILY.symbol} {subject.ADAPTER_PACKAGE} had side effects", _effects(effects)
+    )
+
+
+GATE_PACKAGES = ("harness", "cases", "tests")
+"""Top packages of the gate itself, imported before any case: an adapter inside them has no import of its own to
+observe by its dotted name."""
+
+
+def _framework_import(subject: ModuleType) -> tuple[str, Path]:
+    """The dotted name a framework imports its adapter by (``verl.models.mcore.patch``) and the folder it is found
+    from; skipped for an adapter that lives inside the gate's own packages."""
+    root, dotted = adapter_import_root(subject.ADAPTER_PACKAGE)
+    if dotted.partition(".")[0] in GATE_PACKAGES:
+        pytest.skip(f"{dotted} lives in the gate's own package, imported before any case: no import of it to observe")
+    return dotted, root
+
+
+def _importing(target: Target, name: str, block: Callable[[], object]) -> Callable[[], object]:
+    """``block``, an import of ``name``, where a module it needs that the venv lacks fails the case in one line
+    naming that module and the key that installs it (never a traceback, never a green)."""
+
+    def run() -> object:
+        try:
+            return block()
+        except ModuleNotFoundError as err:
+            if not err.name:
+                raise
+            pytest.fail(
+                contract_failure(target, FAMILY.name, f"importing {name} failed", [missing_dependency(name, err.name)]),
+                pytrace=False,
+            )
+
+    return run
+
+
+def test_importing_the_adapter_as_the_framework_does_changes_nothing(
+    target: Target, subject: ModuleType, observe: Callable[..., list[SideEffect]]
+) -> None:
+    """``import <adapter_package>`` by its real dotted name, its parents' ``__init__`` included, as the framework's
+    own code runs it; judged by the adapter's own rule: what it does to Megatron is red."""
+    dotted, root = _framework_import(subject)
+    finalize_module()
+    block = _importing(target, dotted, lambda: import_as_the_framework(dotted, root))
+    effects = _megatron_state(_observed_once("dotted", observe, block))
+    assert not effects, contract_failure(
+        target, FAMILY.name, f"import {dotted} (parents' __init__ included) changed Megatron", _effects(effects)
+    )
+
+
+@pytest.mark.advisory
+def test_importing_the_adapter_as_the_framework_does_has_no_other_effects(
+    target: Target, subject: ModuleType, observe: Callable[..., list[SideEffect]]
+) -> None:
+    dotted, root = _framework_import(subject)
+    finalize_module()
+    block = _importing(target, dotted, lambda: import_as_the_framework(dotted, root))
+    effects = _other_effects(_observed_once("dotted", observe, block))
+    assert not effects, contract_failure(
+        target, FAMILY.name, f"import {dotted} (parents' __init__ included) had side effects", _effects(effects)
     )
 
 

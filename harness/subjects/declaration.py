@@ -35,7 +35,7 @@ cases that check them are advisories: a framework whose inner providers name the
 never meets either."""
 
 _TABLES: dict[str, tuple[tuple[str, ...], tuple[str, ...]]] = {
-    "subject": (("adapter_package",), ("source_root", "strict", "require", "label")),
+    "subject": (("adapter_package",), ("source_root", "strict", "require", "label", "requirements")),
     "patch": (("module", "applied"), ("apply", "undo", "function", "context", "arguments")),
     "budget": ((), ("global", "env", "argument", "unit", "whole_units")),
     "splitter": (("function",), ("arguments", "returns")),
@@ -94,6 +94,9 @@ class Declaration:
     lines: int = 0
     given_label: str | None = None
     """``[subject] label``: what the report calls this subject, where the framework names it itself."""
+    requirements: tuple[str, ...] = ()
+    """``[subject] requirements``: what the framework needs installed beside Megatron, as pip requirement strings; a
+    path (``"."``) stands for the dependencies of the ``pyproject.toml`` there (:mod:`harness.targets.requirements`)."""
 
     @property
     def roles(self) -> tuple[str, ...]:
@@ -201,6 +204,7 @@ def _checked(path: Path, raw: dict[str, Any], lines: int) -> Declaration:
         scale=scale_table(path, tables["scale"], lambda key, reason: DeclarationFileError(path, key, reason)),
         lines=lines,
         given_label=_label(path, subject.get("label")),
+        requirements=_patterns(path, "subject.requirements", subject.get("requirements", [])),
     )
     _check_roles(declaration)
     _check_replacements(declaration)

@@ -166,6 +166,8 @@ def _import(declaration: Declaration, key: str, module_name: str, fresh: bool = 
     except ModuleNotFoundError as err:
         if err.name and (module_name == err.name or module_name.startswith(f"{err.name}.")):
             raise declaration.fail(key, f"no module {err.name!r} (source root {declaration.source_root})") from None
+        if err.name:
+            raise declaration.fail(key, missing_dependency(module_name, err.name)) from None
         raise declaration.fail(key, f"importing {module_name!r} failed: {type(err).__name__}: {err}") from None
     except Exception as err:
         raise declaration.fail(key, f"importing {module_name!r} failed: {type(err).__name__}: {err}") from None
@@ -383,6 +385,14 @@ def _missing_arguments(function: Callable[..., Any], given: dict[str, Any]) -> l
         for p in parameters
         if p.kind in required and p.default is inspect.Parameter.empty and p.name not in given
     ]
+
+
+def missing_dependency(importing: str, missing: str) -> str:
+    """One line for a module the framework's code imports that the venv lacks, naming the key that installs it."""
+    return (
+        f"importing {importing!r} needs module {missing!r}, which this target's venv does not have: add what "
+        "installs it to [subject] requirements (\".\" installs the dependencies of the framework's pyproject.toml)"
+    )
 
 
 def _describe(value: object) -> str:
