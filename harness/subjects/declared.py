@@ -391,7 +391,7 @@ def missing_dependency(importing: str, missing: str) -> str:
     """One line for a module the framework's code imports that the venv lacks, naming the key that installs it."""
     return (
         f"importing {importing!r} needs module {missing!r}, which this target's venv does not have: add what "
-        "installs it to [subject] requirements (\".\" installs the dependencies of the framework's pyproject.toml)"
+        'installs it to [subject] requirements ("." installs the dependencies of the framework\'s pyproject.toml)'
     )
 
 

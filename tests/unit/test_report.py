@@ -68,8 +68,8 @@ def test_columns_are_targets_in_version_order_with_installed_pins(synthetic: Pat
     headers, _ = matrices[SEEDED]
     assert [h.split("<br>")[0] for h in headers] == ["megatron-0.13", "megatron-0.15", "megatron-0.16"]
     assert headers[0] == (
-        "megatron-0.13<br><sub>subject `chunk_splitting_last_dropped.py`<br>megatron-core 0.13.1<br>torch 2.13.0+cpu<br>"
-        "numpy 1.26.4<br>python 3.11.7</sub>"
+        "megatron-0.13<br><sub>subject `chunk_splitting_last_dropped.py`<br>megatron-core 0.13.1<br>"
+        "torch 2.13.0+cpu<br>numpy 1.26.4<br>python 3.11.7</sub>"
     )
     assert "numpy 2.4.6" in headers[2]
     assert matrices[UNRECORDED][0] == ["megatron-0.9<br><sub>megatron-core ?<br>torch ?<br>numpy ?<br>python ?</sub>"]

@@ -48,11 +48,26 @@ class CallSite:
 
 
 @dataclasses.dataclass(frozen=True)
+class Assignment:
+    """A Megatron attribute the source binds (``A.b = f``, ``setattr(A, "b", f)``): a patch. ``value`` is the bound
+    expression as written, ``scope`` the qualified name of the function that makes it (empty at module level)."""
+
+    paths: tuple[str, ...]
+    value: str
+    scope: str
+    file: Path
+    line: int
+
+
+@dataclasses.dataclass(frozen=True)
 class SourceScan:
-    """What the subject's files reach in Megatron."""
+    """What the subject's files reach in Megatron: every use, the calls by shape, the paths called in any shape, and
+    the attributes bound."""
 
     uses: tuple[Use, ...]
     calls: tuple[CallSite, ...]
+    called: frozenset[str] = frozenset()
+    assignments: tuple[Assignment, ...] = ()
 
 
 def subject_files(subject: ModuleType) -> list[Path]:
@@ -73,7 +88,7 @@ def subject_files(subject: ModuleType) -> list[Path]:
     return list(files)
 
 
-def scan_sources(files: Iterable[Path]) -> SourceScan:
+def scan_sources(files: Iterable[Path], discovery: bool = False) -> SourceScan:
     """Every use of Megatron in ``files``, and every call of a Megatron function with its shape.
 
     Followed: ``import``/``from ... import`` of ``megatron``; ``importlib.import_module``, ``__import__`` and
@@ -83,22 +98,32 @@ def scan_sources(files: Iterable[Path]) -> SourceScan:
     Binding is by name and flow-insensitive: a name counts as a Megatron alias only when every binding of it in the
     files binds Megatron, and a function parameter of that name is taken to be the same object. Not followed:
     attribute names computed at run time (``getattr(module, name)`` over a loop variable).
+
+    ``discovery`` (for writing a declaration, where finding too much is cheap and missing a patch is not) counts a
+    name as a Megatron alias when any binding of it binds Megatron, and follows ``setattr``/``getattr`` names taken
+    from a loop over a module-level tuple of strings (``for name in PATCHED: setattr(module, name, f)``).
     """
     trees = {path: ast.parse(path.read_text(), str(path)) for path in files}
     resolver = _Resolver(_string_constants(trees.values()))
+    if discovery:
+        resolver.loop_strings = _loop_strings(trees.values())
     for _ in range(10):
-        aliases, returns = _bindings(trees.values(), resolver)
+        aliases, returns = _bindings(trees.values(), resolver, discovery)
         if (aliases, returns) == (resolver.aliases, resolver.returns):
             break
         resolver.aliases, resolver.returns = aliases, returns
     uses: list[Use] = []
     calls: list[CallSite] = []
+    called: set[str] = set()
+    assignments: list[Assignment] = []
     for path, tree in trees.items():
-        collector = _Collector(resolver, path.name)
+        collector = _Collector(resolver, path)
         collector.visit(tree)
         uses += collector.uses
         calls += collector.calls
-    return SourceScan(tuple(uses), tuple(calls))
+        called |= collector.called
+        assignments += collector.assignments
+    return SourceScan(tuple(uses), tuple(calls), frozenset(called), tuple(assignments))
 
 
 def undeclared_uses(scan: SourceScan, declaration: Iterable[Declared]) -> list[Use]:
@@ -127,6 +152,26 @@ def _string_constants(trees: Iterable[ast.Module]) -> dict[str, str]:
     return {name: found.pop() for name, found in values.items() if len(found) == 1}
 
 
+def _loop_strings(trees: Iterable[ast.Module]) -> dict[str, frozenset[str]]:
+    """Loop variables over a module-level tuple or list of string literals: each name, the strings it takes."""
+    tuples: dict[str, frozenset[str]] = {}
+    for tree in trees:
+        for node in tree.body:
+            if isinstance(node, ast.Assign) and len(node.targets) == 1 and isinstance(node.targets[0], ast.Name):
+                value = node.value
+                if isinstance(value, ast.Tuple | ast.List) and all(
+                    isinstance(e, ast.Constant) and isinstance(e.value, str) for e in value.elts
+                ):
+                    tuples[node.targets[0].id] = frozenset(e.value for e in value.elts)
+    loops: dict[str, set[str]] = {}
+    for tree in trees:
+        for node in ast.walk(tree):
+            if isinstance(node, ast.For | ast.comprehension) and isinstance(node.target, ast.Name):
+                if isinstance(node.iter, ast.Name) and node.iter.id in tuples:
+                    loops.setdefault(node.target.id, set()).update(tuples[node.iter.id])
+    return {name: frozenset(values) for name, values in loops.items()}
+
+
 def _under_megatron(path: str) -> bool:
     return path == _MEGATRON_ROOT or path.startswith(_MEGATRON_ROOT + ".")
 
@@ -136,8 +181,16 @@ class _Resolver:
 
     def __init__(self, constants: dict[str, str]) -> None:
         self.constants = constants
+        self.loop_strings: dict[str, frozenset[str]] = {}
         self.aliases: dict[str, frozenset[str]] = {}
         self.returns: dict[str, frozenset[str]] = {}
+
+    def strings(self, node: ast.expr) -> frozenset[str]:
+        """The strings ``node`` may be: one where :meth:`string` knows it, each a loop variable takes in discovery."""
+        known = self.string(node)
+        if known is not None:
+            return frozenset([known])
+        return self.loop_strings.get(node.id, frozenset()) if isinstance(node, ast.Name) else frozenset()
 
     def string(self, node: ast.expr) -> str | None:
         if isinstance(node, ast.Constant) and isinstance(node.value, str):
@@ -170,8 +223,9 @@ class _Resolver:
         if callee in ("importlib.import_module", "import_module", "__import__") and node.args:
             return self.module_named(node.args[0])
         if callee == "getattr" and len(node.args) >= 2:
-            attr = self.string(node.args[1])
-            return frozenset(f"{base}.{attr}" for base in self.paths(node.args[0])) if attr else frozenset()
+            return frozenset(
+                f"{base}.{attr}" for base in self.paths(node.args[0]) for attr in self.strings(node.args[1])
+            )
         name = node.func.attr if isinstance(node.func, ast.Attribute) else getattr(node.func, "id", None)
         return self.returns.get(name, frozenset()) if name else frozenset()
 
@@ -187,9 +241,10 @@ def attribute_chain(node: ast.expr) -> str | None:
 
 
 def _bindings(
-    trees: Iterable[ast.Module], resolver: _Resolver
+    trees: Iterable[ast.Module], resolver: _Resolver, discovery: bool = False
 ) -> tuple[dict[str, frozenset[str]], dict[str, frozenset[str]]]:
-    """Names bound to Megatron objects and functions returning them, given the resolver's current knowledge."""
+    """Names bound to Megatron objects and functions returning them, given the resolver's current knowledge (in
+    ``discovery``, a name any binding binds to Megatron, and a function any return of which returns it)."""
     bound: dict[str, set[str]] = {}
     tainted: set[str] = set()
     returned: dict[str, set[str]] = {}
@@ -250,6 +305,8 @@ def _bindings(
                         returned.setdefault(node.name, set()).update(paths)
                     else:
                         opaque.add(node.name)
+    if discovery:
+        tainted, opaque = set(), set()
     aliases = {name: frozenset(paths) for name, paths in bound.items() if name not in tainted}
     returns = {name: frozenset(paths) for name, paths in returned.items() if name not in opaque}
     return aliases, returns
@@ -271,11 +328,34 @@ def _own_returns(function: ast.FunctionDef | ast.AsyncFunctionDef) -> list[ast.R
 class _Collector(ast.NodeVisitor):
     """Uses and call sites of one file."""
 
-    def __init__(self, resolver: _Resolver, file: str) -> None:
+    def __init__(self, resolver: _Resolver, path: Path) -> None:
         self.resolver = resolver
-        self.file = file
+        self.path = path
+        self.file = path.name
         self.uses: list[Use] = []
         self.calls: list[CallSite] = []
+        self.called: set[str] = set()
+        self.assignments: list[Assignment] = []
+        self.scope: list[str] = []
+
+    def _scoped(self, node: ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef) -> None:
+        self.scope.append(node.name)
+        self.generic_visit(node)
+        self.scope.pop()
+
+    visit_FunctionDef = visit_AsyncFunctionDef = visit_ClassDef = _scoped
+
+    def _assigned(self, paths: Iterable[str], value: ast.expr, node: ast.AST) -> None:
+        paths = tuple(sorted(paths))
+        if paths:
+            line = getattr(node, "lineno", 0)
+            self.assignments.append(Assignment(paths, ast.unparse(value), ".".join(self.scope), self.path, line))
+
+    def visit_Assign(self, node: ast.Assign) -> None:
+        for target in node.targets:
+            if isinstance(target, ast.Attribute):
+                self._assigned(self.resolver.paths(target), node.value, node)
+        self.generic_visit(node)
 
     def _use(self, paths: Iterable[str], node: ast.AST) -> None:
         paths = tuple(sorted(paths))
@@ -308,10 +388,14 @@ class _Collector(ast.NodeVisitor):
     def visit_Call(self, node: ast.Call) -> None:
         self._use(self.resolver.paths(node), node)
         callee = attribute_chain(node.func)
+        self.called |= self.resolver.paths(node.func)
         if callee in _ATTRIBUTE_BUILTINS and len(node.args) >= 2:
-            attr = self.resolver.string(node.args[1])
-            if attr:
-                self._use((f"{base}.{attr}" for base in self.resolver.paths(node.args[0])), node)
+            attrs = self.resolver.strings(node.args[1])
+            if attrs:
+                targets = [f"{base}.{attr}" for base in self.resolver.paths(node.args[0]) for attr in sorted(attrs)]
+                self._use(targets, node)
+                if callee == "setattr" and len(node.args) >= 3:
+                    self._assigned(targets, node.args[2], node)
         shapeless = any(isinstance(a, ast.Starred) for a in node.args) or any(k.arg is None for k in node.keywords)
         if not shapeless:
             keywords = tuple(k.arg for k in node.keywords if k.arg)

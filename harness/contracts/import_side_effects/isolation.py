@@ -157,20 +157,20 @@ def load_isolated(
     return module
 
 
-def import_as_the_framework(dotted: str, source_root: Path | None = None) -> ModuleType:
+def import_as_the_framework(dotted: str, source_root: Path | None = None, rerun_from: str | None = None) -> ModuleType:
     """``import <dotted>`` as the framework's own code makes it, leaving ``sys.modules`` as it was.
 
     Unlike :func:`load_isolated`, which runs the adapter's own file alone, every parent package's ``__init__`` runs
     too: what the framework's top package does when its adapter is imported (configure logging, read the
     environment, patch Megatron from a parent) happens in the framework's process, so it is observed. Every module
-    of the framework's top package already imported (by loading the subject) is hidden for the import, so that each
-    body runs again; all are put back afterwards. Exceptions propagate after the restore.
+    of ``rerun_from`` (default: the framework's top package) already imported (by loading the subject) is hidden for
+    the import, so that each body runs again; all are put back afterwards. Exceptions propagate after the restore.
     """
-    top = dotted.partition(".")[0]
+    package = rerun_from or dotted.partition(".")[0]
     with isolated_modules() as isolation, _on_sys_path(source_root):
-        for name in [name for name in sys.modules if name == top or name.startswith(f"{top}.")]:
+        for name in [name for name in sys.modules if name == package or name.startswith(f"{package}.")]:
             del sys.modules[name]
-        isolation.root, isolation.own = dotted, (top,)
+        isolation.root, isolation.own = dotted, (package,)
         module = importlib.import_module(dotted)
         isolation.origin = getattr(module, "__file__", None)
     return module
