@@ -17,9 +17,11 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
+from harness.subjects.declaration import ROLE_ATTRIBUTES
 from harness.subjects.scan import FrameworkScan, Patch, scan_framework
 from harness.targets.megatron_names import FINALIZE_MODULE, UPSTREAM_NAME
 
+ROLE_REPLACEMENT = ROLE_ATTRIBUTES["patch"][0]
 _BUDGET_NAME = re.compile(r"byte|budget|bucket|chunk|_mb$|^mb$|mib", re.IGNORECASE)
 _PROVIDER_NAME = re.compile(r"provider", re.IGNORECASE)
 _RULE_NAME = re.compile(r"freeze|frozen|train", re.IGNORECASE)
@@ -64,8 +66,8 @@ def starter_declaration(found: FrameworkScan, written_for: Path) -> str:
             else:
                 usage = "relies"
                 comment = (
-                    f"guess: replaced where {comment}; with [patch] declared: 'replaces with "
-                    f"allreduce_non_tensor_model_parallel_grads' for {UPSTREAM_NAME}, else the replacement's module:qualname"
+                    f"guess: replaced where {comment}; with [patch] declared, 'replaces with "
+                    f"{ROLE_REPLACEMENT}' for {UPSTREAM_NAME}, else the replacement's module:qualname"
                 )
         if symbol.optional:
             usage += ", optional"
