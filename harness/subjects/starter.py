@@ -106,14 +106,47 @@ def _patch_guess(found: FrameworkScan) -> list[str]:
     ]
     first = patches[0]
     tree = found.trees[first.module]
-    applied, apply, undo = _how_applied(first, found)
-    lines += ["# [patch]  # guess", f'# module = "{first.module}"', f'# applied = "{applied}"']
+    registry = _registered_as(tree, first.scope)
+    module, applied, apply, undo = first.module, *_how_applied(first, found)
+    if registry:
+        module, apply = _registry_apply(found, first.module)
+        undo = "returned"
+    lines += ["# [patch]  # guess", f'# module = "{module}"', f'# applied = "{applied}"']
     if apply:
         lines.append(f'# {"context" if applied == "context" else "apply"} = "{apply}"')
     if undo:
         lines.append(f'# undo = "{undo}"')
-    lines += _budget_guess(tree, apply)
+    if registry:
+        lines.append(f'# arguments = {{ names = ["{registry}"] }}  # the registry\'s patch, by its name')
+    lines += _budget_guess(tree, apply, registry)
     return lines
+
+
+def _registered_as(tree: ast.Module, scope: str) -> str | None:
+    """The name a decorator registers the patch's function under (``@register_patch("name")``), if any."""
+    function = next((n for n in tree.body if isinstance(n, ast.FunctionDef) and n.name == scope.split(".")[0]), None)
+    for decorator in function.decorator_list if function else []:
+        if isinstance(decorator, ast.Call) and decorator.args and isinstance(decorator.args[0], ast.Constant):
+            if isinstance(decorator.args[0].value, str):
+                return decorator.args[0].value
+    return None
+
+
+def _registry_apply(found: FrameworkScan, near: str) -> tuple[str, str | None]:
+    """The package module exporting a function ``apply*`` that takes ``args`` (the registry's one call), nearest to
+    the patch's module; else the patch's module."""
+    candidates = []
+    for module, tree in found.trees.items():
+        for node in tree.body:
+            if isinstance(node, ast.FunctionDef) and node.name.startswith("apply") and node.args.args:
+                if node.args.args[0].arg == "args":
+                    candidates.append((module, node.name))
+    if not candidates:
+        return near, None
+    module, name = candidates[0]
+    package = near.rpartition(".")[0]
+    exported = package in found.trees and name in ast.unparse(found.trees[package])
+    return (package if exported else module), name
 
 
 def _how_applied(patch: Patch, found: FrameworkScan) -> tuple[str, str | None, str | None]:
@@ -146,39 +179,75 @@ def _how_applied(patch: Patch, found: FrameworkScan) -> tuple[str, str | None, s
     return "call", top, undo
 
 
-def _budget_guess(tree: ast.Module, apply: str | None) -> list[str]:
+def _budget_guess(tree: ast.Module, apply: str | None, registry: str | None) -> list[str]:
+    """Where the budget lives: a budget-like parameter of apply (``MiB`` where its name says so), an attribute of
+    ``args`` read in the module (for a registry applied from an args namespace), a numeric module global, and the
+    environment variable the module reads."""
     function = next((n for n in tree.body if isinstance(n, ast.FunctionDef) and n.name == apply), None)
     arguments = [a.arg for a in (function.args.args + function.args.kwonlyargs if function else [])]
     budget_argument = next((a for a in arguments if _BUDGET_NAME.search(a)), None)
+    if registry and budget_argument is None:
+        read = sorted(name for name in _args_attributes(tree) if _BUDGET_NAME.search(name))
+        budget_argument = f"args.{read[0]}" if read else None
+    constants = {
+        t.id: n.value for n in tree.body if isinstance(n, ast.Assign) for t in n.targets if isinstance(t, ast.Name)
+    }
     globals_ = [
-        t.id
-        for n in tree.body
-        if isinstance(n, ast.Assign | ast.AnnAssign)
-        for t in (n.targets if isinstance(n, ast.Assign) else [n.target])
-        if isinstance(t, ast.Name) and t.id.isupper() and _BUDGET_NAME.search(t.id)
+        name
+        for name, value in constants.items()
+        if name.isupper()
+        and _BUDGET_NAME.search(name)
+        and isinstance(value, ast.Constant | ast.BinOp | ast.Call)
+        and not (isinstance(value, ast.Constant) and isinstance(value.value, str))
     ]
-    environment = sorted(
-        {
-            c.value
-            for c in ast.walk(tree)
-            if isinstance(c, ast.Constant)
-            and isinstance(c.value, str)
-            and c.value.isupper()
-            and _BUDGET_NAME.search(c.value)
-        }
-    )
+    environment = sorted(_environment_reads(tree, constants))
     lines = ["# [budget]  # guess"]
     if budget_argument:
         lines.append(f'# argument = "{budget_argument}"')
         if re.search(r"mb|mib", budget_argument, re.IGNORECASE):
             lines.append('# unit = "MiB"')
-    for name in globals_[:1]:
-        lines.append(f'# global = "{name}"')
+    elif globals_:
+        lines.append(f'# global = "{globals_[0]}"')
     for name in environment[:1]:
         lines.append(f'# env = "{name}"')
     if len(lines) == 1:
         lines.append("# nothing found: name the apply argument (budget.argument) or the module global (budget.global)")
     return lines
+
+
+def _args_attributes(tree: ast.AST) -> set[str]:
+    """Attributes read from a name ``args``: ``args.x`` and ``getattr(args, "x", ...)``."""
+    read = {a.attr for a in ast.walk(tree) if isinstance(a, ast.Attribute) and getattr(a.value, "id", None) == "args"}
+    for call in ast.walk(tree):
+        if (
+            isinstance(call, ast.Call)
+            and getattr(call.func, "id", None) in ("getattr", "hasattr")
+            and len(call.args) >= 2
+            and getattr(call.args[0], "id", None) == "args"
+            and isinstance(call.args[1], ast.Constant)
+            and isinstance(call.args[1].value, str)
+        ):
+            read.add(call.args[1].value)
+    return read
+
+
+def _environment_reads(tree: ast.Module, constants: dict[str, ast.expr]) -> set[str]:
+    """The environment variables the module reads by a literal or constant name (``os.environ.get``, ``os.getenv``,
+    ``os.environ[...]``)."""
+    names = set()
+    for node in ast.walk(tree):
+        argument = None
+        if isinstance(node, ast.Call) and node.args:
+            callee = ast.unparse(node.func)
+            if callee in ("os.environ.get", "os.getenv", "environ.get", "getenv"):
+                argument = node.args[0]
+        elif isinstance(node, ast.Subscript) and ast.unparse(node.value) in ("os.environ", "environ"):
+            argument = node.slice
+        if isinstance(argument, ast.Name):
+            argument = constants.get(argument.id)
+        if isinstance(argument, ast.Constant) and isinstance(argument.value, str):
+            names.add(argument.value)
+    return names
 
 
 def _provider_guess(found: FrameworkScan) -> list[str]:

@@ -117,7 +117,7 @@ def scan_sources(files: Iterable[Path], discovery: bool = False) -> SourceScan:
     called: set[str] = set()
     assignments: list[Assignment] = []
     for path, tree in trees.items():
-        collector = _Collector(resolver, path)
+        collector = _Collector(resolver, path, discovery)
         collector.visit(tree)
         uses += collector.uses
         calls += collector.calls
@@ -328,8 +328,9 @@ def _own_returns(function: ast.FunctionDef | ast.AsyncFunctionDef) -> list[ast.R
 class _Collector(ast.NodeVisitor):
     """Uses and call sites of one file."""
 
-    def __init__(self, resolver: _Resolver, path: Path) -> None:
+    def __init__(self, resolver: _Resolver, path: Path, discovery: bool = False) -> None:
         self.resolver = resolver
+        self.discovery = discovery
         self.path = path
         self.file = path.name
         self.uses: list[Use] = []
@@ -350,6 +351,16 @@ class _Collector(ast.NodeVisitor):
         if paths:
             line = getattr(node, "lineno", 0)
             self.assignments.append(Assignment(paths, ast.unparse(value), ".".join(self.scope), self.path, line))
+
+    def _record(self, node: ast.Call) -> None:
+        """A patch kept as data (``Edit("megatron.x.y", "name", replacement)``, as registries of patches hold them):
+        a Megatron module's name, then an attribute name, then the value, among a call's positional arguments."""
+        arguments = node.args
+        for index in range(len(arguments) - 2):
+            modules = self.resolver.module_named(arguments[index])
+            attribute = self.resolver.string(arguments[index + 1])
+            if modules and attribute and attribute.isidentifier():
+                self._assigned((f"{module}.{attribute}" for module in modules), arguments[index + 2], node)
 
     def visit_Assign(self, node: ast.Assign) -> None:
         for target in node.targets:
@@ -389,6 +400,8 @@ class _Collector(ast.NodeVisitor):
         self._use(self.resolver.paths(node), node)
         callee = attribute_chain(node.func)
         self.called |= self.resolver.paths(node.func)
+        if self.discovery:
+            self._record(node)
         if callee in _ATTRIBUTE_BUILTINS and len(node.args) >= 2:
             attrs = self.resolver.strings(node.args[1])
             if attrs:
