@@ -205,17 +205,18 @@ def budgets_for_population(draw: st.DrawFn, population: Population) -> int:
     """The smallest budget allowed, around one grad's size, or beyond the whole population; never 0 (an empty grad has
     no bytes, and a budget of 0 is no budget).
 
-    The smallest is 1 byte, or 1/``SLICES_PER_GRAD`` of the largest grad: a design that reduces a grad over the
-    budget in budget-sized slices (as correct as reducing it whole) then makes at most that many collectives per
-    grad, as it would with real budgets (hundreds of MiB) next to real grads; a 4 MiB grad under a 1-byte budget
-    would take it four million.
+    The smallest is one element of the widest dtype (a budget that cannot hold one element is no configuration a
+    framework runs, and a framework may refuse it), or 1/``SLICES_PER_GRAD`` of the largest grad: a design that
+    reduces a grad over the budget in budget-sized slices (as correct as reducing it whole) then makes at most that
+    many collectives per grad, as it would with real budgets (hundreds of MiB) next to real grads; a 4 MiB grad under
+    a 1-byte budget would take it four million.
     """
+    elements = [torch.empty((), dtype=DTYPES[s.dtype]).element_size() for chunk in population.chunks for s in chunk]
     sizes = [
-        max(1, s.numel * torch.empty((), dtype=DTYPES[s.dtype]).element_size())
-        for chunk in population.chunks
-        for s in chunk
+        max(1, s.numel * element)
+        for s, element in zip((s for chunk in population.chunks for s in chunk), elements, strict=True)
     ]
-    smallest = max(1, -(-max(sizes) // SLICES_PER_GRAD))
+    smallest = max(max(elements, default=1), -(-max(sizes) // SLICES_PER_GRAD))
     at_least = [size for size in sizes if size >= smallest]
     return draw(st.one_of(st.just(smallest), st.sampled_from(at_least), st.integers(smallest, 2 * sum(sizes) + 1)))
 

@@ -265,6 +265,9 @@ class DeclaredPatch:
         function = getattr(module, name, None)
         if not callable(function):
             raise self.declaration.fail(key, f"{self.patch['module']!r} has no function {name!r}")
+        if role == "context" and self.context is not None:
+            # Installing again (a new budget) leaves the context entered before: one uninstall then restores.
+            self._undo(module)
         kwargs = self._arguments(budget_bytes)
         missing = _missing_arguments(function, kwargs)
         if missing:
