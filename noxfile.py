@@ -346,6 +346,19 @@ def _report_arguments(session: nox.Session) -> tuple[list[str], str | None]:
 
 
 @nox.session(venv_backend="none")
+def frameworks(session: nox.Session) -> None:
+    """Every framework in tests/frameworks/ on each target (default: 0.13, 0.15, 0.16, 0.19), one warm run per
+    target, against the verdicts written for them; writes docs/frameworks.md and fails where one is not as expected."""
+    session.run("python", "-m", "tests.framework_table", *session.posargs, external=True)
+
+
+@nox.session(venv_backend="none")
+def scan(session: nox.Session) -> None:
+    """A starter declaration for the framework under the given folder, from its source: -- PATH [--output FILE]."""
+    session.run("python", "-m", "harness.subjects.starter", *session.posargs, external=True)
+
+
+@nox.session(venv_backend="none")
 def scale(session: nox.Session) -> None:
     """Bytes each coalesced reduction flattens for real model configs, on built targets: -- [targets]."""
     pythons = _built_target_pythons(session, session.posargs or list(DEFAULT_TARGETS))

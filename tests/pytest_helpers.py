@@ -20,7 +20,9 @@ import pytest
 from harness import REPO_ROOT
 from harness.formats.environment import REFERENCE_SUBJECT
 from harness.plugin.command import CaseRun, case_command, run_cases, subject_folder, subject_runs
-from harness.targets.matrix import venv_python
+from harness.subjects.declaration import is_declaration, read_declaration_file
+from harness.targets.matrix import load_matrix, venv_python
+from harness.targets.requirements import declared_requirements, requirements_python
 
 ROOT = REPO_ROOT
 
@@ -41,6 +43,20 @@ def target_python(session: str) -> Path:
     if not python.exists():
         pytest.fail(f"target venv for {session} is missing ({python}); build it with: nox -s {session}")
     return python
+
+
+def subject_python(session: str, subjects: Iterable[Path | str | None]) -> Path:
+    """The interpreter ``subjects`` run in on ``session``: the target venv's, or where their declarations name
+    requirements, the venv that holds those too (built once per set, as the target session builds it)."""
+    requirements: list[str] = []
+    for subject in subjects:
+        if subject is not None and is_declaration(str(subject)):
+            wanted = declared_requirements(read_declaration_file(subject))
+            requirements += [r for r in wanted if r not in requirements]
+    if not requirements:
+        return target_python(session)
+    python_version = load_matrix(ROOT / "matrix.yaml").target(session).python
+    return requirements_python(target_python(session), requirements, python_version)
 
 
 def download_megatron_wheel(version: str, directory: Path) -> Path:
@@ -88,7 +104,8 @@ def run_target_cases(
 ) -> RunVerdicts:
     """Run ``selection`` (paths or node ids under cases/) in ``session``'s venv and collect the verdicts."""
     options = [*(extra or []), *([f"--subject={subject}"] if subject is not None else [])]
-    command = case_command(session, tmp_path, selection, python=target_python(session), profile="ci", options=options)
+    python = subject_python(session, [subject])
+    command = case_command(session, tmp_path, selection, python=python, profile="ci", options=options)
     return RunVerdicts.of(
         run_cases(command, {**os.environ, **(env or {})}, timeout=timeout, keep_output=200_000), tmp_path
     )
@@ -100,7 +117,8 @@ def run_subjects_together(
     """Run ``selection`` for every subject in one warm run (:mod:`harness.plugin.warm_sessions`) in ``session``'s
     venv: each subject's verdicts by its name as given (``str`` of a path)."""
     specs = list(dict.fromkeys(str(subject) for subject in subjects))
-    command = case_command(session, directory, selection, python=target_python(session), profile="ci", subjects=specs)
+    python = subject_python(session, specs)
+    command = case_command(session, directory, selection, python=python, profile="ci", subjects=specs)
     _, runs = subject_runs(command, dict(os.environ), timeout=timeout, keep_output=200_000)
     if len(specs) == 1:
         return {specs[0]: RunVerdicts.of(runs[0], directory)}

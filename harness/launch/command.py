@@ -42,6 +42,7 @@ The subject is [tool.{DECLARATION_TABLE}] of the nearest pyproject.toml that has
   {COMMAND} -s report -- megatron-0.15 megatron-0.19
                                                reports/compatibility.md and .html of those targets
   {COMMAND} -l                                 every session
+  {COMMAND} scan [PATH] [--output FILE]         a starter declaration from the framework's source
 """
 _SESSION_OPTIONS = ("-s", "--session", "--sessions", "-e")
 _LISTING_OPTIONS = ("-l", "--list", "--list-sessions", "--json")
@@ -203,6 +204,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"{COMMAND} {version()}")
         return 0
     sys.path.insert(0, str(GATE_ROOT))
+    if arguments[:1] == ["scan"]:
+        from harness.subjects.starter import main as scan
+
+        return scan(arguments[1:], envdir=VENVS)
     try:
         invocation = plan(arguments, Path.cwd(), dict(os.environ))
     except UsageError as err:

@@ -1,0 +1,124 @@
+"""``nox -s frameworks -- [targets]``: every framework in ``tests/frameworks/`` on each target, against the verdicts
+written for it beforehand (``tests/e2e/framework_verdicts.py``), as the table in ``docs/frameworks.md``.
+
+Each target is one warm run of every framework (the target session's several-subjects run, its requirement venv
+shared by all), so the Megatron imports are paid once per target. A cell says what the run found: green, or the
+cases red; the families not declared; the count of advisories; and whether that is what was expected. Any cell not
+as expected makes the command exit 1.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+from harness import REPO_ROOT
+from harness.formats.junit import read_cases
+from harness.plugin.command import subject_folder
+from tests.e2e.framework_verdicts import EXPECTED, TARGETS, Expected
+
+FRAMEWORKS = REPO_ROOT / "tests" / "frameworks"
+PAGE = REPO_ROOT / "docs" / "frameworks.md"
+COMMAND = "nox -s frameworks"
+
+
+@dataclass(frozen=True)
+class Observed:
+    """One framework's run on one target."""
+
+    reds: frozenset[str]
+    not_declared: frozenset[str]
+    advisories: int
+    seconds: float
+
+    def matches(self, expected: Expected) -> bool:
+        return self.reds == set(expected.reds) and self.not_declared == {family for family, _ in expected.not_declared}
+
+
+def declaration(name: str) -> Path:
+    return FRAMEWORKS / name / "megatron-conformance.toml"
+
+
+def run_target(session: str, names: Sequence[str], reports: Path) -> dict[str, Observed]:
+    """Every framework of ``names`` on ``session`` in one warm run; each one's verdicts."""
+    specs = [str(declaration(name).relative_to(REPO_ROOT)) for name in names]
+    environment = {
+        **os.environ,
+        "CI": "true",
+        "MEGATRON_CONFORMANCE_REPORTS": str(reports),
+        "MEGATRON_CONFORMANCE_SUBJECT": ",".join(specs),
+    }
+    nox = [sys.executable, "-m", "nox", "-f", str(REPO_ROOT / "noxfile.py"), "--reuse-venv=yes", "-s", session]
+    subprocess.run(nox, cwd=REPO_ROOT, env=environment, check=False)
+    return {
+        name: observed(subject_folder(reports / session, n, spec))
+        for n, (name, spec) in enumerate(zip(names, specs, strict=True), 1)
+    }
+
+
+def observed(folder: Path) -> Observed:
+    """What one subject folder of a several-subjects run recorded."""
+    summary = json.loads((folder / "summary.json").read_text())
+    reds = frozenset(case.name or case.module for case in read_cases(folder / "junit.xml") if case.verdict == "failed")
+    not_declared = frozenset(family for family, why in (summary.get("not_run") or {}).items() if "not declared" in why)
+    return Observed(reds, not_declared, len(summary["advisories"]), float(summary.get("wall_time_s") or 0))
+
+
+def cell(found: Observed | None, expected: Expected) -> str:
+    if found is None:
+        return "not run"
+    verdict = "❌ " + ", ".join(f"`{red}`" for red in sorted(found.reds)) if found.reds else "✅ green"
+    extra = [f"{found.advisories} advisories"] if found.advisories else []
+    extra += [f"not declared: {', '.join(sorted(found.not_declared))}"] if found.not_declared else []
+    mark = "as expected" if found.matches(expected) else "**NOT AS EXPECTED**"
+    return f"{verdict}<br><sub>{' · '.join([*extra, mark])}, {found.seconds:.0f} s</sub>"
+
+
+def render(results: dict[str, dict[str, Observed]], targets: Sequence[str]) -> str:
+    lines = [
+        "# Frameworks on every target",
+        "",
+        f"Made by `{COMMAND} -- {' '.join(targets)}` (one warm run per target, every framework in",
+        "[`tests/frameworks/`](../tests/frameworks/) checked from its declaration), against the verdicts written",
+        "beforehand in [`tests/e2e/framework_verdicts.py`](../tests/e2e/framework_verdicts.py), where every expected",
+        "red names the Megatron behaviour behind it. A red names the cases; advisories are listed by each run's",
+        "report, never expected here. Seconds are each framework's session time in the shared run.",
+        "",
+        "| framework | " + " | ".join(targets) + " |",
+        "|---|" + "---|" * len(targets),
+    ]
+    for name in EXPECTED:
+        cells = [cell(results.get(session, {}).get(name), EXPECTED[name][session]) for session in targets]
+        lines.append(f"| `{name}` | " + " | ".join(cells) + " |")
+    reasons = sorted(
+        {(name, family, why) for name in EXPECTED for e in EXPECTED[name].values() for family, why in e.not_declared}
+    )
+    if reasons:
+        lines += ["", "Not declared, and why:", ""]
+        lines += [f"- `{name}`, {family}: {why}." for name, family, why in reasons]
+    return "\n".join(lines) + "\n"
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    targets = list(argv if argv is not None else sys.argv[1:]) or list(TARGETS)
+    reports = REPO_ROOT / "reports" / "frameworks"
+    results = {session: run_target(session, list(EXPECTED), reports) for session in targets}
+    PAGE.write_text(render(results, targets))
+    unexpected = [
+        f"{name} on {session}"
+        for session, found in results.items()
+        for name, observed_run in found.items()
+        if not observed_run.matches(EXPECTED[name][session])
+    ]
+    summary = ", ".join(unexpected) or "none"
+    print(f"{PAGE}: {len(EXPECTED)} frameworks x {len(targets)} targets; not as expected: {summary}")
+    return 1 if unexpected else 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
