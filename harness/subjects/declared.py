@@ -188,6 +188,7 @@ class DeclaredPatch:
         self.originals: dict[str, object] = {}
         self.undo_handle: object = None
         self.context: Any = None
+        self.installed = False
         self.module, self.rebinds = self._capture()
         self.default_global = self._global(self.module)
         replacement = self.rebinds[UPSTREAM_NAME]
@@ -265,9 +266,6 @@ class DeclaredPatch:
         function = getattr(module, name, None)
         if not callable(function):
             raise self.declaration.fail(key, f"{self.patch['module']!r} has no function {name!r}")
-        if role == "context" and self.context is not None:
-            # Installing again (a new budget) leaves the context entered before: one uninstall then restores.
-            self._undo(module)
         kwargs = self._arguments(budget_bytes)
         missing = _missing_arguments(function, kwargs)
         if missing:
@@ -341,7 +339,12 @@ class DeclaredPatch:
         return getattr(module, name, _MISSING) if name else _MISSING
 
     def install(self, budget_bytes: int | None = None) -> None:
-        """Apply the framework's patch with ``budget_bytes`` (``None``: the framework's own default)."""
+        """Apply the framework's patch with ``budget_bytes`` (``None``: the framework's own default). Installed
+        already, the patch is undone first, the framework's way: applying twice is no call Megatron makes, and a
+        framework may refuse it (a registry that will not apply a patch twice, a context entered once)."""
+        if self.installed:
+            self.uninstall()
+        self.installed = True
         if self.patch["applied"] != "import":
             self._apply(self.module, budget_bytes)
         else:
@@ -358,6 +361,7 @@ class DeclaredPatch:
 
     def uninstall(self) -> None:
         """Undo the patch the declared way, else put back what the harness saw before the patch module ran."""
+        self.installed = False
         if self.patch["applied"] == "context" or "undo" in self.patch:
             self._undo(self.module)
         else:
