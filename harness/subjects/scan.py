@@ -95,7 +95,148 @@ def scan_framework(root: Path, megatron_trees: Sequence[Path]) -> FrameworkScan:
                 [*places, _place(assignment)],
             )
     found.symbols = _symbols(scan, trees, replaced, modules)
+    _by_name(found, trees)
     return found
+
+
+def _by_name(found: FrameworkScan, trees: tuple[Path, ...]) -> None:
+    """Symbols reached through objects the name binding cannot follow (``self.fmg._reshard_if_dtensor``,
+    ``getattr(ddp_config, "use_megatron_fsdp")``): an attribute name the framework uses that a Megatron module it
+    reaches defines at module level, or that is a field of one of Megatron's config classes."""
+    if not trees:
+        return
+    used, called, set_names = _attribute_names(found.trees.values())
+    known = {symbol.key for symbol in found.symbols}
+    reached = {key.partition(":")[0] for key in known} | _module_strings(found.trees.values(), trees)
+    added: list[Symbol] = []
+    for module in sorted(reached):
+        source = _module_file(trees[0], module)
+        for name in sorted(used & _defined_names(source, module, trees[0]) if source else ()):
+            key = f"{module}:{name}"
+            if key not in known:
+                usage = "replaces" if name in set_names else "calls" if name in called else "reads"
+                added.append(Symbol(key, usage, ("by name",), not all(defined(t, key) for t in trees)))
+                known.add(key)
+    for key in sorted(_config_fields(trees[0]).get_all(used)):
+        if key not in known:
+            added.append(Symbol(key, "reads", ("by name",), not all(defined(t, key) for t in trees)))
+            known.add(key)
+    for index, symbol in enumerate(found.symbols):
+        if symbol.usage in ("reads", "calls") and symbol.key.partition(":")[2] in set_names:
+            found.symbols[index] = Symbol(symbol.key, "replaces", symbol.places, symbol.optional)
+    replaced = [s.key for s in [*found.symbols, *added] if s.usage == "replaces"]
+    for key in replaced:
+        for caller in callers_of(key, trees[0]):
+            if caller not in known:
+                added.append(Symbol(caller, "relies", (f"calls {key.partition(':')[2]}",)))
+                known.add(caller)
+    found.symbols += added
+
+
+def _attribute_names(trees: Iterable[ast.Module]) -> tuple[set[str], set[str], set[str]]:
+    """Attribute names the framework uses (``x.name``, ``getattr``/``hasattr``/``setattr`` of a literal or a module
+    constant, and string literals that are names, as ``getattr(config, _flag_name())`` reads them), those it calls,
+    and those it sets with ``setattr``: by a literal name, or, where a file sets attributes by computed names
+    (``for name in targets: setattr(module, name, f)``), each private name it holds as a string."""
+    used: set[str] = set()
+    called: set[str] = set()
+    set_names: set[str] = set()
+    for tree in trees:
+        strings = {
+            node.value
+            for node in ast.walk(tree)
+            if isinstance(node, ast.Constant) and isinstance(node.value, str) and node.value.isidentifier()
+        }
+        used |= strings
+        computed = any(
+            isinstance(node, ast.Call)
+            and getattr(node.func, "id", None) == "setattr"
+            and len(node.args) >= 3
+            and not isinstance(node.args[1], ast.Constant)
+            for node in ast.walk(tree)
+        )
+        if computed:
+            set_names |= {name for name in strings if name.startswith("_") and not name.startswith("__")}
+        constants = {
+            t.id: n.value.value
+            for n in tree.body
+            if isinstance(n, ast.Assign) and isinstance(n.value, ast.Constant) and isinstance(n.value.value, str)
+            for t in n.targets
+            if isinstance(t, ast.Name)
+        }
+        for node in ast.walk(tree):
+            if isinstance(node, ast.Attribute):
+                used.add(node.attr)
+            elif isinstance(node, ast.Call):
+                if isinstance(node.func, ast.Attribute):
+                    called.add(node.func.attr)
+                builtin = getattr(node.func, "id", None)
+                if builtin in ("getattr", "hasattr", "setattr") and len(node.args) >= 2:
+                    argument = node.args[1]
+                    name = (
+                        argument.value
+                        if isinstance(argument, ast.Constant)
+                        else constants.get(getattr(argument, "id", ""))
+                    )
+                    if isinstance(name, str):
+                        used.add(name)
+                        if builtin == "setattr":
+                            set_names.add(name)
+    return used, called, set_names
+
+
+def _module_strings(trees: Iterable[ast.Module], megatron: tuple[Path, ...]) -> set[str]:
+    """Megatron modules the framework names in string literals (``"megatron.core.distributed.finalize_model_grads"``)."""
+    return {
+        node.value
+        for tree in trees
+        for node in ast.walk(tree)
+        if isinstance(node, ast.Constant)
+        and isinstance(node.value, str)
+        and node.value.startswith("megatron.")
+        and any(_module_file(t, node.value) for t in megatron)
+    }
+
+
+def _defined_names(source: Path, module: str, tree: Path) -> set[str]:
+    """Names a Megatron module binds at module level to something other than a module: its functions, classes,
+    globals and the functions it imports by name (distinctive ones: private, or with an underscore)."""
+    names = set()
+    for node in _parsed(source).body:
+        if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef):
+            names.add(node.name)
+        elif isinstance(node, ast.Assign):
+            names |= {t.id for t in node.targets if isinstance(t, ast.Name)}
+        elif isinstance(node, ast.ImportFrom):
+            for alias in node.names:
+                name = alias.asname or alias.name
+                imported = _imported_module(source, module, name)
+                if not (imported and _module_file(tree, imported)):
+                    names.add(name)
+    return {name for name in names if "_" in name and len(name) > 3}
+
+
+class _Fields(dict):
+    """Field name -> the config classes that declare it."""
+
+    def get_all(self, names: set[str]) -> set[str]:
+        return {key for name in names if len(self.get(name, ())) <= 2 for key in self.get(name, ())}
+
+
+@functools.cache
+def _config_fields(tree: Path) -> _Fields:
+    """The annotated fields of Megatron's ``*Config`` classes in ``megatron/core``, by field name: what a framework
+    reads on a config object it was handed (``ddp_config.use_megatron_fsdp``)."""
+    fields = _Fields()
+    core = tree / "megatron" / "core"
+    for path in sorted(core.rglob("*config*.py")):
+        module = ".".join(path.relative_to(tree).with_suffix("").parts)
+        for node in _parsed(path).body:
+            if isinstance(node, ast.ClassDef) and node.name.endswith("Config"):
+                for item in node.body:
+                    if isinstance(item, ast.AnnAssign) and isinstance(item.target, ast.Name) and "_" in item.target.id:
+                        fields.setdefault(item.target.id, []).append(f"{module}:{node.name}.{item.target.id}")
+    return fields
 
 
 def _symbols(
