@@ -1,0 +1,93 @@
+"""Frameworks written blind in the ways real ones apply their patch get the verdicts written for them beforehand
+(``framework_verdicts.py``): ``tern`` (a context manager, its budget in MiB), ``finch`` (a registry's named patch
+applied from an ``args`` namespace, undone by what apply returns; its own dependency ``attrs`` installed from its
+``pyproject.toml``) and ``petrel`` (``install(chunk_bytes)`` requires its budget; its splitter groups grads by dtype).
+
+Also here, each red in one line: a framework whose dependency is not installed, and a parent package that patches
+Megatron when the framework imports its adapter by its dotted name. The full table, every framework on four targets,
+is ``nox -s frameworks`` (``docs/frameworks.md``).
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import pytest
+
+from tests.e2e.framework_verdicts import EXPECTED, TARGETS
+from tests.framework_table import declaration, observed
+from tests.pytest_helpers import ROOT, SharedRuns, on_one_target_in_ci, run_target_cases
+
+NEW = ("tern", "finch", "petrel")
+ALL_CASES = ("cases",)
+SESSION = "megatron-0.15"
+
+
+@pytest.fixture(scope="module")
+def runs(tmp_path_factory: pytest.TempPathFactory) -> SharedRuns:
+    """The new frameworks of each target in one warm run, in the venv that holds finch's requirements too."""
+    plan = [(session, ALL_CASES, declaration(name)) for session in TARGETS for name in NEW]
+    return SharedRuns(plan, lambda: tmp_path_factory.mktemp("frameworks"))
+
+
+@pytest.mark.parametrize("session", on_one_target_in_ci(TARGETS, [SESSION]))
+@pytest.mark.parametrize("name", NEW)
+def test_a_framework_gets_the_verdict_written_for_it(name: str, session: str, runs: SharedRuns) -> None:
+    run = runs.run(session, ALL_CASES, declaration(name))
+    assert run.report_dir is not None
+    found, expected = observed(run.report_dir), EXPECTED[name][session]
+    unexpected = {red: run.verdicts[red][1][:600] for red in found.reds - set(expected.reds)}
+    assert not unexpected, f"{name} on {session}: reds no Megatron behaviour explains: {unexpected}"
+    assert found.reds == set(expected.reds), f"{name} on {session}: expected reds missing: {set(expected.reds)}"
+    assert found.not_declared == {family for family, _ in expected.not_declared}, (name, found.not_declared)
+
+
+def copy_framework(name: str, tmp_path: Path) -> Path:
+    root = tmp_path / name
+    shutil.copytree(ROOT / "tests" / "frameworks" / name, root, ignore=shutil.ignore_patterns("__pycache__"))
+    return root
+
+
+def test_a_missing_dependency_is_one_line_naming_the_module_and_the_key_that_installs_it(tmp_path: Path) -> None:
+    root = copy_framework("finch", tmp_path)
+    path = root / "megatron-conformance.toml"
+    path.write_text(path.read_text().replace('requirements = ["."]\n', ""))
+    run = run_target_cases(SESSION, ["cases/test_import_side_effects.py"], tmp_path / "report", subject=path)
+    failed = run.require_red("finch without its requirements")
+    line = (
+        "needs module 'attrs', which this target's venv does not have: add what installs it to [subject] requirements"
+    )
+    assert failed and all(line in text for text in failed.values()), {n: t[:300] for n, t in failed.items()}
+    assert "Traceback" not in run.output, run.output[-3000:]
+
+
+PARENT_PATCH = """
+import importlib as _importlib
+import logging as _logging
+
+_logging.basicConfig(level=_logging.INFO)
+_finalize = _importlib.import_module("megatron.core.distributed.finalize_model_grads")
+_finalize._allreduce_layernorm_grads = lambda *args, **kwargs: None
+"""
+
+
+def test_a_parent_package_that_patches_megatron_is_red_on_the_import_the_framework_makes(tmp_path: Path) -> None:
+    """petrel's top package patches Megatron and configures logging; its adapter's own file stays clean. The import
+    of the adapter's file alone is green; ``import petrel.mcore`` (parents' ``__init__`` included) is red for the
+    patch and lists the logging configuration as an advisory."""
+    root = copy_framework("petrel", tmp_path)
+    init = root / "petrel" / "__init__.py"
+    init.write_text(init.read_text() + PARENT_PATCH)
+    path = root / "megatron-conformance.toml"
+    run = run_target_cases(SESSION, ["cases/test_import_side_effects.py"], tmp_path / "report", subject=path)
+    failed = run.require_red("petrel with a patching parent")
+    dotted = "test_importing_the_adapter_as_the_framework_does_changes_nothing"
+    assert dotted in failed and "_allreduce_layernorm_grads: re-bound" in failed[dotted], failed
+    assert "test_importing_the_adapter_with_real_megatron_changes_nothing" not in failed, failed
+    advised = {
+        a["case"].split("::")[-1]: a
+        for a in json.loads((tmp_path / "report" / "summary.json").read_text())["advisories"]
+    }
+    assert "test_importing_the_adapter_as_the_framework_does_has_no_other_effects" in advised, advised

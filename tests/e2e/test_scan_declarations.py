@@ -1,0 +1,115 @@
+"""``megatron-conformance scan`` against every framework in ``tests/frameworks/``, named against the built target
+venvs' Megatron trees: the symbols it finds include every one of the hand-written declaration's, every symbol it
+lists is named in the framework's source, its output reads as a declaration, and with its guesses edited the
+declaration gets the same verdicts as the hand-written one (its ``[megatron_symbols]`` is what the api-fingerprint
+family checks; the other tables are the edited guesses).
+"""
+
+from __future__ import annotations
+
+import re
+import shutil
+from pathlib import Path
+
+import pytest
+
+from harness.subjects.declaration import read_declaration_file
+from harness.subjects.scan import scan_framework
+from harness.subjects.starter import ROLE_REPLACEMENT, megatron_trees, starter_declaration
+from tests.pytest_helpers import ROOT, SharedRuns, target_python
+
+FRAMEWORKS = sorted(path.name for path in (ROOT / "tests" / "frameworks").iterdir() if path.is_dir())
+SESSION = "megatron-0.15"
+FINGERPRINT = ("cases/test_api_fingerprint.py",)
+
+
+@pytest.fixture(scope="module")
+def trees() -> list[Path]:
+    for session in ("megatron-0.13", SESSION, "megatron-0.16", "megatron-0.19"):
+        target_python(session)  # a missing venv fails here, naming the command that builds it
+    return megatron_trees(ROOT / ".nox")
+
+
+def declaration_of(name: str) -> Path:
+    return ROOT / "tests" / "frameworks" / name / "megatron-conformance.toml"
+
+
+@pytest.mark.parametrize("name", FRAMEWORKS)
+def test_scan_finds_every_declared_symbol_and_only_names_in_the_source(name: str, trees: list[Path]) -> None:
+    declared = read_declaration_file(declaration_of(name))
+    found = scan_framework(declared.source_root, trees)
+    keys = {symbol.key for symbol in found.symbols}
+    missed = [key for key in declared.megatron_symbols if not any(m.strip() in keys for m in key.split("|"))]
+    assert not missed, f"{name}: the scan missed {missed}"
+    source = "\n".join(path.read_text() for path in found.modules)
+    invented = [key for key in keys if key.rpartition(":")[2].split(".")[-1] not in source]
+    assert not invented, f"{name}: the scan lists symbols its source never names: {invented}"
+
+
+def edited(starter: str) -> str:
+    """The starter's guessed replacements settled as the declaration's author does: the patched all-reduce is the
+    patch role's replacement."""
+    return re.sub(r'= "relies"  # guess: replaced.*', f'= "replaces with {ROLE_REPLACEMENT}"', starter)
+
+
+def with_scanned_symbols(name: str, directory: Path, trees: list[Path]) -> Path:
+    """A copy of the framework whose declaration keeps its own tables and takes scan's ``[megatron_symbols]``."""
+    root = directory / name
+    shutil.copytree(declaration_of(name).parent, root, ignore=shutil.ignore_patterns("__pycache__"))
+    path = root / "megatron-conformance.toml"
+    starter = edited(starter_declaration(scan_framework(root, trees), root))
+    own = path.read_text().split("[megatron_symbols]")[0]
+    path.write_text(own + "[megatron_symbols]" + starter.split("[megatron_symbols]")[1])
+    read_declaration_file(path)
+    return path
+
+
+@pytest.fixture(scope="module")
+def fingerprints(tmp_path_factory: pytest.TempPathFactory, trees: list[Path]) -> tuple[SharedRuns, dict[str, Path]]:
+    """The api-fingerprint family of every framework, as written and with scan's symbols, in one warm run."""
+    copies = tmp_path_factory.mktemp("scanned")
+    scanned = {name: with_scanned_symbols(name, copies, trees) for name in FRAMEWORKS}
+    plan = [(SESSION, FINGERPRINT, path) for name in FRAMEWORKS for path in (declaration_of(name), scanned[name])]
+    return SharedRuns(plan, lambda: tmp_path_factory.mktemp("runs")), scanned
+
+
+@pytest.mark.parametrize("name", FRAMEWORKS)
+def test_the_edited_starter_gets_the_same_verdicts(name: str, fingerprints: tuple[SharedRuns, dict[str, Path]]) -> None:
+    runs, scanned = fingerprints
+    written = runs.run(SESSION, FINGERPRINT, declaration_of(name))
+    from_scan = runs.run(SESSION, FINGERPRINT, scanned[name])
+    verdicts = {case: verdict for case, (verdict, _) in written.verdicts.items()}
+    assert verdicts, written.output[-3000:]
+    assert {case: verdict for case, (verdict, _) in from_scan.verdicts.items()} == verdicts, from_scan.failed()
+
+
+def test_the_starter_reads_as_a_declaration_and_its_guesses_are_the_new_frameworks_tables(
+    trees: list[Path], tmp_path: Path
+) -> None:
+    for name in ("tern", "finch", "petrel"):
+        root = declaration_of(name).parent
+        starter = tmp_path / f"{name}.toml"
+        starter.write_text(starter_declaration(scan_framework(root, trees), tmp_path))
+        assert (
+            read_declaration_file(starter).adapter_package
+            == read_declaration_file(declaration_of(name)).adapter_package
+        )
+        uncommented = re.sub(
+            r"(?m)^# ((?:\[(?:patch|budget)\])|(?:module|applied|apply|context|undo|arguments|argument|unit) = )",
+            r"\1",
+            starter.read_text(),
+        )
+        guessed = {}
+        for table in ("patch", "budget"):
+            block = uncommented.split(f"[{table}]", 1)[1].split("\n#", 1)[0].split("\n\n", 1)[0]
+            guessed[table] = {
+                line.split(" = ")[0]: line.split(" = ", 1)[1].split("  #")[0]
+                for line in block.strip().splitlines()
+                if " = " in line
+            }
+        committed = declaration_of(name).read_text()
+        for table, entries in guessed.items():
+            for key, value in entries.items():
+                assert f"{key} = {value}" in committed, (
+                    f"{name}: the guess [{table}] {key} = {value} is not the committed one"
+                )
