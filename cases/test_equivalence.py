@@ -22,8 +22,10 @@ from harness.contracts.equivalence import compare_task
 from harness.contracts.gpt_step import gpt_finalize_task
 from harness.contracts.population_strategies import budgets_for_population, fake_module_populations
 from harness.contracts.populations import (
+    GAPPED,
     LARGEST_BUFFER,
     LARGEST_BUFFER_BUDGET,
+    LAYOUTS,
     MODEL_LIKE_BUDGET,
     Population,
     fsdp_grads,
@@ -66,9 +68,9 @@ CPU_AND_CUDA = ["gloo", CUDA]
 
 @st.composite
 def population_and_budget(
-    draw: st.DrawFn, groups: tuple[str, ...] = ("implicit",), fsdp: str = "off"
+    draw: st.DrawFn, groups: tuple[str, ...] = ("implicit",), fsdp: str = "off", layouts: tuple[str, ...] = LAYOUTS
 ) -> tuple[Population, int]:
-    population = draw(fake_module_populations(groups=groups, fsdp=fsdp))
+    population = draw(fake_module_populations(groups=groups, fsdp=fsdp, layouts=layouts))
     return population, draw(budgets_for_population(population))
 
 
@@ -155,6 +157,28 @@ def test_matches_upstream_on_generated_modules(
         (report_dir / name).write_text(
             json.dumps({"examples": len(differing), "examples_not_bitwise": sum(1 for d in differing if d)}, indent=2)
         )
+
+
+@pytest.mark.advisory
+def test_matches_upstream_on_grads_with_gaps(target: Target, subject_ref: SubjectRef) -> None:
+    """Grads laid out with gaps (every other element of a larger buffer): no Megatron path hands such a grad over, so
+    a subject that reduces one wrong breaks nothing Megatron computes; upstream's copy reduces it right, and so
+    should an adapter that may one day meet a framework's own grads."""
+    with model_parallel(get_pool(2, "gloo"), 2) as pool:
+
+        @given(population_and_budget(layouts=(*LAYOUTS, GAPPED)))
+        @settings(max_examples=FEWEST_EXAMPLES)
+        def check(case: tuple[Population, int]) -> None:
+            population, budget = case
+            reports = pool.run(compare_task, population, subject_ref, budget, 2, True)
+            assert not any(r.problems for r in reports), contract_failure(
+                target,
+                FAMILY.name,
+                f"{FAMILY.symbol} against upstream on grads with gaps (world 2, TP 2, gloo, budget {budget} bytes)",
+                rank_problems(reports),
+            )
+
+        check()
 
 
 @ON_RANKS

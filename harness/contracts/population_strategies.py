@@ -157,7 +157,11 @@ def _fsdp_chunks(draw: st.DrawFn, chunks: int, order: str) -> int:
 
 @st.composite
 def fake_module_populations(
-    draw: st.DrawFn, max_params: int = 12, groups: tuple[str, ...] = ("implicit",), fsdp: str = "off"
+    draw: st.DrawFn,
+    max_params: int = 12,
+    groups: tuple[str, ...] = ("implicit",),
+    fsdp: str = "off",
+    layouts: tuple[str, ...] = LAYOUTS,
 ) -> Population:
     """Model chunks whose params exercise every branch of upstream's selection and write-back.
 
@@ -165,7 +169,7 @@ def fake_module_populations(
     grads, ``main_grad`` beside ``grad``, three dtypes (mixed, or one per chunk), grads in storages of their own or
     side by side in one grad buffer; one or two model chunks, with FSDP on in the chunks ``fsdp`` allows (one of
     :data:`FSDP_ORDERS`); and how the TP group reaches the call, one of ``groups`` (see
-    :data:`GROUPS`).
+    :data:`GROUPS`); each grad laid out as one of ``layouts``, half of them contiguous.
     """
     chunks = []
     dtypes = st.sampled_from(sorted(DTYPES))
@@ -185,7 +189,7 @@ def fake_module_populations(
                     sequence_parallel=draw(st.booleans()),
                     average_across_tp=draw(st.integers(0, 4)) == 0,
                     requires_grad=draw(st.integers(0, 5)) != 0,
-                    layout=draw(st.sampled_from(("contiguous", *LAYOUTS))),  # half the grads contiguous
+                    layout=draw(st.sampled_from(("contiguous", *layouts))),
                 )
             )
         chunks.append(tuple(specs))

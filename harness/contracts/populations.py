@@ -36,9 +36,14 @@ class FakeParameter:
     layout: str = "contiguous"
 
 
-LAYOUTS = ("contiguous", "strided", "transposed")
-"""How a grad is laid out in memory: contiguous, every other element of a buffer twice its size, or a 2-D transpose
-(as a TP-sharded weight's grad can be); the logical values are the same in each."""
+LAYOUTS = ("contiguous", "transposed")
+"""How a grad Megatron hands over is laid out in memory: contiguous, or a 2-D transpose (as a TP-sharded weight's
+grad can be); both dense, the logical values the same in each. ``main_grad`` is a view of DDP's contiguous grad
+buffer, and autograd gives ``grad`` its param's dense strides."""
+GAPPED = "strided"
+"""Every other element of a buffer twice its size: a grad with gaps, which no Megatron path makes. Upstream's copy
+reduces it right all the same; a subject that all-reduces it in place reduces the gaps (gloo takes the storage as
+contiguous). Checked as an advisory of its own (``test_matches_upstream_on_grads_with_gaps``)."""
 
 GRAD_BUFFERS = ("none", "forward", "reverse")
 """Where a chunk's grads live: each in its own storage, or side by side in one buffer in the params' order or the

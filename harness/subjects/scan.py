@@ -186,7 +186,7 @@ def _attribute_names(trees: Iterable[ast.Module]) -> tuple[set[str], set[str], s
 
 
 def _module_strings(trees: Iterable[ast.Module], megatron: tuple[Path, ...]) -> set[str]:
-    """Megatron modules the framework names in string literals (``"megatron.core.distributed.finalize_model_grads"``)."""
+    """Megatron modules the framework names in string literals, e.g. ``"megatron.core.distributed.xyz"``."""
     return {
         node.value
         for tree in trees
