@@ -51,10 +51,10 @@ from harness.sensitivity.report import write_report as write_sensitivity_report 
 from harness.sensitivity.runner import run_sensitivity  # noqa: E402
 from harness.subjects.declaration import DeclarationFileError  # noqa: E402
 from harness.subjects.loading import SubjectError, resolve_subject, subject_spec, subject_specs  # noqa: E402
+from harness.subjects.requirements import RequirementsError, declared_requirements, requirements_python  # noqa: E402
 from harness.targets import candidate as candidates  # noqa: E402
 from harness.targets.interpreters import expose_on_path, missing_message, running_version  # noqa: E402
 from harness.targets.matrix import MatrixError, Target, load_matrix, venv_python  # noqa: E402
-from harness.targets.requirements import RequirementsError, declared_requirements, requirements_python  # noqa: E402
 from harness.targets.venv_install import HARNESS_REQUIREMENTS, describe, install_command  # noqa: E402
 
 try:
@@ -355,7 +355,7 @@ def frameworks(session: nox.Session) -> None:
 @nox.session(venv_backend="none")
 def scan(session: nox.Session) -> None:
     """A starter declaration for the framework under the given folder, from its source: -- PATH [--output FILE]."""
-    session.run("python", "-m", "harness.subjects.starter", *session.posargs, external=True)
+    session.run("python", "-m", "harness.contracts.api_fingerprint.starter", *session.posargs, external=True)
 
 
 @nox.session(venv_backend="none")

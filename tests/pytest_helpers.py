@@ -21,8 +21,8 @@ from harness import REPO_ROOT
 from harness.formats.environment import REFERENCE_SUBJECT
 from harness.plugin.command import CaseRun, case_command, run_cases, subject_folder, subject_runs
 from harness.subjects.declaration import is_declaration, read_declaration_file
+from harness.subjects.requirements import declared_requirements, requirements_python
 from harness.targets.matrix import load_matrix, venv_python
-from harness.targets.requirements import declared_requirements, requirements_python
 
 ROOT = REPO_ROOT
 

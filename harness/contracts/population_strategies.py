@@ -215,13 +215,11 @@ def budgets_for_population(draw: st.DrawFn, population: Population) -> int:
     many collectives per grad, as it would with real budgets (hundreds of MiB) next to real grads; a 4 MiB grad under
     a 1-byte budget would take it four million.
     """
-    elements = [torch.empty((), dtype=DTYPES[s.dtype]).element_size() for chunk in population.chunks for s in chunk]
-    sizes = [
-        max(1, s.numel * element)
-        for s, element in zip((s for chunk in population.chunks for s in chunk), elements, strict=True)
-    ]
-    smallest = max(max(elements, default=1), -(-max(sizes) // SLICES_PER_GRAD))
-    at_least = [size for size in sizes if size >= smallest]
+    specs = [s for chunk in population.chunks for s in chunk]
+    elements = [torch.empty((), dtype=DTYPES[s.dtype]).element_size() for s in specs]
+    sizes = [max(1, s.numel * element) for s, element in zip(specs, elements, strict=True)]
+    smallest = max(max(elements, default=1), -(-max(sizes, default=1) // SLICES_PER_GRAD))
+    at_least = [size for size in sizes if size >= smallest] or [smallest]
     return draw(st.one_of(st.just(smallest), st.sampled_from(at_least), st.integers(smallest, 2 * sum(sizes) + 1)))
 
 

@@ -30,6 +30,7 @@ DECLARATION_TABLE = "megatron-conformance"
 VENVS = Path(".nox") / "megatron-conformance"
 """The target venvs under the framework's checkout: beside, never among, the framework's own nox venvs."""
 REFERENCE = "harness.reference"
+SCAN_MODULE = "harness.contracts.api_fingerprint.starter"
 USAGE = f"""usage: {COMMAND} [--subject PATH ...] [nox arguments] [-- pytest arguments]
 
 Runs the megatron-conformance gate's nox sessions from this checkout: target venvs in {VENVS}/, reports in reports/.
@@ -203,11 +204,15 @@ def main(argv: Sequence[str] | None = None) -> int:
     if "--version" in head:
         print(f"{COMMAND} {version()}")
         return 0
-    sys.path.insert(0, str(GATE_ROOT))
     if arguments[:1] == ["scan"]:
-        from harness.subjects.starter import main as scan
-
-        return scan(arguments[1:], envdir=VENVS)
+        # The scan reads the framework's source in the gate's own code: the same interpreter, the gate on its path.
+        scan = [sys.executable, "-m", SCAN_MODULE, *arguments[1:], "--envdir", str(VENVS)]
+        environment = {
+            **os.environ,
+            "PYTHONPATH": os.pathsep.join(filter(None, [str(GATE_ROOT), os.environ.get("PYTHONPATH")])),
+        }
+        os.execve(sys.executable, scan, environment)
+    sys.path.insert(0, str(GATE_ROOT))
     try:
         invocation = plan(arguments, Path.cwd(), dict(os.environ))
     except UsageError as err:

@@ -95,8 +95,9 @@ class Declaration:
     given_label: str | None = None
     """``[subject] label``: what the report calls this subject, where the framework names it itself."""
     requirements: tuple[str, ...] = ()
-    """``[subject] requirements``: what the framework needs installed beside Megatron, as pip requirement strings; a
-    path (``"."``) stands for the dependencies of the ``pyproject.toml`` there (:mod:`harness.targets.requirements`)."""
+    """``[subject] requirements``: what the framework needs installed beside Megatron, as pip requirement strings;
+    a path (``"."``) stands for the dependencies of the ``pyproject.toml`` there (``harness/subjects/requirements``).
+    """
 
     @property
     def roles(self) -> tuple[str, ...]:

@@ -13,9 +13,9 @@ from pathlib import Path
 
 import pytest
 
+from harness.contracts.api_fingerprint.framework_scan import scan_framework
+from harness.contracts.api_fingerprint.starter import ROLE_REPLACEMENT, megatron_trees, starter_declaration
 from harness.subjects.declaration import read_declaration_file
-from harness.subjects.scan import scan_framework
-from harness.subjects.starter import ROLE_REPLACEMENT, megatron_trees, starter_declaration
 from tests.pytest_helpers import ROOT, SharedRuns, target_python
 
 FRAMEWORKS = sorted(path.name for path in (ROOT / "tests" / "frameworks").iterdir() if path.is_dir())

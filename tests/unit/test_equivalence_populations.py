@@ -12,7 +12,7 @@ from hypothesis import strategies as st
 from harness.contracts import equivalence, population_strategies, populations, rank_report
 from harness.contracts.allocations import AllocationSummary
 from harness.contracts.population_strategies import budgets_for_population, fake_module_populations
-from harness.contracts.populations import LAYOUTS, FakeParameter, Population
+from harness.contracts.populations import GAPPED, LAYOUTS, FakeParameter, Population
 
 
 @pytest.fixture(autouse=True)
@@ -23,7 +23,7 @@ def without_megatron(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(equivalence, "_config_of", lambda population: SimpleNamespace(sequence_parallel=True))
 
 
-@pytest.mark.parametrize("layout", LAYOUTS)
+@pytest.mark.parametrize("layout", (*LAYOUTS, GAPPED))
 @pytest.mark.parametrize("numel", [0, 1, 2, 6, 7])
 def test_a_layout_keeps_the_values_and_shape_the_param_has(layout: str, numel: int) -> None:
     spec = FakeParameter("decoder.layers.0.input_layernorm.weight", numel, "bf16", "grad", layout=layout)
@@ -71,7 +71,7 @@ def test_the_population_is_built_on_the_ranks_device(monkeypatch: pytest.MonkeyP
     monkeypatch.setattr(equivalence, "population_device", lambda: torch.device("meta"))
     specs = tuple(
         FakeParameter(f"decoder.layers.{i}.input_layernorm.weight", 6, "fp16", kind, layout=layout)
-        for i, (kind, layout) in enumerate(zip(["grad", "main_grad", "grad"], LAYOUTS, strict=True))
+        for i, (kind, layout) in enumerate(zip(["grad", "main_grad", "grad"], (*LAYOUTS, GAPPED), strict=True))
     )
     chunks = equivalence._build_chunks(_chunked(specs), rank=0, fsdp_flag="use_megatron_fsdp")
     params = list(chunks[0].parameters())

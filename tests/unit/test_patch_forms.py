@@ -16,8 +16,8 @@ import pytest
 from harness.formats.budget_units import budget_words, effective_budget, in_unit
 from harness.subjects.declaration import DeclarationFileError, read_declaration_file
 from harness.subjects.loading import load_subject
+from harness.subjects.requirements import declared_requirements, refused
 from harness.targets.megatron_names import FINALIZE_MODULE, UPSTREAM_NAME
-from harness.targets.requirements import declared_requirements, refused
 
 PATCHES = """
 import argparse

@@ -1,5 +1,5 @@
 """What a framework's source touches in Megatron, read without importing it: the material of a starter declaration
-(:mod:`harness.subjects.starter`).
+(:mod:`harness.contracts.api_fingerprint.starter`).
 
 Every Megatron symbol the source imports, calls, reads or binds is found by the api-fingerprint family's source scan
 (:mod:`harness.contracts.api_fingerprint.source_scan`), then named as ``module:qualname`` against Megatron's own

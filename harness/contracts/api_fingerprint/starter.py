@@ -1,11 +1,11 @@
 """``megatron-conformance scan [PATH]``: a starter declaration for the framework under PATH, written from its source.
 
 The output is a declaration that reads as it is: ``[subject]`` and every Megatron symbol the framework touches
-(:mod:`harness.subjects.scan`), each with its usage word and where it is used. What the source alone cannot settle
-is written as guesses, commented out and marked ``# guess``: how the patch is applied and undone (from the function
-that makes each patch assignment), where the budget lives and in what unit (from the apply function's parameters, the
-module's globals and the environment variables it reads), and the provider wrapper and its ``args`` names. Editing
-the guesses (uncommenting what is right) is the whole of the work left.
+(:mod:`~harness.contracts.api_fingerprint.framework_scan`), each with its usage word and where it is used. What the
+source alone cannot settle is written as guesses, commented out and marked ``# guess``: how the patch is applied and
+undone (from the function that makes each patch assignment), where the budget lives and in what unit (from the apply
+function's parameters, the module's globals and the environment variables it reads), and the provider wrapper and
+its ``args`` names. Editing the guesses (uncommenting what is right) is the whole of the work left.
 """
 
 from __future__ import annotations
@@ -17,8 +17,8 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
+from harness.contracts.api_fingerprint.framework_scan import FrameworkScan, Patch, scan_framework
 from harness.subjects.declaration import ROLE_ATTRIBUTES
-from harness.subjects.scan import FrameworkScan, Patch, scan_framework
 from harness.targets.megatron_names import FINALIZE_MODULE, UPSTREAM_NAME
 
 ROLE_REPLACEMENT = ROLE_ATTRIBUTES["patch"][0]
@@ -287,8 +287,13 @@ def _provider_guess(found: FrameworkScan) -> list[str]:
 
 
 def main(argv: Sequence[str] | None = None, envdir: Path | None = None) -> int:
-    """``scan [PATH] [--output FILE]``: print (or write) the starter declaration of the framework under PATH."""
+    """``scan [PATH] [--output FILE] [--envdir DIR]``: print (or write) the starter declaration of the framework
+    under PATH, naming symbols against the target venvs under DIR (default ``.nox``)."""
     arguments = list(sys.argv[1:] if argv is None else argv)
+    if "--envdir" in arguments:
+        index = arguments.index("--envdir")
+        envdir = Path(arguments[index + 1]) if index + 1 < len(arguments) else envdir
+        del arguments[index : index + 2]
     output = None
     if "--output" in arguments:
         index = arguments.index("--output")
