@@ -54,7 +54,8 @@ def test_a_missing_dependency_is_one_line_naming_the_module_and_the_key_that_ins
     root = copy_framework("finch", tmp_path)
     path = root / "megatron-conformance.toml"
     path.write_text(path.read_text().replace('requirements = ["."]\n', ""))
-    run = run_target_cases(SESSION, ["cases/test_import_side_effects.py"], tmp_path / "report", subject=path)
+    selection = ["cases/test_api_fingerprint.py", "cases/test_import_side_effects.py"]
+    run = run_target_cases(SESSION, selection, tmp_path / "report", subject=path)
     failed = run.require_red("finch without its requirements")
     line = (
         "needs module 'attrs', which this target's venv does not have: add what installs it to [subject] requirements"
