@@ -67,17 +67,19 @@ def test_a_missing_dependency_is_one_line_naming_the_module_and_the_key_that_ins
 PARENT_PATCH = """
 import importlib as _importlib
 import logging as _logging
+import os as _os
 
-_logging.basicConfig(level=_logging.INFO)
+_logging.getLogger("petrel").setLevel(_os.environ.get("PETREL_LOG_LEVEL", "INFO"))
 _finalize = _importlib.import_module("megatron.core.distributed.finalize_model_grads")
 _finalize._allreduce_layernorm_grads = lambda *args, **kwargs: None
 """
 
 
 def test_a_parent_package_that_patches_megatron_is_red_on_the_import_the_framework_makes(tmp_path: Path) -> None:
-    """petrel's top package patches Megatron and configures logging; its adapter's own file stays clean. The import
+    """petrel's top package patches Megatron, reads the environment and sets its logger's level; its adapter's own
+    file stays clean. The import
     of the adapter's file alone is green; ``import petrel.mcore`` (parents' ``__init__`` included) is red for the
-    patch and lists the logging configuration as an advisory."""
+    patch and lists the environment read and the logger's level as an advisory."""
     root = copy_framework("petrel", tmp_path)
     init = root / "petrel" / "__init__.py"
     init.write_text(init.read_text() + PARENT_PATCH)
