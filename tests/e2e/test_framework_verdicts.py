@@ -42,6 +42,13 @@ def test_a_framework_gets_the_verdict_written_for_it(name: str, session: str, ru
     assert not unexpected, f"{name} on {session}: reds no Megatron behaviour explains: {unexpected}"
     assert found.reds == set(expected.reds), f"{name} on {session}: expected reds missing: {set(expected.reds)}"
     assert found.not_declared == {family for family, _ in expected.not_declared}, (name, found.not_declared)
+    if name == "petrel":
+        # petrel all-reduces a lone grad in place: a grad with gaps (no Megatron path makes one) comes out wrong under
+        # gloo, which takes the storage as contiguous. An advisory, listed, never a red.
+        advised = {
+            a["case"].split("::")[-1] for a in json.loads((run.report_dir / "summary.json").read_text())["advisories"]
+        }
+        assert "test_matches_upstream_on_grads_with_gaps" in advised, advised
 
 
 def copy_framework(name: str, tmp_path: Path) -> Path:
