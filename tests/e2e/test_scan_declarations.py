@@ -16,6 +16,7 @@ import pytest
 from harness.contracts.api_fingerprint.framework_scan import scan_framework
 from harness.contracts.api_fingerprint.starter import ROLE_REPLACEMENT, megatron_trees, starter_declaration
 from harness.subjects.declaration import read_declaration_file
+from harness.targets.megatron_names import ALIAS_NAME, FINALIZE_MODULE, UPSTREAM_NAME
 from tests.pytest_helpers import ROOT, SharedRuns, target_python
 
 FRAMEWORKS = sorted(path.name for path in (ROOT / "tests" / "frameworks").iterdir() if path.is_dir())
@@ -47,9 +48,10 @@ def test_scan_finds_every_declared_symbol_and_only_names_in_the_source(name: str
 
 
 def edited(starter: str) -> str:
-    """The starter's guessed replacements settled as the declaration's author does: the patched all-reduce is the
-    patch role's replacement."""
-    return re.sub(r'= "relies"  # guess: replaced.*', f'= "replaces with {ROLE_REPLACEMENT}"', starter)
+    """The starter's guessed replacements settled as the declaration's author does: the patched all-reduce (and its
+    alias) is the patch role's replacement; a symbol replaced by a closure the gate does not apply stays ``relies``."""
+    patched = rf'("{FINALIZE_MODULE}:(?:{UPSTREAM_NAME}|{ALIAS_NAME})") = "relies"  # guess: replaced.*'
+    return re.sub(patched, rf'\1 = "replaces with {ROLE_REPLACEMENT}"', starter)
 
 
 def with_scanned_symbols(name: str, directory: Path, trees: list[Path]) -> Path:
