@@ -7,6 +7,7 @@ off-by-one mistakes live. What they draw is defined in :mod:`harness.contracts.p
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 
 import torch
@@ -209,8 +210,8 @@ def budgets_for_population(draw: st.DrawFn, population: Population) -> int:
     """The smallest budget allowed, around one grad's size, or beyond the whole population; never 0 (an empty grad has
     no bytes, and a budget of 0 is no budget).
 
-    The smallest is one element of the widest dtype (a budget that cannot hold one element is no configuration a
-    framework runs, and a framework may refuse it), or 1/``SLICES_PER_GRAD`` of the largest grad: a design that
+    The smallest is one element of the widest dtype a coalesced buffer of these grads can have (a budget that cannot
+    hold one element is no configuration a framework runs, and a framework may refuse it), or 1/``SLICES_PER_GRAD`` of the largest grad: a design that
     reduces a grad over the budget in budget-sized slices (as correct as reducing it whole) then makes at most that
     many collectives per grad, as it would with real budgets (hundreds of MiB) next to real grads; a 4 MiB grad under
     a 1-byte budget would take it four million.
@@ -218,7 +219,11 @@ def budgets_for_population(draw: st.DrawFn, population: Population) -> int:
     specs = [s for chunk in population.chunks for s in chunk]
     elements = [torch.empty((), dtype=DTYPES[s.dtype]).element_size() for s in specs]
     sizes = [max(1, s.numel * element) for s, element in zip(specs, elements, strict=True)]
-    smallest = max(max(elements, default=1), -(-max(sizes, default=1) // SLICES_PER_GRAD))
+    # Upstream coalesces each op's grads in one buffer of their promoted dtype (bf16 beside fp16 is fp32).
+    dtypes = [DTYPES[s.dtype] for s in specs]
+    coalesced = functools.reduce(torch.promote_types, dtypes) if dtypes else torch.uint8
+    element = max([*elements, torch.empty((), dtype=coalesced).element_size()])
+    smallest = max(element, -(-max(sizes, default=1) // SLICES_PER_GRAD))
     at_least = [size for size in sizes if size >= smallest] or [smallest]
     return draw(st.one_of(st.just(smallest), st.sampled_from(at_least), st.integers(smallest, 2 * sum(sizes) + 1)))
 
