@@ -211,10 +211,10 @@ def budgets_for_population(draw: st.DrawFn, population: Population) -> int:
     no bytes, and a budget of 0 is no budget).
 
     The smallest is one element of the widest dtype a coalesced buffer of these grads can have (a budget that cannot
-    hold one element is no configuration a framework runs, and a framework may refuse it), or 1/``SLICES_PER_GRAD`` of the largest grad: a design that
-    reduces a grad over the budget in budget-sized slices (as correct as reducing it whole) then makes at most that
-    many collectives per grad, as it would with real budgets (hundreds of MiB) next to real grads; a 4 MiB grad under
-    a 1-byte budget would take it four million.
+    hold one element is no configuration a framework runs, and a framework may refuse it), or 1/``SLICES_PER_GRAD``
+    of the largest grad: a design that reduces a grad over the budget in budget-sized slices (as correct as reducing
+    it whole) then makes at most that many collectives per grad, as it would with real budgets (hundreds of MiB)
+    next to real grads; a 4 MiB grad under a 1-byte budget would take it four million.
     """
     specs = [s for chunk in population.chunks for s in chunk]
     elements = [torch.empty((), dtype=DTYPES[s.dtype]).element_size() for s in specs]
