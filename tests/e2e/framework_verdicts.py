@@ -103,6 +103,15 @@ AWAITED: dict[str, dict[str, Awaited]] = {
             "(model_parallel_config.py) on all four; the CPU GPT's config constructs with the patch",
         ),
     ),
+    # forward swapped on every built TransformerLayer instance, a wrapper that passes everything through.
+    "swift": {
+        session: Awaited(
+            "green",
+            f"transformer_block.py:{lines} 'hidden_states, context = layer(...)' unpacks 2: the wrapper returns the "
+            "original's result as it is, and takes every keyword the block passes",
+        )
+        for session, lines in zip(TARGETS, ("388, :581", "426, :697", "489, :765", "664"), strict=True)
+    },
     # MultiLatentAttention.forward and MLASelfAttention.get_query_key_value_tensors replaced by copies of 0.13.1's.
     "owl": {
         "megatron-0.13": Awaited("green; no body diff (copied_from 0.13.1)", "multi_latent_attention.py:183 unpacks 3"),
