@@ -6,6 +6,9 @@ root) must be absolute, and a run that falls back to the reference subject must 
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -112,3 +115,24 @@ def test_repro_lines_start_with_the_command_that_ran_the_gate(monkeypatch: pytes
     assert repro_line("megatron-0.15", "cases/t.py::c").startswith("nox -R -s megatron-0.15 -- ")
     monkeypatch.setenv(LAUNCHER_ENV_VAR, "megatron-conformance")
     assert repro_line("megatron-0.15", "cases/t.py::c") == "megatron-conformance -R -s megatron-0.15 -- cases/t.py::c"
+
+
+def test_scan_runs_in_a_child_with_the_gate_on_its_path_and_names_the_framework_venvs(tmp_path: Path) -> None:
+    """``megatron-conformance scan`` from a framework's checkout: the scan runs with the gate's code, naming symbols
+    against the framework's target venvs (none built here, and no Megatron in this interpreter: one line, exit 2)."""
+    framework = tmp_path / "framework"
+    (framework / "pkg").mkdir(parents=True)
+    (framework / "pkg" / "__init__.py").write_text("")
+    script = f"import sys; sys.path.insert(0, {str(GATE_ROOT)!r}); from harness.launch.command import main; main()"
+    environment = {key: value for key, value in os.environ.items() if key != "PYTHONPATH"}
+    done = subprocess.run(
+        [sys.executable, "-c", script, "scan", str(framework)],
+        cwd=framework,
+        env=environment,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert done.returncode == 2, done.stderr
+    assert done.stderr.startswith("megatron-conformance scan: no Megatron source to name symbols against: build a")
+    assert done.stderr.count("\n") == 1, done.stderr
