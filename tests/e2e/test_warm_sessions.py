@@ -85,13 +85,13 @@ def test_a_target_session_checks_each_subject_the_environment_names_and_the_repo
     )
     assert report.returncode == 0, report.stderr[-3000:]
     markdown = (tmp_path / "compatibility.md").read_text()
-    headline = "1 target · 2 subjects · 2 reds: chunk_splitting_last_dropped.py 2 (megatron-0.15)."
+    headline = "1 target · 2 subjects · 5 reds: chunk_splitting_last_dropped.py 5 (megatron-0.15)."
     assert markdown.splitlines()[2] == headline
     baseline, targets, rows = comparison(markdown)
     assert (baseline, targets, rows) == (
         "`chunk_splitting_last_dropped.py`",
         [SESSION],
-        {"`harness.reference`": ["✅ 2 fixed"]},
+        {"`harness.reference`": ["✅ 5 fixed"]},
     )
     assert markdown.index("### Comparison") < markdown.index("### Summary"), "the comparison comes first"
     assert f"### Summary: subject `{seeded}` (module)" in markdown
