@@ -143,17 +143,23 @@ def _subject_python(session: nox.Session, target: Target, specs: list[str]) -> s
     """The interpreter the cases run in: the target venv's, or, where the subjects' declarations name requirements,
     that of a venv holding the target's packages and theirs (one per target and requirement set, reused)."""
     requirements: list[str] = []
-    try:
-        for spec in specs or [_one_subject(session)]:
+    for spec in specs or [_one_subject(session)]:
+        try:
             declaration = resolve_subject(spec).declaration
-            if declaration is not None:
+        except (DeclarationFileError, SubjectError):
+            continue  # the session itself reports it, in its one line
+        if declaration is not None:
+            try:
                 requirements += [r for r in declared_requirements(declaration) if r not in requirements]
-        if not requirements:
-            return "python"
-        session.log(f"the subject's requirements: {', '.join(requirements)}")
-        target_python = Path(session.virtualenv.location) / "bin" / "python"
+            except DeclarationFileError as err:
+                session.error(str(err))
+    if not requirements:
+        return "python"
+    session.log(f"the subject's requirements: {', '.join(requirements)}")
+    target_python = Path(session.virtualenv.location) / "bin" / "python"
+    try:
         return str(requirements_python(target_python, requirements, target.python))
-    except (DeclarationFileError, RequirementsError) as err:
+    except RequirementsError as err:
         session.error(str(err))
 
 

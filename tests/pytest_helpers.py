@@ -20,7 +20,7 @@ import pytest
 from harness import REPO_ROOT
 from harness.formats.environment import REFERENCE_SUBJECT
 from harness.plugin.command import CaseRun, case_command, run_cases, subject_folder, subject_runs
-from harness.subjects.declaration import is_declaration, read_declaration_file
+from harness.subjects.declaration import DeclarationFileError, is_declaration, read_declaration_file
 from harness.subjects.requirements import declared_requirements, requirements_python
 from harness.targets.matrix import load_matrix, venv_python
 
@@ -51,7 +51,10 @@ def subject_python(session: str, subjects: Iterable[Path | str | None]) -> Path:
     requirements: list[str] = []
     for subject in subjects:
         if subject is not None and is_declaration(str(subject)):
-            wanted = declared_requirements(read_declaration_file(subject))
+            try:
+                wanted = declared_requirements(read_declaration_file(subject))
+            except DeclarationFileError:
+                continue  # the session reports it, in its one line
             requirements += [r for r in wanted if r not in requirements]
     if not requirements:
         return target_python(session)

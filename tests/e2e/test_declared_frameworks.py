@@ -195,11 +195,12 @@ def test_a_name_that_does_not_resolve_is_a_red_of_every_family_needing_the_subje
 def test_expected_failures_in_the_declaration_are_strict_and_stale_ones_reported(tmp_path: Path) -> None:
     root = copy_framework("legacyrl", tmp_path)
     path = root / DECLARATION
-    listed = [f"cases/test_import_side_effects.py::{ADAPTER_IMPORT}", "cases/test_nowhere.py::test_gone"]
+    imports = [f"cases/test_import_side_effects.py::{case}" for case in (ADAPTER_IMPORT, FRAMEWORK_IMPORT)]
+    listed = [*imports, "cases/test_nowhere.py::test_gone"]
     path.write_text(path.read_text() + f'\n[expected_failures]\n"megatron-0.13" = {json.dumps(listed)}\n')
     run = run_declared("megatron-0.13", path, tmp_path / "report", ["cases/test_import_side_effects.py"])
     assert run.returncode == 0, run.output[-3000:]
-    assert run.verdicts[ADAPTER_IMPORT][0] == "xfailed"
+    assert run.verdicts[ADAPTER_IMPORT][0] == run.verdicts[FRAMEWORK_IMPORT][0] == "xfailed"
     recorded = summary(tmp_path / "report")
     assert recorded["stale_expected_failures"] == ["cases/test_nowhere.py::test_gone"]
     assert f"{path} [expected_failures] megatron-0.13: 'cases/test_nowhere.py::test_gone' matches no test" in run.output
