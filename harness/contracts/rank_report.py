@@ -25,6 +25,8 @@ class RankReport:
     upstream_collectives: list[tuple[str, int, int]] = field(default_factory=list)
     non_bitwise_elements: int = 0
     upstream_raised: str | None = None
+    raised_as_upstream: bool = False
+    """The subject raised the exception upstream raises on this step on this target: what Megatron does."""
     peak_rss_kib: int = 0
     allocations: AllocationSummary | None = None
     upstream_allocations: AllocationSummary | None = None
