@@ -49,9 +49,9 @@ from harness.contracts.model_provider import (
 )
 from harness.plugin.failure import contract_failure
 from harness.plugin.families import family
-from harness.plugin.session_state import declaration_of
+from harness.plugin.session_state import configured_matrix, configured_target, declaration_of
 from harness.subjects.promises import FreezeRuleNames, freeze_rule_names, provider_promises, required_call_shapes
-from harness.targets.matrix import Target, load_matrix
+from harness.targets.matrix import Target
 from harness.targets.provider_shapes import (
     derive_calls,
     installed_training_file,
@@ -70,8 +70,7 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
     """One real-model case per call shape of the target, so a red names its shape in the test id too; a shape the
     declared subject's models never meet is advisory."""
     if "call_shape" in metafunc.fixturenames:
-        options = metafunc.config.getoption
-        target = load_matrix(options("--matrix")).target(options("--target"))
+        target = configured_target(metafunc.config)
         declaration = declaration_of(metafunc.config)
         named = declaration.provider.get("call_shapes") if declaration else None
         metafunc.parametrize(
@@ -259,7 +258,7 @@ def test_keywords_of_call_shapes_the_subject_does_not_meet_here(
 ) -> None:
     """Shapes only other targets make (what the next Megatron will pass), and this target's shapes the declared
     subject's models never meet."""
-    matrix = load_matrix(pytestconfig.getoption("--matrix"))
+    matrix = configured_matrix(pytestconfig)
     required = required_call_shapes(subject, target.provider.calls)
     own = set(map(tuple, required.values()))
     others = {
