@@ -5,8 +5,14 @@ the target, and has a signature the subject's use of it fits.
   and ``getattr`` on them; see ``harness.contracts.api_fingerprint.source_scan.scan_sources``).
 - Each non-optional entry exists here; for alternatives, at least one member.
 - A function the subject replaces: the replacement accepts every call upstream's signature accepts (parameter names
-  in order, defaults where upstream has them), so upstream's callers can call it instead on this target.
+  in order, defaults where upstream has them), so any caller can call it instead on this target (an advisory: a
+  mismatch no Megatron call makes breaks nothing Megatron does).
 - A function the subject calls: at least one of the subject's call shapes binds to upstream's signature.
+- A symbol the subject replaces, against Megatron's own calls of it in the installed source
+  (:mod:`harness.contracts.api_fingerprint.call_sites`): each call binds to the replacement, and where a call unpacks
+  the result, the replacement returns that many values. Advisories: a replaced symbol none of whose calls the source
+  reveals (``forward``, reached through ``nn.Module.__call__``) or whose returned count its source does not decide,
+  and keywords Megatron passes that the replacement takes in ``**kwargs`` and never reads.
 - A function whose body the subject copied (``UPSTREAM_BODY_HASHES``, opt-in): the installed body still hashes as
   declared, so upstream adding a rule to code the subject re-implements turns this red even where no case's
   population exercises the rule. A subject that declares none skips the case, saying so.
@@ -23,6 +29,7 @@ from typing import Any
 import pytest
 
 from harness.contracts.api_fingerprint.cache import write_json
+from harness.contracts.api_fingerprint.call_sites import MegatronCall, MegatronSource, calls_in_replacement
 from harness.contracts.api_fingerprint.checks import (
     changed_copies,
     missing_symbols,
@@ -32,6 +39,7 @@ from harness.contracts.api_fingerprint.checks import (
     unbound_calls,
 )
 from harness.contracts.api_fingerprint.inspection import fingerprint_symbols, parameters, signature_text
+from harness.contracts.api_fingerprint.replacement_fit import binding_problem, dropped_keywords, returned_count
 from harness.contracts.api_fingerprint.source_scan import SourceScan, scan_sources, subject_files, undeclared_uses
 from harness.contracts.api_fingerprint.symbol_table import (
     BODY_HASHES_NAME,
@@ -90,9 +98,12 @@ def test_declared_symbols_exist(
     assert not problems, contract_failure(target, FAMILY.name, "declared symbols missing on this target", problems)
 
 
+@pytest.mark.advisory
 def test_replacements_accept_every_call_upstream_accepts(
     target: Target, subject: ModuleType, declaration: list[Declared], fingerprints: dict[str, dict[str, Any]]
 ) -> None:
+    """Every call upstream's signature admits, Megatron's or anyone's: an advisory, since what Megatron itself calls
+    is checked call by call (``test_megatrons_calls_bind_to_the_replacements``)."""
     problems = []
     for entry in (e for e in declaration if e.usage == "replaces"):
         symbol = resolved_member(entry, fingerprints)
@@ -112,6 +123,102 @@ def test_replacements_accept_every_call_upstream_accepts(
             for p in replacement_problems(upstream, replacement)
         ]
     assert not problems, contract_failure(target, FAMILY.name, "replacements do not fit upstream's signature", problems)
+
+
+@pytest.fixture(scope="module")
+def megatron_calls(
+    subject: ModuleType, declaration: list[Declared], fingerprints: dict[str, dict[str, Any]]
+) -> list[tuple[str, str, Any, list[MegatronCall]]]:
+    """Each replaced symbol present here, its replacement's name and object, and Megatron's own calls of it: those
+    inside other symbols the subject replaces are left out, and the calls the replacements of those make are in."""
+    entries = [(resolved_member(e, fingerprints), e) for e in declaration if e.usage == "replaces"]
+    present = [(symbol, entry) for symbol, entry in entries if symbol is not None]
+    replaced = [symbol for symbol, _ in present]
+    source = MegatronSource.installed()
+    replacements = {symbol: replacement_of(subject, str(entry.replacement)) for symbol, entry in present}
+    found = []
+    for symbol, entry in present:
+        function, problem = replacements[symbol]
+        if problem is not None:
+            continue
+        calls = source.calls_of(symbol, replaced)
+        if _is_method(symbol):
+            method = symbol.rpartition(".")[2]
+            for other, (caller, unusable) in replacements.items():
+                if other != symbol and _is_method(other) and unusable is None:
+                    calls += calls_in_replacement(caller, method, f"{other} (replaced)")
+        found.append((symbol, str(entry.replacement), function, calls))
+    return found
+
+
+def _is_method(symbol: str) -> bool:
+    return "." in symbol.partition(":")[2]
+
+
+def test_megatrons_calls_bind_to_the_replacements(
+    target: Target, megatron_calls: list[tuple[str, str, Any, list[MegatronCall]]]
+) -> None:
+    problems = [
+        f"{symbol}: Megatron's call at {call.describe()} does not bind to {name}: {reason}"
+        for symbol, name, function, calls in megatron_calls
+        for call in calls
+        if (reason := binding_problem(function, call, _is_method(symbol))) is not None
+    ]
+    assert not problems, contract_failure(
+        target, FAMILY.name, "Megatron's own calls do not fit the replacements", problems
+    )
+
+
+def test_megatron_unpacks_what_the_replacements_return(
+    target: Target, megatron_calls: list[tuple[str, str, Any, list[MegatronCall]]]
+) -> None:
+    problems = []
+    for symbol, name, function, calls in megatron_calls:
+        count = returned_count(function)
+        for call in (c for c in calls if c.unpacks is not None and count is not None and c.unpacks != count):
+            problems.append(
+                f"{symbol}: {call.place} ({call.caller.split(':')[-1]}) unpacks {call.unpacks} values, {name} "
+                f"returns {count}"
+            )
+    assert not problems, contract_failure(
+        target, FAMILY.name, "Megatron unpacks another number of values than the replacements return", problems
+    )
+
+
+@pytest.mark.advisory
+def test_what_megatron_does_with_each_replacement_is_decided(
+    target: Target, megatron_calls: list[tuple[str, str, Any, list[MegatronCall]]]
+) -> None:
+    """A replaced method whose calls the source does not reveal is checked by no call site (a module-level function
+    is called by its name, so none found means Megatron does not call it); a count of returned values the
+    replacement's source does not decide is checked against no unpacking call."""
+    undecided = []
+    for symbol, name, function, calls in megatron_calls:
+        if not calls and _is_method(symbol):
+            undecided.append(
+                f"{symbol}: no call of it found in Megatron's source (reached through nn.Module.__call__, the "
+                f"dataclass machinery, or an object only known at run time): no call site checks {name}"
+            )
+        elif any(c.unpacks is not None for c in calls) and returned_count(function) is None:
+            places = ", ".join(c.place for c in calls if c.unpacks is not None)
+            undecided.append(f"{symbol}: {places} unpack its result; how many values {name} returns is not decided")
+    assert not undecided, contract_failure(
+        target, FAMILY.name, "what Megatron does with a replacement could not be decided", undecided
+    )
+
+
+@pytest.mark.advisory
+def test_keywords_megatron_passes_are_read_by_the_replacements(
+    target: Target, megatron_calls: list[tuple[str, str, Any, list[MegatronCall]]]
+) -> None:
+    dropped = [
+        f"{symbol}: {keyword!r}, passed by {', '.join(c.place for c in passing)}, is dropped by {name}"
+        for symbol, name, function, calls in megatron_calls
+        for keyword, passing in dropped_keywords(function, calls).items()
+    ]
+    assert not dropped, contract_failure(
+        target, FAMILY.name, "keywords Megatron passes are taken in **kwargs and never read", dropped
+    )
 
 
 def test_subject_calls_bind_to_upstream_signatures(

@@ -299,7 +299,7 @@ def _bindings(
                 tainted.add(node.name)
             elif isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef):
                 tainted.add(node.name)
-                for ret in _own_returns(node):
+                for ret in own_returns(node):
                     paths = resolver.paths(ret.value) if ret.value is not None else frozenset()
                     if paths:
                         returned.setdefault(node.name, set()).update(paths)
@@ -312,7 +312,7 @@ def _bindings(
     return aliases, returns
 
 
-def _own_returns(function: ast.FunctionDef | ast.AsyncFunctionDef) -> list[ast.Return]:
+def own_returns(function: ast.FunctionDef | ast.AsyncFunctionDef) -> list[ast.Return]:
     """The function's return statements, not those of functions or classes nested in it."""
     found: list[ast.Return] = []
     stack: list[ast.AST] = list(function.body)

@@ -1,0 +1,334 @@
+"""Megatron's own calls of a symbol a framework replaces, read from the source installed on the target.
+
+A replacement is only as good as its fit to the calls Megatron makes. A replaced method is reached through
+``self.<name>(...)`` from the methods of its class, of the subclasses that inherit it, and of the bases whose
+caller the class inherits; a replaced function through its name where a module imported it, or through an imported
+module (``<alias>.<name>(...)``). A call inside a function the same declaration also replaces is not Megatron's any
+more and is left out. Calls Megatron makes through ``nn.Module.__call__`` (a ``forward``) or through an object whose
+class is only known at run time are not resolved from source: a replaced symbol with no call site found is reported
+as such, never green by silence.
+"""
+
+from __future__ import annotations
+
+import ast
+import importlib.util
+import inspect
+import re
+import textwrap
+from collections.abc import Iterable
+from dataclasses import dataclass
+from functools import cached_property
+from pathlib import Path
+from typing import Any
+
+_CLASS_HEADER = re.compile(r"^[ \t]*class[ \t]+(\w+)[ \t]*(?:\(([^)]*)\))?[ \t]*:", re.MULTILINE)
+
+
+@dataclass(frozen=True)
+class MegatronCall:
+    """One call in Megatron's source: where, from which function, with what, and how many values it unpacks."""
+
+    file: str
+    """Path under site-packages: ``megatron/core/transformer/multi_latent_attention.py``."""
+    line: int
+    caller: str
+    """``module:qualname`` of the function the call is in."""
+    positional: int
+    keywords: tuple[str, ...]
+    star_args: bool
+    star_kwargs: bool
+    unpacks: int | None
+    """The number of names the result is unpacked into (``a, b, c = ...``); None when it is not unpacked."""
+
+    @property
+    def place(self) -> str:
+        return f"{self.file}:{self.line}"
+
+    def describe(self) -> str:
+        passed = [f"{self.positional} positional", *(f"{k}=" for k in self.keywords)]
+        passed += ["*args"] * self.star_args + ["**kwargs"] * self.star_kwargs
+        return f"{self.place} ({self.caller.split(':')[-1]}: {', '.join(passed)})"
+
+
+@dataclass(frozen=True)
+class _ClassInfo:
+    module: str
+    name: str
+    bases: tuple[str, ...]
+    """Base names as written, reduced to their last part (``nn.Module`` -> ``Module``)."""
+
+
+class MegatronSource:
+    """The installed ``megatron`` package's source, read once: class headers of every file, and the syntax tree of
+    the files that mention a name asked about."""
+
+    def __init__(self, site_packages: Path) -> None:
+        self.root = site_packages
+        self._trees: dict[Path, ast.Module] = {}
+
+    @classmethod
+    def installed(cls) -> MegatronSource:
+        """The source of the megatron-core this interpreter imports."""
+        spec = importlib.util.find_spec("megatron.core")
+        if spec is None or spec.origin is None:
+            raise RuntimeError("megatron.core is not installed in this interpreter")
+        return cls(Path(spec.origin).resolve().parents[2])
+
+    @cached_property
+    def texts(self) -> dict[str, tuple[Path, str]]:
+        """Module name -> (file, text) of every module of the package."""
+        found = {}
+        for path in sorted((self.root / "megatron").rglob("*.py")):
+            parts = path.relative_to(self.root).with_suffix("").parts
+            name = ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+            found[name] = (path, path.read_text(encoding="utf-8", errors="replace"))
+        return found
+
+    @cached_property
+    def classes(self) -> dict[str, list[_ClassInfo]]:
+        """Class name -> every class of that name, with its bases, from the class headers of every file."""
+        index: dict[str, list[_ClassInfo]] = {}
+        for module, (_, text) in self.texts.items():
+            for match in _CLASS_HEADER.finditer(text):
+                bases = tuple(
+                    base.strip().split("[")[0].split(".")[-1]
+                    for base in (match.group(2) or "").split(",")
+                    if base.strip() and "=" not in base
+                )
+                index.setdefault(match.group(1), []).append(_ClassInfo(module, match.group(1), bases))
+        return index
+
+    def tree(self, module: str) -> ast.Module | None:
+        path, text = self.texts[module]
+        if path not in self._trees:
+            try:
+                self._trees[path] = ast.parse(text)
+            except SyntaxError:
+                return None
+        return self._trees[path]
+
+    def file_of(self, module: str) -> str:
+        return self.texts[module][0].relative_to(self.root).as_posix()
+
+    def methods(self, info: _ClassInfo) -> dict[str, ast.FunctionDef | ast.AsyncFunctionDef]:
+        """The functions defined in the class body of ``info``."""
+        tree = self.tree(info.module)
+        for node in ast.walk(tree) if tree is not None else ():
+            if isinstance(node, ast.ClassDef) and node.name == info.name:
+                return {f.name: f for f in node.body if isinstance(f, ast.FunctionDef | ast.AsyncFunctionDef)}
+        return {}
+
+    def _class(self, name: str, near: str) -> _ClassInfo | None:
+        """The class ``name`` in a base list of module ``near`` means: one of that module, else the one its imports
+        name, else the only class of that name."""
+        candidates = self.classes.get(name, [])
+        same = [c for c in candidates if c.module == near]
+        if same or len(candidates) <= 1:
+            return (same or candidates or [None])[0]
+        tree = self.tree(near)
+        for node in ast.walk(tree) if tree is not None else ():
+            if isinstance(node, ast.ImportFrom) and any((a.asname or a.name) == name for a in node.names):
+                source = _absolute(node, near, self.is_package(near))
+                return next((c for c in candidates if c.module == source or c.module.startswith(f"{source}.")), None)
+        return None
+
+    def is_package(self, module: str) -> bool:
+        return self.texts[module][0].name == "__init__.py"
+
+    def descendants(self, owner: _ClassInfo) -> list[_ClassInfo]:
+        """``owner`` and the classes that derive from it in Megatron's source."""
+        by_base: dict[str, list[_ClassInfo]] = {}
+        for infos in self.classes.values():
+            for info in infos:
+                for base in info.bases:
+                    by_base.setdefault(base, []).append(info)
+        found, names = [owner], [owner.name]
+        while names:
+            for info in by_base.get(names.pop(), []):
+                if info not in found and owner in self.mro(info):
+                    found.append(info)
+                    names.append(info.name)
+        return found
+
+    def mro(self, info: _ClassInfo) -> list[_ClassInfo]:
+        """``info`` and its bases in Megatron's source, depth first (Megatron's hierarchies are single-inheritance
+        where it matters: a class and its mixins)."""
+        order, stack = [], [info]
+        while stack:
+            current = stack.pop(0)
+            if current in order:
+                continue
+            order.append(current)
+            stack = [b for b in (self._class(n, current.module) for n in current.bases) if b is not None] + stack
+        return order
+
+    def definer(self, info: _ClassInfo, name: str) -> _ClassInfo | None:
+        """The class whose definition of ``name`` an instance of ``info`` finds."""
+        return next((c for c in self.mro(info) if name in self.methods(c)), None)
+
+    def calls_of(self, symbol: str, replaced: Iterable[str] = ()) -> list[MegatronCall]:
+        """Megatron's calls of ``symbol`` (``module:qualname``), those inside the functions named in ``replaced``
+        (``module:qualname``, the declaration's other replaced symbols) left out."""
+        module, _, qualname = symbol.partition(":")
+        skipped = set(replaced)
+        if "." in qualname:
+            owner_name, _, method = qualname.rpartition(".")
+            owner = next((c for c in self.classes.get(owner_name, []) if c.module == module), None)
+            found = self._method_calls(owner, method) if owner is not None else []
+        else:
+            found = self._function_calls(module, qualname)
+        return [call for call in found if call.caller not in skipped]
+
+    def _method_calls(self, owner: _ClassInfo, method: str) -> list[MegatronCall]:
+        def reaches_owner(classes: list[_ClassInfo]) -> bool:
+            # The patch binds the name on the owner, whether the owner defined it or inherited it.
+            return next((c for c in classes if c == owner or method in self.methods(c)), None) == owner
+
+        callers: list[tuple[_ClassInfo, str, bool]] = []
+        for info in self.descendants(owner):
+            if reaches_owner(self.mro(info)):
+                callers += [(info, name, False) for name in self.methods(info)]
+            if info != owner and reaches_owner(self.mro(info)[1:]):
+                callers += [(info, name, True) for name in self.methods(info)]
+        for base in self.mro(owner)[1:]:
+            callers += [(base, name, False) for name in self.methods(base) if self.definer(owner, name) == base]
+        calls = []
+        for info, name, through_super in dict.fromkeys(callers):
+            if method not in self.texts[info.module][1]:
+                continue
+            function = self.methods(info)[name]
+            caller = f"{info.module}:{info.name}.{name}"
+            matches = _is_super_call(method) if through_super else _is_self_call(method)
+            calls += _calls_in(function, self.file_of(info.module), caller, matches)
+        return calls
+
+    def _function_calls(self, module: str, name: str) -> list[MegatronCall]:
+        calls = []
+        parent, _, last = module.rpartition(".")
+        for other, (_, text) in self.texts.items():
+            if name not in text:
+                continue
+            tree = self.tree(other)
+            if tree is None:
+                continue
+            names, modules = set(), set()
+            if other == module:
+                names.add(name)
+            for node in ast.walk(tree):
+                if isinstance(node, ast.ImportFrom) and node.module is not None:
+                    source = _absolute(node, other, self.is_package(other))
+                    for alias in node.names:
+                        if source == module and alias.name == name:
+                            names.add(alias.asname or name)
+                        elif source == parent and alias.name == last:
+                            modules.add(alias.asname or last)
+                elif isinstance(node, ast.Import):
+                    modules.update(alias.asname for alias in node.names if alias.name == module and alias.asname)
+            if names or modules:
+                for function, qualname in _functions(tree):
+                    calls += _calls_in(
+                        function, self.file_of(other), f"{other}:{qualname}", _is_named_call(name, names, modules)
+                    )
+        return calls
+
+
+def calls_in_replacement(function: Any, method: str, caller: str) -> list[MegatronCall]:
+    """The ``self.<method>(...)`` calls in a replacement's own source: where a declaration replaces both a method
+    and a method that calls it, the caller's copy is what calls the other replacement."""
+    try:
+        lines, start = inspect.getsourcelines(inspect.unwrap(function))
+        file = inspect.getsourcefile(inspect.unwrap(function)) or "<unknown>"
+        tree = ast.parse(textwrap.dedent("".join(lines)))
+    except (OSError, TypeError, SyntaxError):
+        return []
+    ast.increment_lineno(tree, start - 1)
+    return _calls_in(tree, Path(file).name, caller, _is_self_call(method))
+
+
+def _absolute(node: ast.ImportFrom, module: str, is_package: bool) -> str:
+    """The module an ``ImportFrom`` in ``module`` names, relative imports resolved."""
+    if not node.level:
+        return node.module or ""
+    parts = module.split(".")
+    package = parts[: len(parts) - node.level + (1 if is_package else 0)]
+    return ".".join([*package, *([node.module] if node.module else [])])
+
+
+def _functions(tree: ast.Module) -> list[tuple[ast.FunctionDef | ast.AsyncFunctionDef, str]]:
+    """Every function of a module with its qualname (nested ones under their enclosing function's)."""
+    found = []
+    stack: list[tuple[ast.AST, str]] = [(tree, "")]
+    while stack:
+        node, prefix = stack.pop()
+        for child in ast.iter_child_nodes(node):
+            if isinstance(child, ast.FunctionDef | ast.AsyncFunctionDef):
+                found.append((child, f"{prefix}{child.name}"))
+            elif isinstance(child, ast.ClassDef):
+                stack.append((child, f"{prefix}{child.name}."))
+    return found
+
+
+def _is_self_call(method: str):
+    def matches(func: ast.expr) -> bool:
+        return (
+            isinstance(func, ast.Attribute)
+            and func.attr == method
+            and isinstance(func.value, ast.Name)
+            and func.value.id == "self"
+        )
+
+    return matches
+
+
+def _is_super_call(method: str):
+    def matches(func: ast.expr) -> bool:
+        return (
+            isinstance(func, ast.Attribute)
+            and func.attr == method
+            and isinstance(func.value, ast.Call)
+            and isinstance(func.value.func, ast.Name)
+            and func.value.func.id == "super"
+        )
+
+    return matches
+
+
+def _is_named_call(name: str, names: set[str], modules: set[str]):
+    def matches(func: ast.expr) -> bool:
+        if isinstance(func, ast.Name):
+            return func.id in names
+        return (
+            isinstance(func, ast.Attribute)
+            and func.attr == name
+            and isinstance(func.value, ast.Name)
+            and func.value.id in modules
+        )
+
+    return matches
+
+
+def _calls_in(function: ast.AST, file: str, caller: str, matches) -> list[MegatronCall]:
+    """The matching calls in ``function``'s body (nested functions included: they run on its behalf)."""
+    unpacked: dict[int, int] = {}
+    for node in ast.walk(function):
+        if isinstance(node, ast.Assign) and isinstance(node.value, ast.Call) and len(node.targets) == 1:
+            target = node.targets[0]
+            if isinstance(target, ast.Tuple | ast.List) and not any(isinstance(e, ast.Starred) for e in target.elts):
+                unpacked[id(node.value)] = len(target.elts)
+    found = []
+    for node in ast.walk(function):
+        if isinstance(node, ast.Call) and matches(node.func):
+            found.append(
+                MegatronCall(
+                    file=file,
+                    line=node.lineno,
+                    caller=caller,
+                    positional=sum(1 for a in node.args if not isinstance(a, ast.Starred)),
+                    keywords=tuple(k.arg for k in node.keywords if k.arg is not None),
+                    star_args=any(isinstance(a, ast.Starred) for a in node.args),
+                    star_kwargs=any(k.arg is None for k in node.keywords),
+                    unpacks=unpacked.get(id(node)),
+                )
+            )
+    return sorted(found, key=lambda call: call.line)

@@ -1,0 +1,90 @@
+"""How a replacement fits Megatron's own calls of the symbol it replaces (:mod:`.call_sites`): whether each call
+binds, how many values the replacement returns where a call unpacks its result, and which passed keywords it takes
+in ``**kwargs`` and never reads.
+
+The returned count is read from the replacement's source: decided where every ``return`` of the function itself
+(not of functions nested in it) is a tuple of the same length, undecided otherwise, and an undecided count is never
+taken for a fit.
+"""
+
+from __future__ import annotations
+
+import ast
+import inspect
+import textwrap
+from typing import Any
+
+from harness.contracts.api_fingerprint.call_sites import MegatronCall
+from harness.contracts.api_fingerprint.source_scan import own_returns
+
+
+def binding_problem(replacement: Any, call: MegatronCall, method: bool) -> str | None:
+    """Why ``call`` would not bind to ``replacement`` (``method``: called on an instance, so ``self`` comes first);
+    None when it binds. Where the call forwards ``*args`` or ``**kwargs``, only what it names is checked."""
+    try:
+        signature = inspect.signature(replacement)
+    except (TypeError, ValueError):
+        return "the replacement has no inspectable signature"
+    positional = [object()] * (call.positional + (1 if method else 0))
+    keywords = dict.fromkeys(call.keywords)
+    bind = signature.bind_partial if call.star_args or call.star_kwargs else signature.bind
+    try:
+        bind(*positional, **keywords)
+    except TypeError as err:
+        return str(err)
+    return None
+
+
+def _definition(function: Any) -> ast.FunctionDef | ast.AsyncFunctionDef | None:
+    try:
+        source = textwrap.dedent(inspect.getsource(inspect.unwrap(function)))
+        tree = ast.parse(source)
+    except (OSError, TypeError, SyntaxError):
+        return None
+    node = tree.body[0] if tree.body else None
+    return node if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef) else None
+
+
+def returned_count(function: Any) -> int | None:
+    """How many values ``function`` returns, where its source decides it; None where it does not."""
+    definition = _definition(function)
+    if definition is None:
+        return None
+    counts = set()
+    for node in own_returns(definition):
+        value = node.value
+        if not isinstance(value, ast.Tuple) or any(isinstance(e, ast.Starred) for e in value.elts):
+            return None
+        counts.add(len(value.elts))
+    return counts.pop() if len(counts) == 1 else None
+
+
+def unread_var_keyword(function: Any) -> str | None:
+    """The name of ``function``'s ``**kwargs`` parameter when its body never reads it; None otherwise."""
+    definition = _definition(function)
+    if definition is None or definition.args.kwarg is None:
+        return None
+    name = definition.args.kwarg.arg
+    read = any(isinstance(node, ast.Name) and node.id == name for stmt in definition.body for node in ast.walk(stmt))
+    return None if read else name
+
+
+def dropped_keywords(function: Any, calls: list[MegatronCall]) -> dict[str, list[MegatronCall]]:
+    """Keywords Megatron's calls pass that ``function`` takes only in a ``**kwargs`` it never reads, with the calls
+    that pass each."""
+    if unread_var_keyword(function) is None:
+        return {}
+    try:
+        named = {
+            p.name
+            for p in inspect.signature(function).parameters.values()
+            if p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY)
+        }
+    except (TypeError, ValueError):
+        return {}
+    dropped: dict[str, list[MegatronCall]] = {}
+    for call in calls:
+        for keyword in call.keywords:
+            if keyword not in named:
+                dropped.setdefault(keyword, []).append(call)
+    return dropped

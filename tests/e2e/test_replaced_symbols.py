@@ -1,0 +1,101 @@
+"""A replaced Megatron method is checked against Megatron's own calls of it in the installed source: a seeded
+replacement that misses a keyword Megatron passes, or returns fewer values than Megatron unpacks, is red naming the
+Megatron file and line; a replacement that forwards ``*args``/``**kwargs`` stays green; owl (copies of 0.13.1's MLA
+methods, written blind) is green where its two copies call each other, with what no call site decides listed.
+
+One warm run per target holds every subject of the module (api-fingerprint only: seconds).
+"""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from tests.pytest_helpers import ROOT, SharedRuns
+
+SEEDED = ROOT / "harness" / "sensitivity" / "seeded"
+CORRECT = ROOT / "harness" / "sensitivity" / "correct"
+RETURNS_THREE = SEEDED / "api_fingerprint_replacement_returns_three.py"
+MISSING_KEYWORD = SEEDED / "api_fingerprint_replacement_missing_keyword.py"
+FORWARDS = CORRECT / "api_fingerprint_replacement_forwards_kwargs.py"
+OWL = ROOT / "tests" / "frameworks" / "owl" / "megatron-conformance.toml"
+FINGERPRINT = ("cases/test_api_fingerprint.py",)
+SUBJECTS = (RETURNS_THREE, MISSING_KEYWORD, FORWARDS, OWL)
+
+CALL_SITES = "test_megatrons_calls_bind_to_the_replacements"
+UNPACKING = "test_megatron_unpacks_what_the_replacements_return"
+SIGNATURE = "test_replacements_accept_every_call_upstream_accepts"
+DECIDED = "test_what_megatron_does_with_each_replacement_is_decided"
+DROPPED = "test_keywords_megatron_passes_are_read_by_the_replacements"
+QKV = "megatron.core.transformer.multi_latent_attention:MLASelfAttention.get_query_key_value_tensors"
+MLA_FILE = "megatron/core/transformer/multi_latent_attention.py"
+UNPACKS = {"megatron-0.15": (236, 3), "megatron-0.19": (345, 5)}
+"""Where Megatron's own ``MultiLatentAttention.forward`` unpacks ``get_query_key_value_tensors``, and how many."""
+
+
+@pytest.fixture(scope="module")
+def runs(tmp_path_factory: pytest.TempPathFactory) -> SharedRuns:
+    plan = [(session, FINGERPRINT, subject) for session in UNPACKS for subject in SUBJECTS]
+    return SharedRuns(plan, lambda: tmp_path_factory.mktemp("replaced"))
+
+
+def advisories(run) -> dict[str, str]:
+    assert run.report_dir is not None
+    summary = json.loads((run.report_dir / "summary.json").read_text())
+    return {a["case"].split("::")[-1]: a["text"] for a in summary["advisories"]}
+
+
+@pytest.mark.parametrize("session", sorted(UNPACKS))
+def test_a_replacement_returning_fewer_values_than_megatron_unpacks_is_red_naming_the_line(
+    session: str, runs: SharedRuns
+) -> None:
+    run = runs.run(session, FINGERPRINT, RETURNS_THREE)
+    line, count = UNPACKS[session]
+    if count == 3:
+        assert run.returncode == 0, f"three values where {session} unpacks three: {run.failed()}"
+        return
+    failed = run.require_red("returns three")
+    assert set(failed) == {UNPACKING}, sorted(failed)
+    assert (
+        f"{QKV}: {MLA_FILE}:{line} (MultiLatentAttention.forward) unpacks {count} values, get_query_key_value_tensors "
+        "returns 3"
+    ) in failed[UNPACKING], failed[UNPACKING][-2000:]
+
+
+@pytest.mark.parametrize("session", sorted(UNPACKS))
+def test_a_replacement_missing_a_keyword_megatron_passes_is_red_naming_the_line(session: str, runs: SharedRuns) -> None:
+    run = runs.run(session, FINGERPRINT, MISSING_KEYWORD)
+    failed = run.require_red("missing keyword")
+    line, count = UNPACKS[session]
+    # The seeded subject is strict, so the signature advisory is red beside the mandatory call-site red; it returns
+    # five values, a red of its own where Megatron unpacks three.
+    assert set(failed) == {CALL_SITES, SIGNATURE} | ({UNPACKING} if count == 3 else set()), sorted(failed)
+    assert (
+        f"{QKV}: Megatron's call at {MLA_FILE}:{line} (MultiLatentAttention.forward: 4 positional, "
+        "inference_context=) does not bind to get_query_key_value_tensors: got an unexpected keyword argument "
+        "'inference_context'"
+    ) in failed[CALL_SITES], failed[CALL_SITES][-2000:]
+
+
+@pytest.mark.parametrize("session", sorted(UNPACKS))
+def test_a_replacement_forwarding_args_and_kwargs_is_green(session: str, runs: SharedRuns) -> None:
+    run = runs.run(session, FINGERPRINT, FORWARDS)
+    assert run.returncode == 0, run.failed()
+    advised = advisories(run)
+    line, _ = UNPACKS[session]
+    assert set(advised) == {DECIDED}, advised
+    assert f"{MLA_FILE}:{line} unpack its result; how many values" in advised[DECIDED], advised[DECIDED]
+
+
+@pytest.mark.parametrize("session", sorted(UNPACKS))
+def test_owl_is_green_where_its_copies_call_each_other(session: str, runs: SharedRuns) -> None:
+    """owl replaces ``forward`` too, so Megatron's unpacking line is inside a replaced method: the copy's own call
+    (three values, which the other copy returns) is what is checked. Its forward takes ``**kwargs`` and reads them
+    (it refuses any value set), so nothing is dropped; Megatron calls forward through ``nn.Module.__call__``, which
+    the source does not decide."""
+    run = runs.run(session, FINGERPRINT, OWL)
+    assert run.returncode == 0, run.failed()
+    advised = advisories(run)
+    assert DROPPED not in advised and DECIDED in advised, advised
+    assert "MultiLatentAttention.forward: no call of it found in Megatron's source" in advised[DECIDED]
