@@ -106,8 +106,8 @@ def render(results: dict[str, dict[str, Observed]], targets: Sequence[str]) -> s
             "",
             "## Frameworks the declaration cannot describe yet",
             "",
-            "These replace other Megatron symbols than the all-reduce (a router's gating, a config's post-init and",
-            "defaults, attention methods copied from an older release, `forward` on built layers). They were written",
+            "These replace other Megatron symbols than the all-reduce in ways the declaration cannot name yet (a",
+            "config's post-init and defaults, `forward` swapped on built layers). They were written",
             "blind and committed as written; the verdict each must get, with the Megatron call sites behind it, is",
             "written in `AWAITED` beside the others, before any run.",
             "",
@@ -121,22 +121,27 @@ def render(results: dict[str, dict[str, Observed]], targets: Sequence[str]) -> s
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """``[--rerun T ...] [targets]``: run every target (default the four) and write the page; with ``--rerun``, run
-    only the targets named after it and take the others' verdicts from their report folders of an earlier run."""
+    """``[--rerun T ...] [--only NAME ...] [targets]``: run every framework on every target (default the four) and
+    write the page. With ``--rerun``, run only the targets named after it; with ``--only``, only the frameworks named
+    after it (in a report folder of their own). The other cells are read from the report folders of an earlier run,
+    where each framework has its place in ``EXPECTED``'s order (new frameworks go last)."""
     arguments = list(argv if argv is not None else sys.argv[1:])
-    rerun = arguments[arguments.index("--rerun") + 1 :] if "--rerun" in arguments else None
-    targets = [a for a in arguments if a != "--rerun" and a not in (rerun or [])] or list(TARGETS)
+    rerun, only = _option(arguments, "--rerun"), _option(arguments, "--only")
+    options = {"--rerun", "--only", *(rerun or []), *(only or [])}
+    targets = [a for a in arguments if a not in options] or list(TARGETS)
     reports = REPO_ROOT / "reports" / "frameworks"
     names = list(EXPECTED)
-    results = {
-        session: run_target(session, names, reports)
-        if rerun is None or session in rerun
-        else {
-            name: observed(subject_folder(reports / session, n, str(declaration(name).relative_to(REPO_ROOT))))
-            for n, name in enumerate(names, 1)
-        }
-        for session in targets
-    }
+    unknown = sorted(set(only or []) - set(names))
+    if unknown:
+        raise SystemExit(f"{COMMAND}: no framework named {', '.join(unknown)} in EXPECTED (known: {', '.join(names)})")
+    results: dict[str, dict[str, Observed]] = {}
+    for session in targets:
+        if rerun is not None and session not in rerun:
+            results[session] = _earlier(session, names, reports)
+        elif only:
+            results[session] = {**_earlier(session, names, reports), **run_target(session, only, reports / "only")}
+        else:
+            results[session] = run_target(session, names, reports)
     PAGE.write_text(render(results, targets))
     unexpected = [
         f"{name} on {session}"
@@ -144,9 +149,35 @@ def main(argv: Sequence[str] | None = None) -> int:
         for name, observed_run in found.items()
         if not observed_run.matches(EXPECTED[name][session])
     ]
+    missing = [f"{name} on {session}" for session, found in results.items() for name in names if name not in found]
     summary = ", ".join(unexpected) or "none"
     print(f"{PAGE}: {len(EXPECTED)} frameworks x {len(targets)} targets; not as expected: {summary}")
+    if missing:
+        print(f"not run (no earlier report): {', '.join(missing)}")
     return 1 if unexpected else 0
+
+
+def _option(arguments: list[str], flag: str) -> list[str] | None:
+    """The values after ``flag`` up to the next flag; None when ``flag`` is absent."""
+    if flag not in arguments:
+        return None
+    values = []
+    for value in arguments[arguments.index(flag) + 1 :]:
+        if value.startswith("--"):
+            break
+        values.append(value)
+    return values
+
+
+def _earlier(session: str, names: Sequence[str], reports: Path) -> dict[str, Observed]:
+    """The verdicts an earlier run left for ``session``; a framework it did not run is left out (its cell reads
+    "not run")."""
+    found = {}
+    for n, name in enumerate(names, 1):
+        folder = subject_folder(reports / session, n, str(declaration(name).relative_to(REPO_ROOT)))
+        if (folder / "summary.json").exists():
+            found[name] = observed(folder)
+    return found
 
 
 if __name__ == "__main__":
