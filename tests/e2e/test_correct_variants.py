@@ -19,6 +19,10 @@ VARIANTS = {
     "equivalence_sum_then_divide": ("cases/test_equivalence.py", {OPS_ADVISORY}),
     "import_side_effects_reads_budget_variable": ("cases/test_import_side_effects.py", set()),
     "import_side_effects_inspects_megatron": ("cases/test_import_side_effects.py", set()),
+    "api_fingerprint_replacement_forwards_kwargs": (
+        "cases/test_api_fingerprint.py",
+        {"test_what_megatron_does_with_each_replacement_is_decided"},
+    ),
 }
 
 
