@@ -39,6 +39,7 @@ from harness.contracts.api_fingerprint.checks import (
     unbound_calls,
 )
 from harness.contracts.api_fingerprint.inspection import fingerprint_symbols, parameters, signature_text
+from harness.contracts.api_fingerprint.patch_effects import bound_to, namespace_changes, owner_of, restore, snapshot
 from harness.contracts.api_fingerprint.replacement_fit import binding_problem, dropped_keywords, returned_count
 from harness.contracts.api_fingerprint.source_scan import SourceScan, scan_sources, subject_files, undeclared_uses
 from harness.contracts.api_fingerprint.symbol_table import (
@@ -126,15 +127,29 @@ def test_replacements_accept_every_call_upstream_accepts(
 
 
 @pytest.fixture(scope="module")
+def megatron_source() -> MegatronSource:
+    return MegatronSource.installed()
+
+
+def replaced_here(declaration: list[Declared], fingerprints: dict[str, dict[str, Any]]) -> list[str]:
+    """The replaced symbols present on this target."""
+    members = (resolved_member(e, fingerprints) for e in declaration if e.usage == "replaces")
+    return [symbol for symbol in members if symbol is not None]
+
+
+@pytest.fixture(scope="module")
 def megatron_calls(
-    subject: ModuleType, declaration: list[Declared], fingerprints: dict[str, dict[str, Any]]
+    subject: ModuleType,
+    declaration: list[Declared],
+    fingerprints: dict[str, dict[str, Any]],
+    megatron_source: MegatronSource,
 ) -> list[tuple[str, str, Any, list[MegatronCall]]]:
     """Each replaced symbol present here, its replacement's name and object, and Megatron's own calls of it: those
     inside other symbols the subject replaces are left out, and the calls the replacements of those make are in."""
     entries = [(resolved_member(e, fingerprints), e) for e in declaration if e.usage == "replaces"]
     present = [(symbol, entry) for symbol, entry in entries if symbol is not None]
     replaced = [symbol for symbol, _ in present]
-    source = MegatronSource.installed()
+    source = megatron_source
     replacements = {symbol: replacement_of(subject, str(entry.replacement)) for symbol, entry in present}
     found = []
     for symbol, entry in present:
@@ -182,6 +197,88 @@ def test_megatron_unpacks_what_the_replacements_return(
             )
     assert not problems, contract_failure(
         target, FAMILY.name, "Megatron unpacks another number of values than the replacements return", problems
+    )
+
+
+def test_megatrons_calls_reach_the_replacements(
+    target: Target,
+    declaration: list[Declared],
+    fingerprints: dict[str, dict[str, Any]],
+    megatron_calls: list[tuple[str, str, Any, list[MegatronCall]]],
+) -> None:
+    """A Megatron module that bound the replaced function by value (``from x import f``, or ``g = f`` at module
+    level) and calls it through that name keeps calling Megatron's own after the patch, unless the declaration
+    replaces that binding too."""
+    replaced = set(replaced_here(declaration, fingerprints))
+    problems = [
+        f"{symbol}: {call.place} ({call.caller.split(':')[-1]}) calls {call.name}, bound by value at {call.bound_at}: "
+        f"the patch re-binds {symbol.replace(':', '.')}, so this call still reaches Megatron's own"
+        for symbol, _, _, calls in megatron_calls
+        for call in calls
+        if call.bound_at is not None and f"{call.caller.split(':')[0]}:{call.name}" not in replaced
+    ]
+    assert not problems, contract_failure(
+        target, FAMILY.name, "Megatron calls a replaced function through a name the patch does not reach", problems
+    )
+
+
+def test_the_patch_binds_each_replacement_and_undo_restores_exactly(
+    target: Target, subject: ModuleType, declaration: list[Declared], fingerprints: dict[str, dict[str, Any]]
+) -> None:
+    """Applied as declared (``[symbols_patch]``), each replaced name resolves, where Megatron looks it up, to the
+    declared replacement; undone, every owner's namespace holds what it held before, name for name."""
+    apply = getattr(subject, "apply_replacements", None)
+    if apply is None:
+        pytest.skip("not declared: [symbols_patch], the apply that binds the replaced symbols")
+    undo = getattr(subject, "undo_replacements", None)
+    chunked = getattr(subject, "allreduce_non_tensor_model_parallel_grads", None)
+    checked = []
+    for entry in (e for e in declaration if e.usage == "replaces"):
+        symbol = resolved_member(entry, fingerprints)
+        replacement, problem = replacement_of(subject, str(entry.replacement))
+        if symbol is not None and problem is None and replacement is not chunked:
+            checked.append((symbol, str(entry.replacement), replacement))
+    owners = {symbol: owner_of(symbol) for symbol, _, _ in checked}
+    saved = snapshot(owner for owner, _ in owners.values())
+    problems = []
+    try:
+        try:
+            apply()
+        except Exception as err:
+            problems.append(f"the declared apply raised {type(err).__name__}: {err}")
+        for symbol, name, replacement in checked if not problems else ():
+            owner, attribute = owners[symbol]
+            found = getattr(owner, attribute, None)
+            if not bound_to(found, replacement):
+                problems.append(f"{symbol}: after apply, Megatron's lookup finds {found!r:.120}, not {name}")
+        if undo is not None and not problems:
+            undo()
+            problems += [f"after undo, {change}" for change in namespace_changes(saved)]
+    finally:
+        restore(saved)
+    assert not problems, contract_failure(
+        target, FAMILY.name, "the declared patch of the replaced symbols does not bind or undo as declared", problems
+    )
+
+
+@pytest.mark.advisory
+def test_no_megatron_name_holds_a_replaced_function_by_value(
+    target: Target,
+    declaration: list[Declared],
+    fingerprints: dict[str, dict[str, Any]],
+    megatron_source: MegatronSource,
+) -> None:
+    """A by-value binding Megatron never calls breaks nothing Megatron does today; a caller added later would
+    bypass the patch."""
+    replaced = set(replaced_here(declaration, fingerprints))
+    held = [
+        f"{symbol}: bound by value at {binding.place} as {binding.module}.{binding.alias}, never called there"
+        for symbol in sorted(replaced)
+        for binding in megatron_source.bindings_of(symbol)
+        if not binding.called and f"{binding.module}:{binding.alias}" not in replaced
+    ]
+    assert not held, contract_failure(
+        target, FAMILY.name, "Megatron holds a replaced function under a name the patch does not reach", held
     )
 
 

@@ -37,6 +37,7 @@ never meets either."""
 _TABLES: dict[str, tuple[tuple[str, ...], tuple[str, ...]]] = {
     "subject": (("adapter_package",), ("source_root", "strict", "require", "label", "requirements")),
     "patch": (("module", "applied"), ("apply", "undo", "function", "context", "arguments")),
+    "symbols_patch": (("module", "apply"), ("undo", "arguments")),
     "budget": ((), ("global", "env", "argument", "unit", "whole_units")),
     "splitter": (("function",), ("arguments", "returns")),
     "provider": (("factory",), ("train_only", "freeze", "match", "call_shapes", *PROVIDER_FLAGS)),
@@ -82,6 +83,9 @@ class Declaration:
     require: tuple[str, ...] = ()
     """Families that must run: a role they need left undeclared is a red, not a skip (names checked by the gate)."""
     patch: Mapping[str, Any] = field(default_factory=dict)
+    symbols_patch: Mapping[str, Any] = field(default_factory=dict)
+    """``[symbols_patch]``: the apply (and undo) that bind the replacements ``[megatron_symbols]`` names with
+    ``replaces with``, other than the chunked all-reduce's."""
     budget: Mapping[str, Any] = field(default_factory=dict)
     splitter: Mapping[str, Any] = field(default_factory=dict)
     provider: Mapping[str, Any] = field(default_factory=dict)
@@ -193,6 +197,7 @@ def _checked(path: Path, raw: dict[str, Any], lines: int) -> Declaration:
         strict=strict,
         require=_patterns(path, "subject.require", subject.get("require", [])),
         patch=_patch(path, tables["patch"]),
+        symbols_patch=_symbols_patch(path, tables["symbols_patch"]),
         budget=_budget(path, tables["budget"]),
         splitter=_splitter(path, tables["splitter"]),
         provider=_provider(path, tables["provider"]),
@@ -330,6 +335,21 @@ def _patch(path: Path, table: dict[str, Any]) -> dict[str, Any]:
             f"{undo!r} is neither a name in the patch module nor {UNDO_RETURNED!r} / '{UNDO_RETURNED}.<method>' "
             "(what apply returns undoes it)",
         )
+    return patch
+
+
+def _symbols_patch(path: Path, table: dict[str, Any]) -> dict[str, Any]:
+    if not table:
+        return {}
+    patch: dict[str, Any] = {k: _string(path, f"symbols_patch.{k}", v) for k, v in table.items() if k != "arguments"}
+    patch["module"] = _dotted(path, "symbols_patch.module", patch["module"], qualified=False)
+    for key in ("apply", "undo"):
+        if key in patch and not patch[key].isidentifier():
+            raise DeclarationFileError(path, f"symbols_patch.{key}", f"{patch[key]!r} is not a name in its module")
+    if "arguments" in table:
+        if not isinstance(table["arguments"], dict):
+            raise DeclarationFileError(path, "symbols_patch.arguments", "must be a table of keyword = value")
+        patch["arguments"] = dict(table["arguments"])
     return patch
 
 

@@ -58,6 +58,8 @@ def build_declared_subject(declaration: Declaration) -> ModuleType:
     subject.PROVIDER_NESTED = declaration.provider_flag("nested")
     if declaration.patch:
         DeclaredPatch(declaration, subject)
+    if declaration.symbols_patch:
+        subject.apply_replacements, subject.undo_replacements = _symbols_patch(declaration)
     # Any import of the framework may patch Megatron (an old bootstrap imports its patch module); none may outlast it.
     with megatron_restored():
         if declaration.splitter:
@@ -91,6 +93,25 @@ def restore_namespace(module: ModuleType, before: dict[str, object]) -> None:
     for name, value in before.items():
         if namespace.get(name, _MISSING) is not value:
             setattr(module, name, value)
+
+
+def _symbols_patch(declaration: Declaration) -> tuple[Callable[[], object], Callable[[], object] | None]:
+    """``[symbols_patch]`` as two calls: apply with its declared arguments, and undo (None where none is declared)."""
+    table = declaration.symbols_patch
+    with megatron_restored():
+        module = _import(declaration, "symbols_patch.module", table["module"])
+    functions = {}
+    for key in ("apply", "undo"):
+        if key in table:
+            functions[key] = getattr(module, table[key], None)
+            if not callable(functions[key]):
+                raise declaration.fail(f"symbols_patch.{key}", f"{table['module']!r} has no function {table[key]!r}")
+    arguments = dict(table.get("arguments", {}))
+
+    def apply() -> object:
+        return functions["apply"](**arguments)
+
+    return apply, functions.get("undo")
 
 
 def _patched_libraries(declaration: Declaration) -> list[str]:

@@ -1,9 +1,13 @@
 """A replaced Megatron method is checked against Megatron's own calls of it in the installed source: a seeded
 replacement that misses a keyword Megatron passes, or returns fewer values than Megatron unpacks, is red naming the
 Megatron file and line; a replacement that forwards ``*args``/``**kwargs`` stays green; owl (copies of 0.13.1's MLA
-methods, written blind) is green where its two copies call each other, with what no call site decides listed.
+methods, written blind) is green where its two copies call each other, with what no call site decides listed. An undo
+that leaves a class attribute in place is red; lark (a router's gating set on the class, written blind) applies and
+undoes exactly.
 
-One warm run per target holds every subject of the module (api-fingerprint only: seconds).
+One warm run per target holds every subject of the module (api-fingerprint only: seconds). A Megatron mutant whose
+``finalize_model_grads`` calls the all-reduce through a name bound by value is red for the reference subject: the
+patch re-binds a name that call never looks up.
 """
 
 from __future__ import annotations
@@ -12,22 +16,28 @@ import json
 
 import pytest
 
-from tests.pytest_helpers import ROOT, SharedRuns
+from harness.sensitivity.catalogue import CATALOGUE, load_catalogue
+from harness.sensitivity.runner import run_sensitivity
+from harness.targets.matrix import load_matrix
+from tests.pytest_helpers import ROOT, SharedRuns, target_python
 
 SEEDED = ROOT / "harness" / "sensitivity" / "seeded"
 CORRECT = ROOT / "harness" / "sensitivity" / "correct"
 RETURNS_THREE = SEEDED / "api_fingerprint_replacement_returns_three.py"
 MISSING_KEYWORD = SEEDED / "api_fingerprint_replacement_missing_keyword.py"
 FORWARDS = CORRECT / "api_fingerprint_replacement_forwards_kwargs.py"
+UNDO_LEAVES = SEEDED / "api_fingerprint_undo_leaves_class_attribute.py"
 OWL = ROOT / "tests" / "frameworks" / "owl" / "megatron-conformance.toml"
+LARK = ROOT / "tests" / "frameworks" / "lark" / "megatron-conformance.toml"
 FINGERPRINT = ("cases/test_api_fingerprint.py",)
-SUBJECTS = (RETURNS_THREE, MISSING_KEYWORD, FORWARDS, OWL)
+SUBJECTS = (RETURNS_THREE, MISSING_KEYWORD, FORWARDS, UNDO_LEAVES, OWL, LARK)
 
 CALL_SITES = "test_megatrons_calls_bind_to_the_replacements"
 UNPACKING = "test_megatron_unpacks_what_the_replacements_return"
 SIGNATURE = "test_replacements_accept_every_call_upstream_accepts"
 DECIDED = "test_what_megatron_does_with_each_replacement_is_decided"
 DROPPED = "test_keywords_megatron_passes_are_read_by_the_replacements"
+APPLY_UNDO = "test_the_patch_binds_each_replacement_and_undo_restores_exactly"
 QKV = "megatron.core.transformer.multi_latent_attention:MLASelfAttention.get_query_key_value_tensors"
 MLA_FILE = "megatron/core/transformer/multi_latent_attention.py"
 UNPACKS = {"megatron-0.15": (236, 3), "megatron-0.19": (345, 5)}
@@ -89,6 +99,25 @@ def test_a_replacement_forwarding_args_and_kwargs_is_green(session: str, runs: S
 
 
 @pytest.mark.parametrize("session", sorted(UNPACKS))
+def test_an_undo_that_leaves_a_class_attribute_in_place_is_red(session: str, runs: SharedRuns) -> None:
+    failed = runs.run(session, FINGERPRINT, UNDO_LEAVES).require_red("undo leaves a class attribute")
+    assert set(failed) == {APPLY_UNDO}, sorted(failed)
+    assert (
+        "after undo, TopKRouter.gating: added (megatron.core.transformer.moe.router.Router.gating), not there before "
+        "apply"
+    ) in failed[APPLY_UNDO], failed[APPLY_UNDO][-2000:]
+
+
+@pytest.mark.parametrize("session", sorted(UNPACKS))
+def test_lark_is_green_applied_and_undone_through_its_own_functions(session: str, runs: SharedRuns) -> None:
+    """lark sets ``TopKRouter.gating`` (inherited from ``Router``) on the class and deletes it on undo; Megatron's
+    ``TopKRouter.forward`` calls ``self.gating(input)`` and takes one value."""
+    run = runs.run(session, FINGERPRINT, LARK)
+    assert run.returncode == 0, run.failed()
+    assert run.verdicts[APPLY_UNDO][0] == "passed" and run.verdicts[CALL_SITES][0] == "passed", run.verdicts
+
+
+@pytest.mark.parametrize("session", sorted(UNPACKS))
 def test_owl_is_green_where_its_copies_call_each_other(session: str, runs: SharedRuns) -> None:
     """owl replaces ``forward`` too, so Megatron's unpacking line is inside a replaced method: the copy's own call
     (three values, which the other copy returns) is what is checked. Its forward takes ``**kwargs`` and reads them
@@ -96,6 +125,18 @@ def test_owl_is_green_where_its_copies_call_each_other(session: str, runs: Share
     the source does not decide."""
     run = runs.run(session, FINGERPRINT, OWL)
     assert run.returncode == 0, run.failed()
+    assert run.verdicts[APPLY_UNDO][0] == "passed", run.verdicts[APPLY_UNDO]
     advised = advisories(run)
     assert DROPPED not in advised and DECIDED in advised, advised
     assert "MultiLatentAttention.forward: no call of it found in Megatron's source" in advised[DECIDED]
+
+
+def test_megatron_calling_the_replaced_function_by_a_captured_name_is_red() -> None:
+    session = "megatron-0.15"
+    known = [target.session for target in load_matrix(ROOT / "matrix.yaml").targets]
+    mutants = [m for m in load_catalogue(CATALOGUE, known) if m.id == "finalize_calls_a_captured_reduction"]
+    assert mutants, "the catalogue lost finalize_calls_a_captured_reduction"
+    report = run_sensitivity(mutants, {session: target_python(session)}, "harness.reference", 2, print)
+    (outcome,) = report.outcomes
+    assert outcome.verdict == "killed" and not outcome.note, outcome
+    assert f"{FINGERPRINT[0]}::test_megatrons_calls_reach_the_replacements" in outcome.caught_by, outcome

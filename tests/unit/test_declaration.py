@@ -4,6 +4,7 @@ declaration drives the framework's own functions without glue."""
 from __future__ import annotations
 
 import json
+import sys
 import textwrap
 from pathlib import Path
 from types import ModuleType
@@ -119,6 +120,17 @@ def test_the_line_count_is_reported(framework: Path) -> None:
         (('source_root = "src"', 'source_root = "src"\nlabel = "  "'), "subject.label", "one non-empty line"),
         (('source_root = "src"', 'source_root = "src"\nlabel = "a\\nb"'), "subject.label", "one non-empty line"),
         (('source_root = "src"', 'source_root = "src"\nlabel = 3'), "subject.label", "non-empty string"),
+        (("[splitter]", '[symbols_patch]\nmodule = "toyframe.x"\n\n[splitter]'), "symbols_patch.apply", "missing"),
+        (
+            ("[splitter]", '[symbols_patch]\nmodule = "toyframe.x"\napply = "a.b"\n\n[splitter]'),
+            "symbols_patch.apply",
+            "is not a name in its module",
+        ),
+        (
+            ("[splitter]", '[symbols_patch]\nmodule = "t"\napply = "a"\narguments = 3\n\n[splitter]'),
+            "symbols_patch.arguments",
+            "must be a table",
+        ),
     ],
 )
 def test_a_bad_declaration_is_one_line_naming_file_key_and_reason(
@@ -128,6 +140,53 @@ def test_a_bad_declaration_is_one_line_naming_file_key_and_reason(
     path = declare(framework, GOOD.replace(*edit, 1))
     message = one_line_error(path)
     assert message.startswith(f"{path}: key '{key}': ") and reason in message
+
+
+SYMBOLS_PATCH = """
+import megatron_fake
+
+
+def enable(scale):
+    megatron_fake.Router.gating = megatron_fake.scaled(scale)
+
+
+def disable():
+    del megatron_fake.Router.gating
+"""
+
+
+def forget_toyframe(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Each test's toyframe lives in its own folder: an earlier test's modules must not answer this one's imports."""
+    for name in [name for name in sys.modules if name.split(".")[0] == "toyframe"]:
+        monkeypatch.delitem(sys.modules, name)
+
+
+def test_the_symbols_patch_is_applied_with_its_arguments_and_undone(
+    framework: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    forget_toyframe(monkeypatch)
+    fake = ModuleType("megatron_fake")
+    fake.Router = type("Router", (), {})
+    fake.scaled = lambda scale: ("gating scaled by", scale)
+    monkeypatch.setitem(sys.modules, "megatron_fake", fake)
+    (framework / "src" / "toyframe" / "megatron_utils" / "router.py").write_text(SYMBOLS_PATCH)
+    text = GOOD + (
+        '\n[symbols_patch]\nmodule = "toyframe.megatron_utils.router"\napply = "enable"\nundo = "disable"\n'
+        "arguments = { scale = 2 }\n"
+    )
+    subject = load_subject(str(declare(framework, text)))
+    subject.apply_replacements()
+    assert fake.Router.gating == ("gating scaled by", 2)
+    subject.undo_replacements()
+    assert "gating" not in vars(fake.Router)
+
+
+def test_a_symbols_patch_naming_no_function_is_one_line(framework: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    forget_toyframe(monkeypatch)
+    (framework / "src" / "toyframe" / "megatron_utils" / "router.py").write_text("")
+    text = GOOD + '\n[symbols_patch]\nmodule = "toyframe.megatron_utils.router"\napply = "enable"\n'
+    message = one_line_error(declare(framework, text), load=True)
+    assert "key 'symbols_patch.apply'" in message and "has no function 'enable'" in message
 
 
 def test_a_patch_needs_a_budget(framework: Path) -> None:

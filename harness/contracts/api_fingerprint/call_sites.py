@@ -14,10 +14,11 @@ from __future__ import annotations
 import ast
 import importlib.util
 import inspect
+import linecache
 import re
 import textwrap
 from collections.abc import Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from functools import cached_property
 from pathlib import Path
 from typing import Any
@@ -40,6 +41,11 @@ class MegatronCall:
     star_kwargs: bool
     unpacks: int | None
     """The number of names the result is unpacked into (``a, b, c = ...``); None when it is not unpacked."""
+    name: str = ""
+    """The name called (``f`` of ``f(...)`` or ``x.f(...)``)."""
+    bound_at: str | None = None
+    """Where the name called was bound by value to the replaced function (``file:line``); None when the call looks
+    it up where the patch re-binds it."""
 
     @property
     def place(self) -> str:
@@ -82,7 +88,10 @@ class MegatronSource:
         for path in sorted((self.root / "megatron").rglob("*.py")):
             parts = path.relative_to(self.root).with_suffix("").parts
             name = ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
-            found[name] = (path, path.read_text(encoding="utf-8", errors="replace"))
+            # A Megatron mutant's edited text is in linecache under the installed path (targets.in_place_mutant).
+            cached = linecache.cache.get(str(path))
+            text = "".join(cached[2]) if cached else path.read_text(encoding="utf-8", errors="replace")
+            found[name] = (path, text)
         return found
 
     @cached_property
@@ -205,6 +214,34 @@ class MegatronSource:
 
     def _function_calls(self, module: str, name: str) -> list[MegatronCall]:
         calls = []
+        for other, names, modules, bindings in self._function_names(module, name):
+            tree = self.tree(other)
+            for function, qualname in _functions(tree) if tree is not None else ():
+                found = _calls_in(
+                    function, self.file_of(other), f"{other}:{qualname}", _is_named_call(name, names, modules)
+                )
+                calls += [
+                    replace(call, bound_at=bindings[call.name]) if call.name in bindings else call for call in found
+                ]
+        return calls
+
+    def bindings_of(self, symbol: str) -> list[ValueBinding]:
+        """Where Megatron binds a replaced module-level function to another name by value (``from x import f`` in
+        another module, ``g = f`` at module level), and whether it calls it through that name."""
+        module, _, name = symbol.partition(":")
+        if "." in name:
+            return []
+        called = {(call.file, call.name) for call in self._function_calls(module, name)}
+        found = []
+        for other, _, _, bindings in self._function_names(module, name):
+            for alias, place in bindings.items():
+                found.append(ValueBinding(place, other, alias, (self.file_of(other), alias) in called))
+        return found
+
+    def _function_names(self, module: str, name: str) -> list[tuple[str, set[str], set[str], dict[str, str]]]:
+        """For each module that can call ``module.name``: the names it calls it by, the names of ``module`` it holds,
+        and of those names the ones bound by value, with where."""
+        found = []
         parent, _, last = module.rpartition(".")
         for other, (_, text) in self.texts.items():
             if name not in text:
@@ -212,25 +249,38 @@ class MegatronSource:
             tree = self.tree(other)
             if tree is None:
                 continue
-            names, modules = set(), set()
+            names, modules, bindings = set(), set(), {}
             if other == module:
                 names.add(name)
+                for node in tree.body:
+                    if isinstance(node, ast.Assign) and isinstance(node.value, ast.Name) and node.value.id == name:
+                        for target in (t for t in node.targets if isinstance(t, ast.Name)):
+                            names.add(target.id)
+                            bindings[target.id] = f"{self.file_of(other)}:{node.lineno}"
             for node in ast.walk(tree):
-                if isinstance(node, ast.ImportFrom) and node.module is not None:
+                if isinstance(node, ast.ImportFrom) and (node.module is not None or node.level):
                     source = _absolute(node, other, self.is_package(other))
                     for alias in node.names:
                         if source == module and alias.name == name:
                             names.add(alias.asname or name)
+                            bindings[alias.asname or name] = f"{self.file_of(other)}:{node.lineno}"
                         elif source == parent and alias.name == last:
                             modules.add(alias.asname or last)
                 elif isinstance(node, ast.Import):
                     modules.update(alias.asname for alias in node.names if alias.name == module and alias.asname)
             if names or modules:
-                for function, qualname in _functions(tree):
-                    calls += _calls_in(
-                        function, self.file_of(other), f"{other}:{qualname}", _is_named_call(name, names, modules)
-                    )
-        return calls
+                found.append((other, names, modules, bindings))
+        return found
+
+
+@dataclass(frozen=True)
+class ValueBinding:
+    """A name Megatron binds to a replaced function by value: a patch of the function's module does not reach it."""
+
+    place: str
+    module: str
+    alias: str
+    called: bool
 
 
 def calls_in_replacement(function: Any, method: str, caller: str) -> list[MegatronCall]:
@@ -329,6 +379,7 @@ def _calls_in(function: ast.AST, file: str, caller: str, matches) -> list[Megatr
                     star_args=any(isinstance(a, ast.Starred) for a in node.args),
                     star_kwargs=any(k.arg is None for k in node.keywords),
                     unpacks=unpacked.get(id(node)),
+                    name=node.func.id if isinstance(node.func, ast.Name) else getattr(node.func, "attr", ""),
                 )
             )
     return sorted(found, key=lambda call: call.line)
