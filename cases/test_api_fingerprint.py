@@ -22,6 +22,7 @@ The fingerprint of the declared symbols on this target is written to ``reports/<
 
 from __future__ import annotations
 
+import dataclasses
 from pathlib import Path
 from types import ModuleType
 from typing import Any
@@ -39,7 +40,14 @@ from harness.contracts.api_fingerprint.checks import (
     unbound_calls,
 )
 from harness.contracts.api_fingerprint.inspection import fingerprint_symbols, parameters, signature_text
-from harness.contracts.api_fingerprint.patch_effects import bound_to, namespace_changes, owner_of, restore, snapshot
+from harness.contracts.api_fingerprint.patch_effects import (
+    bound_to,
+    captured_replacements,
+    namespace_changes,
+    owner_of,
+    restore,
+    snapshot,
+)
 from harness.contracts.api_fingerprint.replacement_fit import binding_problem, dropped_keywords, returned_count
 from harness.contracts.api_fingerprint.source_scan import SourceScan, scan_sources, subject_files, undeclared_uses
 from harness.contracts.api_fingerprint.symbol_table import (
@@ -51,8 +59,14 @@ from harness.contracts.api_fingerprint.symbol_table import (
     read_body_hashes,
     read_declaration,
 )
+from harness.contracts.instance_patch import instance_patch_task
 from harness.plugin.failure import contract_failure
 from harness.plugin.families import family
+from harness.ranks.cpu_gpt import tiny_config_fields
+from harness.ranks.early_start import ON_RANKS
+from harness.ranks.megatron_state import model_parallel
+from harness.ranks.pool import get_pool
+from harness.subjects.loading import SubjectRef
 from harness.targets.matrix import Target
 
 FAMILY = family("api-fingerprint")
@@ -72,6 +86,28 @@ def fingerprints(target: Target, declaration: list[Declared], report_dir: Path) 
     prints = fingerprint_symbols(declared_symbols(declaration))
     write_json(report_dir / "fingerprint.json", {"target": target.session, "symbols": prints})
     return prints
+
+
+@pytest.fixture(scope="module")
+def replacements(
+    subject: ModuleType, declaration: list[Declared], fingerprints: dict[str, dict[str, Any]]
+) -> dict[str, tuple[str, Any, str | None]]:
+    """Each replaced symbol present here: how the declaration names its replacement, the replacement, and why it
+    cannot be had (None when it can). A bare ``replaces`` is what the declared apply binds there, captured."""
+    found: dict[str, tuple[str, Any, str | None]] = {}
+    bare = []
+    on_instances = set(getattr(subject, "REPLACED_ON_INSTANCES", ()))
+    for entry in (e for e in declaration if e.usage == "replaces"):
+        symbol = resolved_member(entry, fingerprints)
+        if symbol is None or symbol in on_instances:
+            continue
+        if entry.replacement is None:
+            bare.append(symbol)
+        else:
+            found[symbol] = (entry.replacement, *replacement_of(subject, entry.replacement))
+    for symbol, (value, problem) in captured_replacements(subject, bare).items():
+        found[symbol] = ("what the declared apply binds", value, problem)
+    return found
 
 
 @pytest.fixture(scope="module")
@@ -101,29 +137,36 @@ def test_declared_symbols_exist(
 
 @pytest.mark.advisory
 def test_replacements_accept_every_call_upstream_accepts(
-    target: Target, subject: ModuleType, declaration: list[Declared], fingerprints: dict[str, dict[str, Any]]
+    target: Target,
+    fingerprints: dict[str, dict[str, Any]],
+    replacements: dict[str, tuple[str, Any, str | None]],
 ) -> None:
     """Every call upstream's signature admits, Megatron's or anyone's: an advisory, since what Megatron itself calls
     is checked call by call (``test_megatrons_calls_bind_to_the_replacements``)."""
     problems = []
-    for entry in (e for e in declaration if e.usage == "replaces"):
-        symbol = resolved_member(entry, fingerprints)
-        upstream = fingerprints[symbol].get("parameters") if symbol else None
+    for symbol, (name, function, problem) in replacements.items():
+        upstream = fingerprints[symbol].get("parameters")
         if upstream is None:
             continue
-        function, problem = replacement_of(subject, str(entry.replacement))
         if problem is not None:
             problems.append(f"{symbol}: {problem}")
             continue
         replacement = parameters(function)
         if replacement is None:
-            problems.append(f"{symbol}: the subject's {entry.replacement} has no inspectable signature")
+            problems.append(f"{symbol}: {name} has no inspectable signature")
             continue
         problems += [
-            f"{symbol} {signature_text(upstream)} replaced by {entry.replacement}{signature_text(replacement)}: {p}"
+            f"{symbol} {signature_text(upstream)} replaced by {name}{signature_text(replacement)}: {p}"
             for p in replacement_problems(upstream, replacement)
         ]
     assert not problems, contract_failure(target, FAMILY.name, "replacements do not fit upstream's signature", problems)
+
+
+def test_every_replacement_can_be_had(target: Target, replacements: dict[str, tuple[str, Any, str | None]]) -> None:
+    """The replacement each ``replaces`` entry names exists (or the declared apply binds one): what every other
+    check of a replaced symbol is made against."""
+    problems = [f"{symbol}: {problem}" for symbol, (_, _, problem) in replacements.items() if problem is not None]
+    assert not problems, contract_failure(target, FAMILY.name, "replacements cannot be had", problems)
 
 
 @pytest.fixture(scope="module")
@@ -131,38 +174,24 @@ def megatron_source() -> MegatronSource:
     return MegatronSource.installed()
 
 
-def replaced_here(declaration: list[Declared], fingerprints: dict[str, dict[str, Any]]) -> list[str]:
-    """The replaced symbols present on this target."""
-    members = (resolved_member(e, fingerprints) for e in declaration if e.usage == "replaces")
-    return [symbol for symbol in members if symbol is not None]
-
-
 @pytest.fixture(scope="module")
 def megatron_calls(
-    subject: ModuleType,
-    declaration: list[Declared],
-    fingerprints: dict[str, dict[str, Any]],
-    megatron_source: MegatronSource,
+    replacements: dict[str, tuple[str, Any, str | None]], megatron_source: MegatronSource
 ) -> list[tuple[str, str, Any, list[MegatronCall]]]:
-    """Each replaced symbol present here, its replacement's name and object, and Megatron's own calls of it: those
-    inside other symbols the subject replaces are left out, and the calls the replacements of those make are in."""
-    entries = [(resolved_member(e, fingerprints), e) for e in declaration if e.usage == "replaces"]
-    present = [(symbol, entry) for symbol, entry in entries if symbol is not None]
-    replaced = [symbol for symbol, _ in present]
-    source = megatron_source
-    replacements = {symbol: replacement_of(subject, str(entry.replacement)) for symbol, entry in present}
+    """Each replaced symbol present here whose replacement is a function, its name and object, and Megatron's own
+    calls of it: those inside other symbols the subject replaces are left out, and the calls the replacements of
+    those make are in. A replaced value (a dataclass default) has no calls."""
+    replaced = list(replacements)
+    usable = {s: (name, f) for s, (name, f, problem) in replacements.items() if problem is None and callable(f)}
     found = []
-    for symbol, entry in present:
-        function, problem = replacements[symbol]
-        if problem is not None:
-            continue
-        calls = source.calls_of(symbol, replaced)
+    for symbol, (name, function) in usable.items():
+        calls = megatron_source.calls_of(symbol, replaced)
         if _is_method(symbol):
             method = symbol.rpartition(".")[2]
-            for other, (caller, unusable) in replacements.items():
-                if other != symbol and _is_method(other) and unusable is None:
+            for other, (_, caller) in usable.items():
+                if other != symbol and _is_method(other):
                     calls += calls_in_replacement(caller, method, f"{other} (replaced)")
-        found.append((symbol, str(entry.replacement), function, calls))
+        found.append((symbol, name, function, calls))
     return found
 
 
@@ -202,14 +231,13 @@ def test_megatron_unpacks_what_the_replacements_return(
 
 def test_megatrons_calls_reach_the_replacements(
     target: Target,
-    declaration: list[Declared],
-    fingerprints: dict[str, dict[str, Any]],
+    replacements: dict[str, tuple[str, Any, str | None]],
     megatron_calls: list[tuple[str, str, Any, list[MegatronCall]]],
 ) -> None:
     """A Megatron module that bound the replaced function by value (``from x import f``, or ``g = f`` at module
     level) and calls it through that name keeps calling Megatron's own after the patch, unless the declaration
     replaces that binding too."""
-    replaced = set(replaced_here(declaration, fingerprints))
+    replaced = set(replacements)
     problems = [
         f"{symbol}: {call.place} ({call.caller.split(':')[-1]}) calls {call.name}, bound by value at {call.bound_at}: "
         f"the patch re-binds {symbol.replace(':', '.')}, so this call still reaches Megatron's own"
@@ -223,21 +251,22 @@ def test_megatrons_calls_reach_the_replacements(
 
 
 def test_the_patch_binds_each_replacement_and_undo_restores_exactly(
-    target: Target, subject: ModuleType, declaration: list[Declared], fingerprints: dict[str, dict[str, Any]]
+    target: Target, subject: ModuleType, replacements: dict[str, tuple[str, Any, str | None]]
 ) -> None:
     """Applied as declared (``[symbols_patch]``), each replaced name resolves, where Megatron looks it up, to the
     declared replacement; undone, every owner's namespace holds what it held before, name for name."""
     apply = getattr(subject, "apply_replacements", None)
     if apply is None:
         pytest.skip("not declared: [symbols_patch], the apply that binds the replaced symbols")
+    if getattr(subject, "REPLACED_ON_INSTANCES", ()):
+        pytest.skip(f"the declared apply patches a built model: {ON_INSTANCES_CASE} checks it")
     undo = getattr(subject, "undo_replacements", None)
     chunked = getattr(subject, "allreduce_non_tensor_model_parallel_grads", None)
-    checked = []
-    for entry in (e for e in declaration if e.usage == "replaces"):
-        symbol = resolved_member(entry, fingerprints)
-        replacement, problem = replacement_of(subject, str(entry.replacement))
-        if symbol is not None and problem is None and replacement is not chunked:
-            checked.append((symbol, str(entry.replacement), replacement))
+    checked = [
+        (symbol, name, replacement)
+        for symbol, (name, replacement, problem) in replacements.items()
+        if problem is None and replacement is not chunked
+    ]
     owners = {symbol: owner_of(symbol) for symbol, _, _ in checked}
     saved = snapshot(owner for owner, _ in owners.values())
     problems = []
@@ -261,16 +290,68 @@ def test_the_patch_binds_each_replacement_and_undo_restores_exactly(
     )
 
 
+def test_megatrons_config_constructs_with_the_patch_applied(
+    target: Target, subject: ModuleType, replacements: dict[str, tuple[str, Any, str | None]]
+) -> None:
+    """A patched field default or ``__post_init__`` of a Megatron config dataclass: with the declared patch applied,
+    the ``TransformerConfig`` the CPU GPT is built from (TP 2 + sequence parallel, with and without qk-layernorm)
+    still constructs. Every field the patch reads or sets is a declared symbol, whose existence is checked apart."""
+    apply = getattr(subject, "apply_replacements", None)
+    configs = [symbol for symbol in replacements if _of_a_dataclass(symbol)]
+    if apply is None or not configs or getattr(subject, "REPLACED_ON_INSTANCES", ()):
+        pytest.skip("no replaced symbol of a Megatron config dataclass with a declared [symbols_patch]")
+    from megatron.core.transformer.transformer_config import TransformerConfig
+
+    saved = snapshot([TransformerConfig, *(owner_of(symbol)[0] for symbol in configs)])
+    problems = []
+    try:
+        apply()
+        for qk_layernorm in (False, True):
+            fields = tiny_config_fields(2, qk_layernorm)
+            try:
+                TransformerConfig(**fields)
+            except Exception as err:
+                shown = ", ".join(f"{k}={v!r}" for k, v in fields.items())
+                problems.append(f"TransformerConfig({shown}) raised {type(err).__name__}: {err}")
+    finally:
+        restore(saved)
+    assert not problems, contract_failure(
+        target, FAMILY.name, "Megatron's config does not construct with the declared patch applied", problems
+    )
+
+
+ON_INSTANCES_CASE = "test_a_method_swapped_on_built_instances_is_reached_on_the_real_step"
+
+
+@ON_RANKS
+def test_a_method_swapped_on_built_instances_is_reached_on_the_real_step(
+    target: Target, subject: ModuleType, subject_ref: SubjectRef
+) -> None:
+    """``forward`` swapped on every built ``TransformerLayer``: Megatron calls it through ``nn.Module.__call__``, so
+    the patch is applied to a real GPTModel and the step taken (:mod:`harness.contracts.instance_patch`)."""
+    if not getattr(subject, "REPLACED_ON_INSTANCES", ()):
+        pytest.skip("the subject swaps no method on built instances ([symbols_patch] instances)")
+    with model_parallel(get_pool(2, "gloo"), 2) as pool:
+        reports = pool.run(instance_patch_task, subject_ref)
+    problems = [p for r in reports for p in r.problems]
+    shape = "GPTModel TP 2 + SP, gloo"
+    assert not problems, contract_failure(
+        target, FAMILY.name, f"a method swapped on built instances, on the real step ({shape})", problems
+    )
+
+
+def _of_a_dataclass(symbol: str) -> bool:
+    owner, _ = owner_of(symbol)
+    return isinstance(owner, type) and dataclasses.is_dataclass(owner)
+
+
 @pytest.mark.advisory
 def test_no_megatron_name_holds_a_replaced_function_by_value(
-    target: Target,
-    declaration: list[Declared],
-    fingerprints: dict[str, dict[str, Any]],
-    megatron_source: MegatronSource,
+    target: Target, replacements: dict[str, tuple[str, Any, str | None]], megatron_source: MegatronSource
 ) -> None:
     """A by-value binding Megatron never calls breaks nothing Megatron does today; a caller added later would
     bypass the patch."""
-    replaced = set(replaced_here(declaration, fingerprints))
+    replaced = set(replacements)
     held = [
         f"{symbol}: bound by value at {binding.place} as {binding.module}.{binding.alias}, never called there"
         for symbol in sorted(replaced)

@@ -20,7 +20,7 @@ from pathlib import Path
 from harness import REPO_ROOT
 from harness.formats.junit import read_cases
 from harness.plugin.command import subject_folder
-from tests.e2e.framework_verdicts import AWAITED, EXPECTED, TARGETS, Expected
+from tests.e2e.framework_verdicts import EXPECTED, TARGETS, Expected
 
 FRAMEWORKS = REPO_ROOT / "tests" / "frameworks"
 PAGE = REPO_ROOT / "docs" / "frameworks.md"
@@ -101,22 +101,6 @@ def render(results: dict[str, dict[str, Observed]], targets: Sequence[str]) -> s
     if reasons:
         lines += ["", "Not declared, and why:", ""]
         lines += [f"- `{name}`, {family}: {why}." for name, family, why in reasons]
-    if AWAITED:
-        lines += [
-            "",
-            "## Frameworks the declaration cannot describe yet",
-            "",
-            "These replace other Megatron symbols than the all-reduce in ways the declaration cannot name yet (a",
-            "config's post-init and defaults, `forward` swapped on built layers). They were written",
-            "blind and committed as written; the verdict each must get, with the Megatron call sites behind it, is",
-            "written in `AWAITED` beside the others, before any run.",
-            "",
-            "| framework | " + " | ".join(TARGETS) + " |",
-            "|---|" + "---|" * len(TARGETS),
-        ]
-        for name, by_target in AWAITED.items():
-            cells = [f"{by_target[t].verdict}<br><sub>{by_target[t].megatron}</sub>" for t in TARGETS]
-            lines.append(f"| `{name}` | " + " | ".join(cells) + " |")
     return "\n".join(lines) + "\n"
 
 

@@ -7,6 +7,7 @@
         "<module>:<qualname>": "<usage>",                       # usage: imports, calls, reads, relies
         "<module>:<qualname>": "replaces with <subject name>",  # the subject's drop-in replacement of it
         "<module>:<qualname>": "replaces with <module>:<qualname>",  # the framework's own function, by its own name
+        "<module>:<qualname>": "replaces",                      # whatever the declared apply binds there (a closure)
         "<module>:<qualname>": "calls, optional",               # may be absent on a target
         "<module>:<a> | <module>:<b>": "reads",                 # alternatives: one must exist, the first present wins
     }
@@ -87,6 +88,6 @@ def parse_usage(key: str, value: str) -> tuple[str, str | None, bool]:
             "'replaces with <module>:<qualname>', "
             "optionally followed by ', optional'",
         )
-    if (match["usage"] == "replaces") != (match["replacement"] is not None):
+    if match["usage"] != "replaces" and match["replacement"] is not None:
         raise _entry_error(key, f"{value!r}: 'with <subject name>' goes with 'replaces' and only there")
     return match["usage"], match["replacement"], bool(match["optional"])

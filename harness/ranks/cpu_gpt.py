@@ -166,6 +166,23 @@ def _block_spec(qk_layernorm: bool) -> Any:
     )
 
 
+def tiny_config_fields(tensor_parallel: int, qk_layernorm: bool) -> dict[str, Any]:
+    """The ``TransformerConfig`` fields of the tiny sequence-parallel GPT: what Megatron's config is built from on
+    the CPU path, so a patch of the config class is checked against exactly this."""
+    return {
+        "num_layers": TINY_GPT.num_layers,
+        "hidden_size": TINY_GPT.hidden_size,
+        "num_attention_heads": TINY_GPT.num_attention_heads,
+        "tensor_model_parallel_size": tensor_parallel,
+        "sequence_parallel": True,
+        "qk_layernorm": qk_layernorm,
+        "use_cpu_initialization": True,
+        "hidden_dropout": 0.0,
+        "attention_dropout": 0.0,
+        "params_dtype": torch.float32,
+    }
+
+
 def build_gpt(qk_layernorm: bool = False, seed: int = 1234, device: str = "cpu") -> tuple[torch.nn.Module, Any]:
     """A tiny sequence-parallel GPT wrapped in Megatron's DDP with fp32 ``main_grad`` buffers, and its config.
 
@@ -178,18 +195,8 @@ def build_gpt(qk_layernorm: bool = False, seed: int = 1234, device: str = "cpu")
     from megatron.core.models.gpt.gpt_model import GPTModel
     from megatron.core.transformer.transformer_config import TransformerConfig
 
-    config = TransformerConfig(
-        num_layers=TINY_GPT.num_layers,
-        hidden_size=TINY_GPT.hidden_size,
-        num_attention_heads=TINY_GPT.num_attention_heads,
-        tensor_model_parallel_size=parallel_state.get_tensor_model_parallel_world_size(),
-        sequence_parallel=True,
-        qk_layernorm=qk_layernorm,
-        use_cpu_initialization=True,
-        hidden_dropout=0.0,
-        attention_dropout=0.0,
-        params_dtype=torch.float32,
-    )
+    tensor_parallel = parallel_state.get_tensor_model_parallel_world_size()
+    config = TransformerConfig(**tiny_config_fields(tensor_parallel, qk_layernorm))
     ddp_config = DistributedDataParallelConfig(grad_reduce_in_fp32=True, overlap_grad_reduce=False)
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(seed)

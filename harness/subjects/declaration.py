@@ -37,7 +37,7 @@ never meets either."""
 _TABLES: dict[str, tuple[tuple[str, ...], tuple[str, ...]]] = {
     "subject": (("adapter_package",), ("source_root", "strict", "require", "label", "requirements")),
     "patch": (("module", "applied"), ("apply", "undo", "function", "context", "arguments")),
-    "symbols_patch": (("module", "apply"), ("undo", "arguments")),
+    "symbols_patch": (("module", "apply"), ("undo", "arguments", "model_argument", "instances")),
     "budget": ((), ("global", "env", "argument", "unit", "whole_units")),
     "splitter": (("function",), ("arguments", "returns")),
     "provider": (("factory",), ("train_only", "freeze", "match", "call_shapes", *PROVIDER_FLAGS)),
@@ -244,7 +244,17 @@ def _check_replacements(declaration: Declaration) -> None:
     framework's own function by ``module:qualname``, resolved where the api-fingerprint family checks it."""
     exposed = [name for role in declaration.roles for name in ROLE_ATTRIBUTES.get(role, ())]
     for key, value in declaration.megatron_symbols.items():
-        _, replacement, _ = parse_usage(key, value)
+        usage, replacement, _ = parse_usage(key, value)
+        if key in declaration.symbols_patch.get("instances", ()) and usage != "replaces":
+            raise declaration.fail(
+                f"megatron_symbols.{key}", f"{value!r}: [symbols_patch] instances lists it, so it 'replaces'"
+            )
+        if usage == "replaces" and replacement is None and not declaration.symbols_patch:
+            raise declaration.fail(
+                f"megatron_symbols.{key}",
+                f"{value!r} names no replacement: declare [symbols_patch], whose apply binds it, or write "
+                "'replaces with <module>:<qualname>'",
+            )
         if replacement is not None and ":" not in replacement and replacement not in exposed:
             offered = ", ".join(exposed) or "nothing: no [patch], [splitter] or [provider] is declared"
             raise declaration.fail(
@@ -341,9 +351,19 @@ def _patch(path: Path, table: dict[str, Any]) -> dict[str, Any]:
 def _symbols_patch(path: Path, table: dict[str, Any]) -> dict[str, Any]:
     if not table:
         return {}
-    patch: dict[str, Any] = {k: _string(path, f"symbols_patch.{k}", v) for k, v in table.items() if k != "arguments"}
+    listed = ("arguments", "instances")
+    patch: dict[str, Any] = {k: _string(path, f"symbols_patch.{k}", v) for k, v in table.items() if k not in listed}
     patch["module"] = _dotted(path, "symbols_patch.module", patch["module"], qualified=False)
-    for key in ("apply", "undo"):
+    if "instances" in table:
+        if "model_argument" not in patch:
+            raise DeclarationFileError(
+                path,
+                "symbols_patch.instances",
+                "methods swapped on built instances need model_argument, the "
+                "apply parameter that takes the built model",
+            )
+        patch["instances"] = _patterns(path, "symbols_patch.instances", table["instances"])
+    for key in ("apply", "undo", "model_argument"):
         if key in patch and not patch[key].isidentifier():
             raise DeclarationFileError(path, f"symbols_patch.{key}", f"{patch[key]!r} is not a name in its module")
     if "arguments" in table:

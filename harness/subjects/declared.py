@@ -60,6 +60,7 @@ def build_declared_subject(declaration: Declaration) -> ModuleType:
         DeclaredPatch(declaration, subject)
     if declaration.symbols_patch:
         subject.apply_replacements, subject.undo_replacements = _symbols_patch(declaration)
+        subject.REPLACED_ON_INSTANCES = list(declaration.symbols_patch.get("instances", ()))
     # Any import of the framework may patch Megatron (an old bootstrap imports its patch module); none may outlast it.
     with megatron_restored():
         if declaration.splitter:
@@ -95,8 +96,11 @@ def restore_namespace(module: ModuleType, before: dict[str, object]) -> None:
             setattr(module, name, value)
 
 
-def _symbols_patch(declaration: Declaration) -> tuple[Callable[[], object], Callable[[], object] | None]:
-    """``[symbols_patch]`` as two calls: apply with its declared arguments, and undo (None where none is declared)."""
+def _symbols_patch(
+    declaration: Declaration,
+) -> tuple[Callable[..., object], Callable[..., object] | None]:
+    """``[symbols_patch]`` as two calls: apply with its declared arguments, and undo (None where none is declared);
+    each takes ``model``, the built model a patch of instances is applied to, passed as ``model_argument`` says."""
     table = declaration.symbols_patch
     with megatron_restored():
         module = _import(declaration, "symbols_patch.module", table["module"])
@@ -107,11 +111,19 @@ def _symbols_patch(declaration: Declaration) -> tuple[Callable[[], object], Call
             if not callable(functions[key]):
                 raise declaration.fail(f"symbols_patch.{key}", f"{table['module']!r} has no function {table[key]!r}")
     arguments = dict(table.get("arguments", {}))
+    model_argument = table.get("model_argument")
 
-    def apply() -> object:
-        return functions["apply"](**arguments)
+    def call(function: Callable[..., object], model: object, extra: dict[str, Any]) -> object:
+        takes = model_argument is not None and model_argument in inspect.signature(function).parameters
+        return function(**extra, **({model_argument: model} if takes else {}))
 
-    return apply, functions.get("undo")
+    def apply(model: object = None) -> object:
+        return call(functions["apply"], model, arguments)
+
+    def undo(model: object = None) -> object:
+        return call(functions["undo"], model, {})
+
+    return apply, (undo if "undo" in functions else None)
 
 
 def _patched_libraries(declaration: Declaration) -> list[str]:

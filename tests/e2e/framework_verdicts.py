@@ -76,40 +76,11 @@ EXPECTED: dict[str, dict[str, Expected]] = {
     "tern": dict.fromkeys(TARGETS, Expected(not_declared=(SEGMENT_SPLITTER,))),
     "finch": dict.fromkeys(TARGETS, Expected(not_declared=(SEGMENT_SPLITTER,))),
     "petrel": dict.fromkeys(TARGETS, GREEN),
-    # Replaced methods other than the all-reduce (issue 39), expected in AWAITED before their first run. Their only
-    # mandatory checks are the api-fingerprint family's and the import's: no chunked all-reduce, no provider.
+    # Megatron symbols other than the all-reduce replaced (attention copies, a router's gating, a config's post-init and
+    # defaults, forward on built layers), each expected green with the Megatron call sites written down before its
+    # first run. Their mandatory checks are the api-fingerprint family's and the import's: no all-reduce, no provider.
     "owl": dict.fromkeys(TARGETS, Expected(not_declared=(*_NO_PATCH, _NO_PROVIDER))),
     "lark": dict.fromkeys(TARGETS, Expected(not_declared=(*_NO_PATCH, _NO_PROVIDER))),
-}
-
-
-@dataclass(frozen=True)
-class Awaited:
-    """A framework whose patch the gate cannot declare yet (issue 39: any replaced Megatron symbol), with the verdict
-    it must get once it can, written before it is first run: what is mandatory and the Megatron call sites behind it,
-    and the findings expected."""
-
-    verdict: str
-    megatron: str
-
-
-AWAITED: dict[str, dict[str, Awaited]] = {
-    # TransformerConfig.__post_init__ wrapped; hidden_dropout and attention_dropout defaults changed.
-    "dove": dict.fromkeys(
-        TARGETS,
-        Awaited(
-            "green",
-            "every field it reads or sets exists on TransformerConfig (transformer_config.py) or ModelParallelConfig "
-            "(model_parallel_config.py) on all four; the CPU GPT's config constructs with the patch",
-        ),
-    ),
-    # forward swapped on every built TransformerLayer instance, a wrapper that passes everything through.
-    "swift": {
-        session: Awaited(
-            "green",
-            f"transformer_block.py:{lines} 'hidden_states, context = layer(...)' unpacks 2: the wrapper returns the "
-            "original's result as it is, and takes every keyword the block passes",
-        )
-        for session, lines in zip(TARGETS, ("388, :581", "426, :697", "489, :765", "664"), strict=True)
-    },
+    "dove": dict.fromkeys(TARGETS, Expected(not_declared=(*_NO_PATCH, _NO_PROVIDER))),
+    "swift": dict.fromkeys(TARGETS, Expected(not_declared=(*_NO_PATCH, _NO_PROVIDER))),
 }

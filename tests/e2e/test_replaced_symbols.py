@@ -3,7 +3,8 @@ replacement that misses a keyword Megatron passes, or returns fewer values than 
 Megatron file and line; a replacement that forwards ``*args``/``**kwargs`` stays green; owl (copies of 0.13.1's MLA
 methods, written blind) is green where its two copies call each other, with what no call site decides listed. An undo
 that leaves a class attribute in place is red; lark (a router's gating set on the class, written blind) applies and
-undoes exactly.
+undoes exactly; dove (a config's ``__post_init__`` closure and defaults) and swift (``forward`` swapped on built
+layers, checked on the real step) are green, and a seeded break of each form is red.
 
 One warm run per target holds every subject of the module (api-fingerprint only: seconds). A Megatron mutant whose
 ``finalize_model_grads`` calls the all-reduce through a name bound by value is red for the reference subject: the
@@ -19,7 +20,7 @@ import pytest
 from harness.sensitivity.catalogue import CATALOGUE, load_catalogue
 from harness.sensitivity.runner import run_sensitivity
 from harness.targets.matrix import load_matrix
-from tests.pytest_helpers import ROOT, SharedRuns, target_python
+from tests.pytest_helpers import ROOT, SharedRuns, on_one_target_in_ci, selected_parameters, target_python
 
 SEEDED = ROOT / "harness" / "sensitivity" / "seeded"
 CORRECT = ROOT / "harness" / "sensitivity" / "correct"
@@ -29,8 +30,12 @@ FORWARDS = CORRECT / "api_fingerprint_replacement_forwards_kwargs.py"
 UNDO_LEAVES = SEEDED / "api_fingerprint_undo_leaves_class_attribute.py"
 OWL = ROOT / "tests" / "frameworks" / "owl" / "megatron-conformance.toml"
 LARK = ROOT / "tests" / "frameworks" / "lark" / "megatron-conformance.toml"
+POST_INIT = SEEDED / "api_fingerprint_post_init_reads_a_missing_field.py"
+DOVE = ROOT / "tests" / "frameworks" / "dove" / "megatron-conformance.toml"
+ONE_VALUE = SEEDED / "api_fingerprint_layer_forward_returns_one_value.py"
+SWIFT = ROOT / "tests" / "frameworks" / "swift" / "megatron-conformance.toml"
 FINGERPRINT = ("cases/test_api_fingerprint.py",)
-SUBJECTS = (RETURNS_THREE, MISSING_KEYWORD, FORWARDS, UNDO_LEAVES, OWL, LARK)
+SUBJECTS = (RETURNS_THREE, MISSING_KEYWORD, FORWARDS, UNDO_LEAVES, OWL, LARK, POST_INIT, DOVE, ONE_VALUE, SWIFT)
 
 CALL_SITES = "test_megatrons_calls_bind_to_the_replacements"
 UNPACKING = "test_megatron_unpacks_what_the_replacements_return"
@@ -38,15 +43,24 @@ SIGNATURE = "test_replacements_accept_every_call_upstream_accepts"
 DECIDED = "test_what_megatron_does_with_each_replacement_is_decided"
 DROPPED = "test_keywords_megatron_passes_are_read_by_the_replacements"
 APPLY_UNDO = "test_the_patch_binds_each_replacement_and_undo_restores_exactly"
+CONFIG = "test_megatrons_config_constructs_with_the_patch_applied"
+ON_INSTANCES = "test_a_method_swapped_on_built_instances_is_reached_on_the_real_step"
+BLOCK_UNPACKS = {"megatron-0.15": 697, "megatron-0.19": 664}
+"""Where ``TransformerBlock.forward`` unpacks ``hidden_states, context = layer(...)`` on the real step's path."""
 QKV = "megatron.core.transformer.multi_latent_attention:MLASelfAttention.get_query_key_value_tensors"
 MLA_FILE = "megatron/core/transformer/multi_latent_attention.py"
 UNPACKS = {"megatron-0.15": (236, 3), "megatron-0.19": (345, 5)}
 """Where Megatron's own ``MultiLatentAttention.forward`` unpacks ``get_query_key_value_tensors``, and how many."""
 
 
+SESSIONS = on_one_target_in_ci(sorted(UNPACKS), ["megatron-0.19"])
+"""0.15 too on a developer's machine; the CI job runs the newest target's calls only."""
+
+
 @pytest.fixture(scope="module")
-def runs(tmp_path_factory: pytest.TempPathFactory) -> SharedRuns:
-    plan = [(session, FINGERPRINT, subject) for session in UNPACKS for subject in SUBJECTS]
+def runs(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> SharedRuns:
+    sessions = [session for (session,) in selected_parameters(request, "session")]
+    plan = [(session, FINGERPRINT, subject) for session in sessions for subject in SUBJECTS]
     return SharedRuns(plan, lambda: tmp_path_factory.mktemp("replaced"))
 
 
@@ -56,7 +70,7 @@ def advisories(run) -> dict[str, str]:
     return {a["case"].split("::")[-1]: a["text"] for a in summary["advisories"]}
 
 
-@pytest.mark.parametrize("session", sorted(UNPACKS))
+@pytest.mark.parametrize("session", SESSIONS)
 def test_a_replacement_returning_fewer_values_than_megatron_unpacks_is_red_naming_the_line(
     session: str, runs: SharedRuns
 ) -> None:
@@ -73,7 +87,7 @@ def test_a_replacement_returning_fewer_values_than_megatron_unpacks_is_red_namin
     ) in failed[UNPACKING], failed[UNPACKING][-2000:]
 
 
-@pytest.mark.parametrize("session", sorted(UNPACKS))
+@pytest.mark.parametrize("session", SESSIONS)
 def test_a_replacement_missing_a_keyword_megatron_passes_is_red_naming_the_line(session: str, runs: SharedRuns) -> None:
     run = runs.run(session, FINGERPRINT, MISSING_KEYWORD)
     failed = run.require_red("missing keyword")
@@ -88,7 +102,7 @@ def test_a_replacement_missing_a_keyword_megatron_passes_is_red_naming_the_line(
     ) in failed[CALL_SITES], failed[CALL_SITES][-2000:]
 
 
-@pytest.mark.parametrize("session", sorted(UNPACKS))
+@pytest.mark.parametrize("session", SESSIONS)
 def test_a_replacement_forwarding_args_and_kwargs_is_green(session: str, runs: SharedRuns) -> None:
     run = runs.run(session, FINGERPRINT, FORWARDS)
     assert run.returncode == 0, run.failed()
@@ -98,7 +112,7 @@ def test_a_replacement_forwarding_args_and_kwargs_is_green(session: str, runs: S
     assert f"{MLA_FILE}:{line} unpack its result; how many values" in advised[DECIDED], advised[DECIDED]
 
 
-@pytest.mark.parametrize("session", sorted(UNPACKS))
+@pytest.mark.parametrize("session", SESSIONS)
 def test_an_undo_that_leaves_a_class_attribute_in_place_is_red(session: str, runs: SharedRuns) -> None:
     failed = runs.run(session, FINGERPRINT, UNDO_LEAVES).require_red("undo leaves a class attribute")
     assert set(failed) == {APPLY_UNDO}, sorted(failed)
@@ -108,7 +122,7 @@ def test_an_undo_that_leaves_a_class_attribute_in_place_is_red(session: str, run
     ) in failed[APPLY_UNDO], failed[APPLY_UNDO][-2000:]
 
 
-@pytest.mark.parametrize("session", sorted(UNPACKS))
+@pytest.mark.parametrize("session", SESSIONS)
 def test_lark_is_green_applied_and_undone_through_its_own_functions(session: str, runs: SharedRuns) -> None:
     """lark sets ``TopKRouter.gating`` (inherited from ``Router``) on the class and deletes it on undo; Megatron's
     ``TopKRouter.forward`` calls ``self.gating(input)`` and takes one value."""
@@ -117,7 +131,7 @@ def test_lark_is_green_applied_and_undone_through_its_own_functions(session: str
     assert run.verdicts[APPLY_UNDO][0] == "passed" and run.verdicts[CALL_SITES][0] == "passed", run.verdicts
 
 
-@pytest.mark.parametrize("session", sorted(UNPACKS))
+@pytest.mark.parametrize("session", SESSIONS)
 def test_owl_is_green_where_its_copies_call_each_other(session: str, runs: SharedRuns) -> None:
     """owl replaces ``forward`` too, so Megatron's unpacking line is inside a replaced method: the copy's own call
     (three values, which the other copy returns) is what is checked. Its forward takes ``**kwargs`` and reads them
@@ -140,3 +154,45 @@ def test_megatron_calling_the_replaced_function_by_a_captured_name_is_red() -> N
     (outcome,) = report.outcomes
     assert outcome.verdict == "killed" and not outcome.note, outcome
     assert f"{FINGERPRINT[0]}::test_megatrons_calls_reach_the_replacements" in outcome.caught_by, outcome
+
+
+@pytest.mark.parametrize("session", SESSIONS)
+def test_a_post_init_patch_reading_a_missing_field_is_red_on_the_config_megatron_builds(
+    session: str, runs: SharedRuns
+) -> None:
+    failed = runs.run(session, FINGERPRINT, POST_INIT).require_red("post-init reads a missing field")
+    assert set(failed) == {CONFIG}, sorted(failed)
+    assert "raised AttributeError: 'TransformerConfig' object has no attribute 'dropout_schedule'" in failed[CONFIG]
+
+
+@pytest.mark.parametrize("session", SESSIONS)
+def test_dove_is_green_its_closure_captured_and_its_defaults_restored(session: str, runs: SharedRuns) -> None:
+    """dove wraps ``__post_init__`` in a closure made inside its apply (declared bare ``replaces``, captured) and
+    changes two dropout defaults in the fields, the class and every generated ``__init__``; its undo restores each
+    object, which the check compares default by default. Megatron's subclasses call ``super().__post_init__()``."""
+    run = runs.run(session, FINGERPRINT, DOVE)
+    assert run.returncode == 0, run.failed()
+    for case in (APPLY_UNDO, CONFIG, CALL_SITES):
+        assert run.verdicts[case][0] == "passed", (case, run.verdicts[case])
+
+
+@pytest.mark.parametrize("session", SESSIONS)
+def test_a_layer_forward_returning_one_value_is_red_naming_megatrons_unpacking_line(
+    session: str, runs: SharedRuns
+) -> None:
+    failed = runs.run(session, FINGERPRINT, ONE_VALUE).require_red("layer forward returns one value")
+    assert set(failed) == {ON_INSTANCES}, sorted(failed)
+    line = BLOCK_UNPACKS[session]
+    assert (
+        "the step with the patch applied raised ValueError: too many values to unpack (expected 2) (at "
+        f"megatron/core/transformer/transformer_block.py:{line}, in forward)"
+    ) in failed[ON_INSTANCES], failed[ON_INSTANCES][-2000:]
+
+
+@pytest.mark.parametrize("session", SESSIONS)
+def test_swift_is_green_its_forward_swapped_on_every_built_layer(session: str, runs: SharedRuns) -> None:
+    """swift swaps ``forward`` on each built ``TransformerLayer`` (a closure per layer, passing everything through)
+    and deletes it on undo: every layer is reached by the step, and each instance is left as it was."""
+    run = runs.run(session, FINGERPRINT, SWIFT)
+    assert run.returncode == 0, run.failed()
+    assert run.verdicts[ON_INSTANCES][0] == "passed", run.verdicts[ON_INSTANCES]

@@ -54,6 +54,7 @@ def test_declaration_forms() -> None:
             "m.a:g": "replaces with my_g",
             "m.a:h": "calls, optional",
             "m.a:C.x | m.a:C.y": "reads",
+            "m.a:C.z": "replaces",
         }
     )
     assert [(e.members, e.usage, e.optional, e.replacement) for e in entries] == [
@@ -61,6 +62,7 @@ def test_declaration_forms() -> None:
         (("m.a:g",), "replaces", False, "my_g"),
         (("m.a:h",), "calls", True, None),
         (("m.a:C.x", "m.a:C.y"), "reads", False, None),
+        (("m.a:C.z",), "replaces", False, None),
     ]
 
 
@@ -69,7 +71,6 @@ def test_declaration_forms() -> None:
     [
         ({"m.a.f": "calls"}, "'m.a.f' is not of the form module:qualname"),
         ({"m.a:f": "uses"}, "expected one of imports, calls, reads, replaces, relies"),
-        ({"m.a:f": "replaces"}, "'with <subject name>' goes with 'replaces'"),
         ({"m.a:f": "calls with g"}, "'with <subject name>' goes with 'replaces'"),
         ({"m.a:f": "calls", "m.a:g | m.a:f": "reads"}, "m.a:f is already declared by 'm.a:f'"),
         ({}, "must be a non-empty dict"),

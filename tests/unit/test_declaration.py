@@ -131,6 +131,11 @@ def test_the_line_count_is_reported(framework: Path) -> None:
             "symbols_patch.arguments",
             "must be a table",
         ),
+        (
+            ("[splitter]", '[symbols_patch]\nmodule = "t"\napply = "a"\ninstances = ["m:C.f"]\n\n[splitter]'),
+            "symbols_patch.instances",
+            "need model_argument",
+        ),
     ],
 )
 def test_a_bad_declaration_is_one_line_naming_file_key_and_reason(
@@ -233,7 +238,7 @@ REPLACED = "megatron.core.distributed.finalize_model_grads:_allreduce_non_tensor
         ({SYMBOL: "uses"}, SYMBOL, "'uses' is not a usage: expected one of imports, calls, reads, replaces, relies"),
         ({SYMBOL: "call"}, SYMBOL, "'call' is not a usage"),
         ({SYMBOL: "calls optional"}, SYMBOL, "'calls optional' is not a usage"),
-        ({SYMBOL: "replaces"}, SYMBOL, "'with <subject name>' goes with 'replaces'"),
+        ({SYMBOL: "replaces"}, SYMBOL, "'replaces' names no replacement: declare [symbols_patch]"),
         ({SYMBOL: "calls with split_into_chunks"}, SYMBOL, "'with <subject name>' goes with 'replaces'"),
         ({"megatron.core.distributed.finalize_model_grads._get_main_grad_attr": "calls"}, None, "module:qualname"),
         (

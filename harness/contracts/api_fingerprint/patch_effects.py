@@ -9,6 +9,7 @@ the base's own function.
 
 from __future__ import annotations
 
+import dataclasses
 import importlib
 import inspect
 from collections.abc import Iterable
@@ -27,48 +28,141 @@ def owner_of(symbol: str) -> tuple[Any, str]:
     return owner, name
 
 
-def snapshot(owners: Iterable[Any]) -> dict[int, tuple[Any, dict[str, Any]]]:
-    """Each owner's namespace as it is now, by identity of the owner."""
-    return {id(owner): (owner, dict(vars(owner))) for owner in owners}
+def snapshot(owners: Iterable[Any]) -> dict[int, tuple[Any, dict[str, Any], dict[str, Any]]]:
+    """Each owner's namespace and dataclass defaults as they are now, by identity of the owner; a class's subclasses
+    are taken too (a dataclass patch re-defaults the generated ``__init__`` of every subclass that inherits the
+    field)."""
+    taken: dict[int, tuple[Any, dict[str, Any], dict[str, Any]]] = {}
+    for owner in owners:
+        for each in [owner, *(_subclasses(owner) if isinstance(owner, type) else [])]:
+            taken.setdefault(id(each), (each, dict(vars(each)), _defaults(each)))
+    return taken
 
 
-def restore(saved: dict[int, tuple[Any, dict[str, Any]]]) -> None:
-    """Put every owner's namespace back to ``saved``, whatever undo did or failed to do."""
-    for owner, before in saved.values():
+def restore(saved: dict[int, tuple[Any, dict[str, Any], dict[str, Any]]]) -> None:
+    """Put every owner's namespace and dataclass defaults back to ``saved``, whatever undo did or failed to do."""
+    for owner, before, defaults in saved.values():
         now = vars(owner)
         for name in [name for name in now if name not in before]:
             delattr(owner, name)
         for name, value in before.items():
             if now.get(name, _MISSING) is not value:
                 setattr(owner, name, value)
+        _set_defaults(owner, defaults)
 
 
-def namespace_changes(saved: dict[int, tuple[Any, dict[str, Any]]]) -> list[str]:
-    """One line per name an owner's namespace holds otherwise than in ``saved``."""
+def namespace_changes(saved: dict[int, tuple[Any, dict[str, Any], dict[str, Any]]]) -> list[str]:
+    """One line per name an owner's namespace, or per default its dataclass fields and generated ``__init__``,
+    holds otherwise than in ``saved``."""
     changes = []
-    for owner, before in saved.values():
-        now = vars(owner)
+    for owner, before, defaults in saved.values():
         label = getattr(owner, "__qualname__", getattr(owner, "__name__", repr(owner)))
-        for name in sorted(set(before) | set(now)):
-            old, new = before.get(name, _MISSING), now.get(name, _MISSING)
-            if old is new:
-                continue
+        for name, old, new in _differences(before, dict(vars(owner))):
             if old is _MISSING:
                 changes.append(f"{label}.{name}: added ({_describe(new)}), not there before apply")
             elif new is _MISSING:
                 changes.append(f"{label}.{name}: removed (was {_describe(old)})")
             else:
                 changes.append(f"{label}.{name}: {_describe(new)}, was {_describe(old)}")
+        for name, old, new in _differences(defaults, _defaults(owner)):
+            changes.append(f"{label} {name}: {new!r:.80}, was {old!r:.80}")
     return changes
 
 
+def _differences(before: dict[str, Any], now: dict[str, Any]) -> list[tuple[str, Any, Any]]:
+    found = []
+    for name in sorted(set(before) | set(now)):
+        old, new = before.get(name, _MISSING), now.get(name, _MISSING)
+        if old is not new:
+            found.append((name, old, new))
+    return found
+
+
+def _subclasses(cls: type) -> list[type]:
+    found, stack = [], list(type.__subclasses__(cls))
+    while stack:
+        sub = stack.pop()
+        if sub not in found:
+            found.append(sub)
+            stack.extend(type.__subclasses__(sub))
+    return found
+
+
+def _defaults(owner: Any) -> dict[str, Any]:
+    """A dataclass's field defaults and its own generated ``__init__``'s default tuples, by what holds them."""
+    found: dict[str, Any] = {}
+    if isinstance(owner, type) and dataclasses.is_dataclass(owner):
+        for name, field in owner.__dataclass_fields__.items():
+            found[f"field {name} default"] = field.default
+            found[f"field {name} default_factory"] = field.default_factory
+    init = vars(owner).get("__init__") if isinstance(owner, type) else None
+    if inspect.isfunction(init):
+        found["__init__.__defaults__"] = init.__defaults__
+        found["__init__.__kwdefaults__"] = init.__kwdefaults__
+    return found
+
+
+def _set_defaults(owner: Any, defaults: dict[str, Any]) -> None:
+    fields = getattr(owner, "__dataclass_fields__", {})
+    for key, value in defaults.items():
+        if key.startswith("field "):
+            name, attribute = key.removeprefix("field ").rsplit(" ", 1)
+            if name in fields and getattr(fields[name], attribute) is not value:
+                setattr(fields[name], attribute, value)
+    init = vars(owner).get("__init__") if isinstance(owner, type) else None
+    if inspect.isfunction(init):
+        if "__init__.__defaults__" in defaults:
+            init.__defaults__ = defaults["__init__.__defaults__"]
+        if "__init__.__kwdefaults__" in defaults:
+            init.__kwdefaults__ = defaults["__init__.__kwdefaults__"]
+
+
 def bound_to(value: Any, replacement: Any) -> bool:
-    """Whether a name bound to ``value`` calls ``replacement`` (itself, or wrapped as a static or class method)."""
+    """Whether a name bound to ``value`` calls ``replacement``: itself, wrapped as a static or class method, or, for
+    a replacement the apply makes anew each time (a closure), a function of the same code; a replaced value (a
+    default) equal to it."""
     candidates = [value, getattr(value, "__func__", None), inspect.unwrap(value) if callable(value) else None]
-    return any(candidate is replacement for candidate in candidates if candidate is not None)
+    if any(candidate is replacement for candidate in candidates if candidate is not None):
+        return True
+    code = getattr(replacement, "__code__", None)
+    if code is not None:
+        return getattr(value, "__code__", None) is code
+    return not callable(replacement) and value == replacement
 
 
 def _describe(value: Any) -> str:
     module = getattr(value, "__module__", None)
     qualname = getattr(value, "__qualname__", None)
     return f"{module}.{qualname}" if module and qualname else type(value).__name__
+
+
+def captured_replacements(subject: Any, symbols: list[str]) -> dict[str, tuple[Any, str | None]]:
+    """What the subject's declared apply (``apply_replacements``) binds at each of ``symbols``, read after applying
+    it once and putting every owner back; with why it cannot be had, where it cannot. For a replacement made inside
+    the apply (a closure), this is the only way to have it."""
+    apply = getattr(subject, "apply_replacements", None)
+    if not symbols:
+        return {}
+    if apply is None:
+        why = "declared 'replaces' with no replacement named, and no [symbols_patch] apply to capture it from"
+        return {symbol: (None, why) for symbol in symbols}
+    owners = {symbol: owner_of(symbol) for symbol in symbols}
+    saved = snapshot(owner for owner, _ in owners.values())
+    try:
+        apply()
+        bound = {symbol: vars(owner).get(name, _MISSING) for symbol, (owner, name) in owners.items()}
+        undo = getattr(subject, "undo_replacements", None)
+        if undo is not None:
+            undo()
+    except Exception as err:
+        raised = f"the declared apply or undo raised {type(err).__name__}: {err}"
+        return {symbol: (None, raised) for symbol in symbols}
+    finally:
+        restore(saved)
+    unchanged = "the declared apply binds nothing there"
+    return {
+        symbol: (value, None)
+        if value is not saved[id(owners[symbol][0])][1].get(owners[symbol][1], _MISSING)
+        else (None, unchanged)
+        for symbol, value in bound.items()
+    }
