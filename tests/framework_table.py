@@ -79,7 +79,13 @@ def cell(found: Observed | None, expected: Expected) -> str:
     return f"{verdict}<br><sub>{' · '.join([*extra, mark])}, {found.seconds:.0f} s</sub>"
 
 
-def render(results: dict[str, dict[str, Observed]], targets: Sequence[str]) -> str:
+def render(results: dict[str, dict[str, Observed]], targets: Sequence[str], only: Sequence[str] | None = None) -> str:
+    rerun = (
+        f" Last run for {', '.join(f'`{name}`' for name in only)} alone (`{COMMAND} -- --only {' '.join(only)}`); the"
+        " other rows are from the run before."
+        if only
+        else ""
+    )
     lines = [
         "# Frameworks on every target",
         "",
@@ -87,7 +93,7 @@ def render(results: dict[str, dict[str, Observed]], targets: Sequence[str]) -> s
         "[`tests/frameworks/`](../tests/frameworks/) checked from its declaration), against the verdicts written",
         "beforehand in [`tests/e2e/framework_verdicts.py`](../tests/e2e/framework_verdicts.py), where every expected",
         "red names the Megatron behaviour behind it. A red names the cases; advisories are listed by each run's",
-        "report, never expected here. Seconds are each framework's session time in the shared run.",
+        f"report, never expected here. Seconds are each framework's session time in the shared run.{rerun}",
         "",
         "| framework | " + " | ".join(targets) + " |",
         "|---|" + "---|" * len(targets),
@@ -126,7 +132,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             results[session] = {**_earlier(session, names, reports), **run_target(session, only, reports / "only")}
         else:
             results[session] = run_target(session, names, reports)
-    PAGE.write_text(render(results, targets))
+    PAGE.write_text(render(results, targets, only))
     unexpected = [
         f"{name} on {session}"
         for session, found in results.items()
