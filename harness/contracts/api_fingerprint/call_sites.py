@@ -42,7 +42,7 @@ class MegatronCall:
     unpacks: int | None
     """The number of names the result is unpacked into (``a, b, c = ...``); None when it is not unpacked."""
     name: str = ""
-    """The name called (``f`` of ``f(...)`` or ``x.f(...)``)."""
+    """What is called, as written (``f``, ``self.f``, ``grads.f``)."""
     bound_at: str | None = None
     """Where the name called was bound by value to the replaced function (``file:line``); None when the call looks
     it up where the patch re-binds it."""
@@ -72,6 +72,7 @@ class MegatronSource:
     def __init__(self, site_packages: Path) -> None:
         self.root = site_packages
         self._trees: dict[Path, ast.Module] = {}
+        self._methods: dict[_ClassInfo, dict[str, ast.FunctionDef | ast.AsyncFunctionDef]] = {}
 
     @classmethod
     def installed(cls) -> MegatronSource:
@@ -122,11 +123,12 @@ class MegatronSource:
 
     def methods(self, info: _ClassInfo) -> dict[str, ast.FunctionDef | ast.AsyncFunctionDef]:
         """The functions defined in the class body of ``info``."""
-        tree = self.tree(info.module)
-        for node in ast.walk(tree) if tree is not None else ():
-            if isinstance(node, ast.ClassDef) and node.name == info.name:
-                return {f.name: f for f in node.body if isinstance(f, ast.FunctionDef | ast.AsyncFunctionDef)}
-        return {}
+        if info not in self._methods:
+            tree = self.tree(info.module)
+            classes = [n for n in ast.walk(tree) if isinstance(n, ast.ClassDef) and n.name == info.name] if tree else []
+            body = classes[0].body if classes else []
+            self._methods[info] = {f.name: f for f in body if isinstance(f, ast.FunctionDef | ast.AsyncFunctionDef)}
+        return self._methods[info]
 
     def _class(self, name: str, near: str) -> _ClassInfo | None:
         """The class ``name`` in a base list of module ``near`` means: one of that module, else the one its imports
@@ -379,7 +381,7 @@ def _calls_in(function: ast.AST, file: str, caller: str, matches) -> list[Megatr
                     star_args=any(isinstance(a, ast.Starred) for a in node.args),
                     star_kwargs=any(k.arg is None for k in node.keywords),
                     unpacks=unpacked.get(id(node)),
-                    name=node.func.id if isinstance(node.func, ast.Name) else getattr(node.func, "attr", ""),
+                    name=ast.unparse(node.func),
                 )
             )
     return sorted(found, key=lambda call: call.line)

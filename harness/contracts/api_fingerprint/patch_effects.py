@@ -16,6 +16,8 @@ from collections.abc import Iterable
 from typing import Any
 
 _MISSING = object()
+Saved = dict[int, tuple[Any, dict[str, Any], dict[str, Any]]]
+"""Owners by identity: each with its namespace and its dataclass defaults as they were."""
 
 
 def owner_of(symbol: str) -> tuple[Any, str]:
@@ -28,18 +30,18 @@ def owner_of(symbol: str) -> tuple[Any, str]:
     return owner, name
 
 
-def snapshot(owners: Iterable[Any]) -> dict[int, tuple[Any, dict[str, Any], dict[str, Any]]]:
+def snapshot(owners: Iterable[Any]) -> Saved:
     """Each owner's namespace and dataclass defaults as they are now, by identity of the owner; a class's subclasses
     are taken too (a dataclass patch re-defaults the generated ``__init__`` of every subclass that inherits the
     field)."""
-    taken: dict[int, tuple[Any, dict[str, Any], dict[str, Any]]] = {}
+    taken: Saved = {}
     for owner in owners:
         for each in [owner, *(_subclasses(owner) if isinstance(owner, type) else [])]:
             taken.setdefault(id(each), (each, dict(vars(each)), _defaults(each)))
     return taken
 
 
-def restore(saved: dict[int, tuple[Any, dict[str, Any], dict[str, Any]]]) -> None:
+def restore(saved: Saved) -> None:
     """Put every owner's namespace and dataclass defaults back to ``saved``, whatever undo did or failed to do."""
     for owner, before, defaults in saved.values():
         now = vars(owner)
@@ -51,7 +53,7 @@ def restore(saved: dict[int, tuple[Any, dict[str, Any], dict[str, Any]]]) -> Non
         _set_defaults(owner, defaults)
 
 
-def namespace_changes(saved: dict[int, tuple[Any, dict[str, Any], dict[str, Any]]]) -> list[str]:
+def namespace_changes(saved: Saved) -> list[str]:
     """One line per name an owner's namespace, or per default its dataclass fields and generated ``__init__``,
     holds otherwise than in ``saved``."""
     changes = []

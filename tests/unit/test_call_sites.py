@@ -1,0 +1,135 @@
+"""Megatron's own calls of a replaced symbol, read from a small Megatron tree, and how a replacement fits them."""
+
+from __future__ import annotations
+
+import textwrap
+from pathlib import Path
+
+import pytest
+
+from harness.contracts.api_fingerprint.call_sites import MegatronCall, MegatronSource
+from harness.contracts.api_fingerprint.replacement_fit import (
+    binding_problem,
+    dropped_keywords,
+    returned_count,
+    unread_var_keyword,
+)
+
+TREE = {
+    "megatron/__init__.py": "",
+    "megatron/core/__init__.py": "",
+    "megatron/core/attention.py": """
+        class Attention:
+            def forward(self, x):
+                q, k = self.qkv(x, cache=None)
+                return q
+
+            def qkv(self, x, cache=None):
+                return x, x
+
+
+        class SelfAttention(Attention):
+            def helper(self, x):
+                a, b, c = self.qkv(x)
+                return a
+
+
+        class OwnQKV(Attention):
+            def qkv(self, x):
+                return x, x
+
+            def use(self, x):
+                return self.qkv(x)
+
+
+        class Child(SelfAttention):
+            def qkv(self, x, cache=None):
+                return super().qkv(x, cache=cache)
+        """,
+    "megatron/core/grads.py": """
+        def reduce(model, config, group=None):
+            return None
+
+
+        _captured = reduce
+
+
+        def finalize(model, config):
+            reduce(model, config, None)
+            _captured(model, config)
+        """,
+    "megatron/core/user.py": """
+        from megatron.core.grads import reduce
+        from megatron.core import grads as g
+
+
+        def step(model):
+            reduce(model, None)
+            g.reduce(model, None, group=1)
+        """,
+}
+
+
+@pytest.fixture
+def source(tmp_path: Path) -> MegatronSource:
+    for name, text in TREE.items():
+        path = tmp_path / name
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(textwrap.dedent(text))
+    return MegatronSource(tmp_path)
+
+
+def places(calls: list) -> list[tuple[str, str, int | None]]:
+    return [(call.caller.split(":")[1], call.name, call.unpacks) for call in calls]
+
+
+def test_a_method_is_called_where_instances_inherit_it_and_from_subclasses_through_super(
+    source: MegatronSource,
+) -> None:
+    calls = source.calls_of("megatron.core.attention:Attention.qkv")
+    assert sorted(places(calls)) == [
+        ("Attention.forward", "self.qkv", 2),
+        ("Child.qkv", "super().qkv", None),
+        ("SelfAttention.helper", "self.qkv", 3),
+    ]
+
+
+def test_a_call_inside_another_replaced_symbol_is_left_out(source: MegatronSource) -> None:
+    calls = source.calls_of("megatron.core.attention:Attention.qkv", ["megatron.core.attention:Attention.forward"])
+    assert ("Attention.forward", "self.qkv", 2) not in places(calls) and calls
+
+
+def test_a_function_is_called_by_name_by_import_and_through_its_module(source: MegatronSource) -> None:
+    calls = source.calls_of("megatron.core.grads:reduce")
+    found = {(call.caller, call.name, call.bound_at) for call in calls}
+    assert found == {
+        ("megatron.core.grads:finalize", "reduce", None),
+        ("megatron.core.grads:finalize", "_captured", "megatron/core/grads.py:6"),
+        ("megatron.core.user:step", "reduce", "megatron/core/user.py:2"),
+        ("megatron.core.user:step", "g.reduce", None),
+    }
+    bindings = {(b.module, b.alias, b.called) for b in source.bindings_of("megatron.core.grads:reduce")}
+    assert bindings == {("megatron.core.grads", "_captured", True), ("megatron.core.user", "reduce", True)}
+
+
+def test_a_replacement_binds_counts_its_values_and_drops_unread_keywords() -> None:
+    def two(self, x, cache=None):
+        return x, x
+
+    def either(self, x):
+        if x:
+            return x, x
+        return x
+
+    def swallows(self, x, **kwargs):
+        return x, x
+
+    def forwards(self, *args, **kwargs):
+        return two(self, *args, **kwargs)
+
+    call = MegatronCall("megatron/core/attention.py", 4, "m:A.forward", 1, ("cache",), False, False, 2)
+    assert binding_problem(two, call, method=True) is None
+    assert "cache" in str(binding_problem(either, call, method=True))
+    assert returned_count(two) == 2 and returned_count(either) is None and returned_count(forwards) is None
+    assert unread_var_keyword(swallows) == "kwargs" and unread_var_keyword(forwards) is None
+    assert list(dropped_keywords(swallows, [call])) == ["cache"] and dropped_keywords(forwards, [call]) == {}
