@@ -257,7 +257,7 @@ def test_the_patch_binds_each_replacement_and_undo_restores_exactly(
     declared replacement; undone, every owner's namespace holds what it held before, name for name."""
     apply = getattr(subject, "apply_replacements", None)
     if apply is None:
-        pytest.skip("not declared: [symbols_patch], the apply that binds the replaced symbols")
+        pytest.skip("the subject has no [symbols_patch], the apply that binds its replaced symbols: nothing to apply")
     if getattr(subject, "REPLACED_ON_INSTANCES", ()):
         pytest.skip(f"the declared apply patches a built model: {ON_INSTANCES_CASE} checks it")
     undo = getattr(subject, "undo_replacements", None)
