@@ -86,14 +86,15 @@ def megatron_restored() -> Iterator[None]:
         restore_namespace(finalize, before)
 
 
-def restore_namespace(module: ModuleType, before: dict[str, object]) -> None:
-    """Bind every name of ``module`` to its object in ``before``; remove the names added since."""
-    namespace = vars(module)
+def restore_namespace(owner: Any, before: dict[str, object]) -> None:
+    """Bind every name of ``owner`` (a module or a class) to its object in ``before``; remove the names added
+    since."""
+    namespace = vars(owner)
     for name in [name for name in namespace if name not in before]:
-        delattr(module, name)
+        delattr(owner, name)
     for name, value in before.items():
         if namespace.get(name, _MISSING) is not value:
-            setattr(module, name, value)
+            setattr(owner, name, value)
 
 
 def _symbols_patch(

@@ -147,16 +147,21 @@ class MegatronSource:
     def is_package(self, module: str) -> bool:
         return self.texts[module][0].name == "__init__.py"
 
-    def descendants(self, owner: _ClassInfo) -> list[_ClassInfo]:
-        """``owner`` and the classes that derive from it in Megatron's source."""
+    @cached_property
+    def _by_base(self) -> dict[str, list[_ClassInfo]]:
+        """Base name -> the classes that name it among their bases."""
         by_base: dict[str, list[_ClassInfo]] = {}
         for infos in self.classes.values():
             for info in infos:
                 for base in info.bases:
                     by_base.setdefault(base, []).append(info)
+        return by_base
+
+    def descendants(self, owner: _ClassInfo) -> list[_ClassInfo]:
+        """``owner`` and the classes that derive from it in Megatron's source."""
         found, names = [owner], [owner.name]
         while names:
-            for info in by_base.get(names.pop(), []):
+            for info in self._by_base.get(names.pop(), []):
                 if info not in found and owner in self.mro(info):
                     found.append(info)
                     names.append(info.name)

@@ -15,6 +15,8 @@ import inspect
 from collections.abc import Iterable
 from typing import Any
 
+from harness.subjects.declared import restore_namespace
+
 _MISSING = object()
 Saved = dict[int, tuple[Any, dict[str, Any], dict[str, Any]]]
 """Owners by identity: each with its namespace and its dataclass defaults as they were."""
@@ -44,12 +46,7 @@ def snapshot(owners: Iterable[Any]) -> Saved:
 def restore(saved: Saved) -> None:
     """Put every owner's namespace and dataclass defaults back to ``saved``, whatever undo did or failed to do."""
     for owner, before, defaults in saved.values():
-        now = vars(owner)
-        for name in [name for name in now if name not in before]:
-            delattr(owner, name)
-        for name, value in before.items():
-            if now.get(name, _MISSING) is not value:
-                setattr(owner, name, value)
+        restore_namespace(owner, before)
         _set_defaults(owner, defaults)
 
 
