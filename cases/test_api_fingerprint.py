@@ -16,6 +16,8 @@ the target, and has a signature the subject's use of it fits.
 - A function whose body the subject copied (``UPSTREAM_BODY_HASHES``, opt-in): the installed body still hashes as
   declared, so upstream adding a rule to code the subject re-implements turns this red even where no case's
   population exercises the rule. A subject that declares none skips the case, saying so.
+- A replacement declared as a copy of a release's function (``COPIED_FROM``): an advisory shows the unified diff of
+  upstream's body between that release and this target, also written under ``reports/<session>/copies/``.
 
 The fingerprint of the declared symbols on this target is written to ``reports/<session>/fingerprint.json``.
 """
@@ -39,6 +41,7 @@ from harness.contracts.api_fingerprint.checks import (
     resolved_member,
     unbound_calls,
 )
+from harness.contracts.api_fingerprint.copies import body_diff, definition, diff_summary, shown
 from harness.contracts.api_fingerprint.inspection import fingerprint_symbols, parameters, signature_text
 from harness.contracts.api_fingerprint.patch_effects import (
     bound_to,
@@ -57,6 +60,7 @@ from harness.contracts.api_fingerprint.symbol_table import (
     declared_symbols,
     dotted,
     read_body_hashes,
+    read_copied_from,
     read_declaration,
 )
 from harness.contracts.instance_patch import instance_patch_task
@@ -67,7 +71,9 @@ from harness.ranks.early_start import ON_RANKS
 from harness.ranks.megatron_state import model_parallel
 from harness.ranks.pool import get_pool
 from harness.subjects.loading import SubjectRef
+from harness.targets.installed_versions import installed_versions
 from harness.targets.matrix import Target
+from harness.targets.release_source import ReleaseSourceError, release_source
 
 FAMILY = family("api-fingerprint")
 pytestmark = FAMILY.mark()
@@ -427,4 +433,59 @@ def test_copied_upstream_bodies_are_unchanged(target: Target, subject: ModuleTyp
     problems = changed_copies(copied, fingerprint_symbols(copied))
     assert not problems, contract_failure(
         target, FAMILY.name, "upstream code the subject copied is no longer what it copied", problems
+    )
+
+
+@pytest.mark.advisory
+def test_upstream_bodies_are_what_each_copy_was_taken_from(
+    target: Target,
+    subject: ModuleType,
+    declaration: list[Declared],
+    megatron_source: MegatronSource,
+    report_dir: Path,
+) -> None:
+    """What upstream changed in each function since the subject's copy of it was taken (``COPIED_FROM``): the
+    unified diff of the release's body against this target's, in the message and under ``copies/``. Advisory: a
+    changed body is what to review, not proof of a break; the body-hash case is the red where one is declared."""
+    try:
+        copied = read_copied_from(subject, declaration)
+    except DeclarationError as err:
+        pytest.fail(contract_failure(target, FAMILY.name, "COPIED_FROM cannot be read", str(err)))
+    if not copied:
+        pytest.skip("the subject names no release its replacements were copied from (COPIED_FROM): nothing to diff")
+    here = installed_versions()["megatron-core"]
+    folder = report_dir / "copies"
+    findings, records = [], []
+    for symbol, release in copied.items():
+        record = {"symbol": symbol, "copied_from": release, "target_release": here}
+        now = definition(megatron_source, symbol)
+        try:
+            source = release_source(release)
+        except ReleaseSourceError as err:
+            findings.append(f"{symbol}: upstream's body as of {release} cannot be read: {err}")
+            records.append({**record, "problem": str(err)})
+            continue
+        then = definition(MegatronSource(source.root), symbol)
+        record["read_from"] = source.origin
+        if then is None or now is None:
+            missing = release if then is None else f"{here} (this target)"
+            findings.append(f"{symbol}: megatron-core {missing} defines no function {symbol.partition(':')[2]}")
+            records.append({**record, "problem": f"no definition in {missing}"})
+            continue
+        labels = (f"megatron-core {release}: {then.place}", f"megatron-core {here}: {now.place}")
+        diff = body_diff(then.text, now.text, *labels)
+        record.update({"then": then.place, "now": now.place, "changed": bool(diff)})
+        if diff:
+            written = folder / f"{symbol.replace(':', '.')}.diff"
+            written.parent.mkdir(parents=True, exist_ok=True)
+            written.write_text(diff)
+            record["diff"] = str(written)
+            findings.append(
+                f"{symbol}: upstream's body changed between {release} (copied; read from {source.origin}) and "
+                f"{here} (this target): {diff_summary(diff)}. Review the copy against it:\n{shown(diff, str(written))}"
+            )
+        records.append(record)
+    write_json(report_dir / "copies.json", {"target": target.session, "copies": records})
+    assert not findings, contract_failure(
+        target, FAMILY.name, "upstream changed functions the subject's copies were taken from", findings
     )

@@ -20,8 +20,12 @@ from __future__ import annotations
 
 import dataclasses
 import re
+from collections.abc import Iterable
 
 _DECLARATION_NAME = "MEGATRON_SYMBOLS"
+COPIED_FROM_NAME = "COPIED_FROM"
+RELEASE = re.compile(r"^\d+(\.\d+){1,3}((a|b|rc)\d+)?(\.post\d+)?$")
+"""A megatron-core release as the package index names it: ``0.13.1``, ``0.15.0rc4``."""
 _USAGES = ("imports", "calls", "reads", "replaces", "relies")
 _DOTTED = r"[A-Za-z_]\w*(?:\.[A-Za-z_]\w*)*"
 SYMBOL = re.compile(rf"^({_DOTTED}):({_DOTTED})$")
@@ -91,3 +95,27 @@ def parse_usage(key: str, value: str) -> tuple[str, str | None, bool]:
     if match["usage"] != "replaces" and match["replacement"] is not None:
         raise _entry_error(key, f"{value!r}: 'with <subject name>' goes with 'replaces' and only there")
     return match["usage"], match["replacement"], bool(match["optional"])
+
+
+def parse_copied_from(raw: object, declaration: Iterable[Declared]) -> dict[str, str]:
+    """Validate a ``COPIED_FROM`` mapping against the parsed ``MEGATRON_SYMBOLS``: each key a symbol the subject
+    replaces, each value a release; :class:`DeclarationError` on the first bad entry."""
+    if not isinstance(raw, dict):
+        raise DeclarationError(f"{COPIED_FROM_NAME} must be a dict of symbol -> megatron-core release, got {raw!r:.80}")
+    replaced = {member for entry in declaration if entry.usage == "replaces" for member in entry.members}
+    copies: dict[str, str] = {}
+    for key, value in raw.items():
+        if key not in replaced:
+            raise DeclarationError(
+                f"{COPIED_FROM_NAME}[{key!r}]: not a symbol {_DECLARATION_NAME} says the subject replaces",
+                str(key),
+                "a copy is of a symbol the subject replaces: declare it 'replaces' in megatron_symbols",
+            )
+        if not isinstance(value, str) or not RELEASE.match(value):
+            raise DeclarationError(
+                f"{COPIED_FROM_NAME}[{key!r}] = {value!r:.80}: expected a megatron-core release such as '0.13.1'",
+                str(key),
+                f"{value!r:.80} is not a megatron-core release such as '0.13.1'",
+            )
+        copies[key] = value
+    return copies

@@ -34,6 +34,20 @@ def one_line(message: str) -> str:
     return f"{head} {lines[1]}" if head.endswith(":") and len(lines) > 1 else head
 
 
+def whole_message(message: str) -> str:
+    """The message as the case worded it, indentation kept (a diff in it reads as one), for a report to fold below
+    :func:`one_line`: pytest's prefix and the rewritten ``assert`` explanation it appends left out; "" when the one
+    line already says all of it."""
+    lines = message.removeprefix("Failed: ").removeprefix("AssertionError: ").splitlines()
+    end = next((i for i, line in enumerate(lines) if i and line.startswith("assert ")), len(lines))
+    kept = [line.rstrip() for line in lines[:end]]
+    if message.startswith("AssertionError: ") and all(line.startswith("  ") for line in kept[1:] if line):
+        kept[1:] = [line[2:] for line in kept[1:]]  # pytest indents an assert message's later lines by two
+    while kept and not kept[-1]:
+        kept.pop()
+    return "\n".join(kept) if len([line for line in kept if line.strip()]) > 2 else ""
+
+
 def parse_head(message: str) -> tuple[str, str] | None:
     """``(target session, contract)`` of a message :func:`contract_failure` worded; ``None`` for any other."""
     match = _HEAD.match(message)

@@ -10,7 +10,7 @@ from harness.formats.environment import repro_environment
 from harness.formats.red_section import TITLE as SECTION_TITLE
 from harness.formats.red_section import RedSection, repro_line
 from harness.plugin import session_state
-from harness.plugin.failure import one_line
+from harness.plugin.failure import one_line, whole_message
 from harness.plugin.families import family_of_case
 from harness.plugin.records import append_record
 
@@ -41,10 +41,13 @@ def judge(item: pytest.Item, report: pytest.TestReport) -> None:
 
 
 def _record_advisory(config: pytest.Config, family_name: str, report: pytest.TestReport, repro: str) -> None:
-    """Turn an advisory's failure into a pass with a record: its first line of message, and the repro line."""
+    """Turn an advisory's failure into a pass with a record: its first line of message, the whole message where it
+    says more (a report folds it), and the repro line."""
     crash = getattr(report.longrepr, "reprcrash", None)
-    text = one_line(crash.message if crash else str(report.longrepr))
+    message = crash.message if crash else str(report.longrepr)
     report.outcome = "passed"
     report.longrepr = None
-    entry = {"family": family_name, "case": report.nodeid, "text": text, "repro": repro}
+    entry = {"family": family_name, "case": report.nodeid, "text": one_line(message), "repro": repro}
+    if whole_message(message):
+        entry["detail"] = whole_message(message)
     append_record(session_state.report_dir_of(config), "advisories", entry)

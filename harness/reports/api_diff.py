@@ -5,7 +5,8 @@ interpreter (the two concurrently; each answers from its cache when that install
 the results: symbols added or removed, parameters added, removed or renamed, defaults, kinds and positions changed,
 an alternative group that now resolves to another member (a renamed flag), dataclass fields added or removed, and
 normalised function bodies that changed. For a function it also diffs what the body does: module-level functions it
-calls (added, removed) and model-config attributes it reads (new, no longer read).
+calls (added, removed) and model-config attributes it reads (new, no longer read). A replaced function whose body
+changed carries the unified diff of its source between the two targets, folded under its review item.
 
 Two kinds of change head the report under "Review your copy": a changed body (or changed calls or config reads) of a
 function the subject *replaces*, since the subject's copy may have fallen behind upstream; and a function that now
@@ -25,6 +26,7 @@ from typing import Any
 
 from harness import REPO_ROOT
 from harness.contracts.api_fingerprint.checks import resolved_member
+from harness.contracts.api_fingerprint.copies import body_diff
 from harness.contracts.api_fingerprint.symbol_table import Declared
 from harness.formats.markdown import table_row
 
@@ -337,6 +339,8 @@ def build_report(before: dict[str, Any], after: dict[str, Any]) -> dict[str, Any
     ]
     review.sort(key=lambda row: row["change"] != NEW_REDUCTION)
     for row in review:
+        if row["change"] == _BODY_CHANGED:
+            row["diff"] = _body_diff(row["symbol"], before, after)
         what = [
             f"{_PHRASES[r['change']]} {r['detail']}"
             for r in rows
@@ -350,6 +354,15 @@ def build_report(before: dict[str, Any], after: dict[str, Any]) -> dict[str, Any
         "review": review,
         "unchanged": [s for e in declaration for s in e.members if s not in changed],
     }
+
+
+def _body_diff(symbol: str, before: dict[str, Any], after: dict[str, Any]) -> str:
+    """The unified diff of a function's source between two targets ("" where either has none)."""
+    old, new = before["symbols"][symbol], after["symbols"][symbol]
+    if not old.get("body") or not new.get("body"):
+        return ""
+    labels = (f"{print_['session']}: {print_['symbols'][symbol].get('source')}" for print_ in (before, after))
+    return body_diff(old["body"], new["body"], *labels)
 
 
 def _finding(row: dict[str, Any], first: str, second: str, what: list[str]) -> str:
@@ -386,7 +399,12 @@ def render_markdown(report: dict[str, Any]) -> str:
     ]
     if report["review"]:
         lines += ["## Review your copy", ""]
-        lines += [f"- **`{row['symbol']}`**: {row['finding']}" for row in report["review"]]
+        for row in report["review"]:
+            lines.append(f"- **`{row['symbol']}`**: {row['finding']}")
+            if row.get("diff"):
+                lines += ["", "  <details><summary>upstream's body, diff</summary>", "", "  ```diff"]
+                lines += [f"  {line}" for line in row["diff"].splitlines()]
+                lines += ["  ```", "", "  </details>"]
         lines.append("")
     lines += ["## Changes", ""]
     if report["changes"]:

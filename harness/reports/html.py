@@ -157,6 +157,11 @@ def _html_advisory(advisory: Advisory) -> str:
             f'<p class="facts">advisory · contract <code>{html.escape(advisory.family)}</code></p>',
             f"<pre>{html.escape(advisory.text)}</pre>",
             f'<p>Repro:</p><pre class="repro"><code>{html.escape(advisory.repro)}</code></pre>',
+            *(
+                [f"<details><summary>Whole message</summary><pre>{html.escape(advisory.detail)}</pre></details>"]
+                if advisory.detail
+                else []
+            ),
             "</section>",
         ]
     )

@@ -120,6 +120,8 @@ def _md_advisory(advisory: Advisory) -> str:
         "Repro:",
         code_block(advisory.repro, "sh"),
     ]
+    if advisory.detail:
+        parts.append(f"<details><summary>Whole message</summary>\n\n{code_block(advisory.detail)}\n\n</details>")
     return "\n\n".join(parts) + "\n"
 
 

@@ -90,6 +90,8 @@ class Advisory:
     text: str
     repro: str
     anchor: str
+    detail: str = ""
+    """The whole message where it says more than ``text`` (a list of findings, a diff), which a report folds."""
 
     @property
     def case(self) -> tuple[str, str]:
@@ -455,7 +457,15 @@ def _advisories(records: Iterable[dict[str, str]], session: str) -> list[Advisor
     """The session's advisories in row order (so a cell's are consecutive), numbered for their anchors."""
     ordered = sorted(records, key=lambda record: (*_module_and_function(record["case"]), record["case"]))
     return [
-        Advisory(session, a["family"], a["case"], a["text"], a["repro"], f"adv-{_slug(session)}-{number}")
+        Advisory(
+            session,
+            a["family"],
+            a["case"],
+            a["text"],
+            a["repro"],
+            f"adv-{_slug(session)}-{number}",
+            a.get("detail", ""),
+        )
         for number, a in enumerate(ordered, 1)
     ]
 

@@ -20,7 +20,7 @@ from typing import Any
 from harness.formats.budget_units import UNITS
 from harness.formats.effect_kinds import ALLOWANCE_KINDS
 from harness.formats.keys import key_problem
-from harness.formats.megatron_symbols import DeclarationError, parse_declaration, parse_usage
+from harness.formats.megatron_symbols import DeclarationError, parse_copied_from, parse_declaration, parse_usage
 from harness.subjects.scale_models import scale_table
 
 PYPROJECT_TABLE = "megatron-conformance"
@@ -44,7 +44,8 @@ _TABLES: dict[str, tuple[tuple[str, ...], tuple[str, ...]]] = {
     "allow": ((), ALLOWANCE_KINDS),
     "scale": (("models",), ("budget",)),
 }
-_FREE_TABLES = ("megatron_symbols", "upstream_body_hashes", "expected_failures")
+_FREE_TABLES = ("megatron_symbols", "upstream_body_hashes", "copied_from", "expected_failures")
+
 _APPLIED = ("import", "call", "context")
 """How a patch is applied: by importing its module, by calling ``apply`` (undone by ``undo``), or by entering the
 context manager ``context`` (undone by leaving it)."""
@@ -92,6 +93,8 @@ class Declaration:
     allow: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
     megatron_symbols: Mapping[str, str] = field(default_factory=dict)
     upstream_body_hashes: Mapping[str, str] = field(default_factory=dict)
+    copied_from: Mapping[str, str] = field(default_factory=dict)
+    """The megatron-core release each replacement that is a copy of upstream's was taken from."""
     expected_failures: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
     scale: Mapping[str, Any] = field(default_factory=dict)
     """``[scale]``: the models to measure at their real size, and the budget to judge them by."""
@@ -190,6 +193,7 @@ def _checked(path: Path, raw: dict[str, Any], lines: int) -> Declaration:
     if not root.is_dir():
         raise DeclarationFileError(path, "subject.source_root", f"{root} is not a directory")
     strict = _boolean(path, "subject.strict", subject.get("strict", False))
+    symbols, copies = _megatron_symbols(path, raw.get("megatron_symbols", {}), _table(path, raw, "copied_from"))
     declaration = Declaration(
         path=path,
         source_root=root,
@@ -202,7 +206,8 @@ def _checked(path: Path, raw: dict[str, Any], lines: int) -> Declaration:
         splitter=_splitter(path, tables["splitter"]),
         provider=_provider(path, tables["provider"]),
         allow={k: _patterns(path, f"allow.{k}", v) for k, v in tables["allow"].items()},
-        megatron_symbols=_megatron_symbols(path, raw.get("megatron_symbols", {})),
+        megatron_symbols=symbols,
+        copied_from=copies,
         upstream_body_hashes=_string_table(path, "upstream_body_hashes", raw.get("upstream_body_hashes", {})),
         expected_failures={
             k: _patterns(path, f"expected_failures.{k}", v) for k, v in _table(path, raw, "expected_failures").items()
@@ -227,16 +232,39 @@ def _label(path: Path, value: object) -> str | None:
     return text
 
 
-def _megatron_symbols(path: Path, table: object) -> dict[str, str]:
+def _megatron_symbols(path: Path, table: object, copied: dict[str, Any]) -> tuple[dict[str, str], dict[str, str]]:
     """The ``[megatron_symbols]`` table, each entry checked as ``MEGATRON_SYMBOLS`` is, so that a misspelt usage is
-    refused here, against its key, rather than found by a case (or never)."""
-    symbols = _string_table(path, "megatron_symbols", table)
-    if symbols:
-        try:
-            parse_declaration(symbols)
-        except DeclarationError as err:
-            raise DeclarationFileError(path, f"megatron_symbols.{err.key}", err.reason) from None
-    return symbols
+    refused here, against its key, rather than found by a case (or never); and the release each copy was taken from,
+    from entries written as tables and from ``[copied_from]`` (``copied``)."""
+    if not isinstance(table, dict):
+        raise DeclarationFileError(path, "megatron_symbols", f"must be a table, not {type(table).__name__}")
+    symbols: dict[str, str] = {}
+    copies: dict[str, Any] = {}
+    for key, value in table.items():
+        if isinstance(value, dict):  # { usage = "replaces with m:f", copied_from = "0.13.1" }
+            problem = key_problem(value, ("usage",), ("copied_from",))
+            if problem:
+                raise DeclarationFileError(path, f"megatron_symbols.{key}.{problem[0]}", problem[1])
+            value, copies[key] = value["usage"], value.get("copied_from")
+            if copies[key] is None:
+                del copies[key]
+        symbols[str(key)] = _string(path, f"megatron_symbols.{key}", value)
+    for key, release in copied.items():
+        if key in copies:
+            raise DeclarationFileError(path, f"copied_from.{key}", "given beside the symbol in megatron_symbols too")
+        copies[key] = release
+    if not symbols:
+        if copies:
+            raise DeclarationFileError(path, "copied_from", "names copies of symbols megatron_symbols does not declare")
+        return symbols, {}
+    try:
+        entries = parse_declaration(symbols)
+    except DeclarationError as err:
+        raise DeclarationFileError(path, f"megatron_symbols.{err.key}", err.reason) from None
+    try:
+        return symbols, parse_copied_from(copies, entries)
+    except DeclarationError as err:
+        raise DeclarationFileError(path, f"copied_from.{err.key}", err.reason) from None
 
 
 def _check_replacements(declaration: Declaration) -> None:

@@ -50,6 +50,8 @@ def build_declared_subject(declaration: Declaration) -> ModuleType:
         subject.MEGATRON_SYMBOLS = dict(declaration.megatron_symbols)
     if declaration.upstream_body_hashes:
         subject.UPSTREAM_BODY_HASHES = dict(declaration.upstream_body_hashes)
+    if declaration.copied_from:
+        subject.COPIED_FROM = dict(declaration.copied_from)
     if "env" in declaration.budget:
         # The one variable the adapter may read at import: its reads are listed as waivers, never reported.
         subject.BUDGET_ENV_VAR = declaration.budget["env"]

@@ -52,7 +52,12 @@ def pip_settings(environ: dict[str, str] | None = None) -> dict[str, list[str]]:
 
 def _uv_options(settings: dict[str, list[str]]) -> list[str]:
     """uv command-line options equivalent to ``settings``, plus bytecode compilation."""
-    options = ["--compile-bytecode"]
+    return ["--compile-bytecode", *index_options(settings)]
+
+
+def index_options(settings: dict[str, list[str]]) -> list[str]:
+    """The uv options that make it look where pip looks: ``settings``' indexes, find-links and constraints."""
+    options: list[str] = []
     for key, flag in _PASSED_TO_UV.items():
         for value in settings.get(key, []):
             options += [flag, value]

@@ -199,7 +199,13 @@ def test_api_diff_reports_the_renamed_parameter_and_asks_for_a_review(candidate:
     base, changed = report["targets"]
     assert base["megatron_core"] == changed["megatron_core"] == BASE_VERSION and base["key"] != changed["key"]
     assert changed["origin"] == str(candidate.wheel)
-    assert "## Review your copy" in render_markdown(report)
+    markdown = render_markdown(report)
+    assert "## Review your copy" in markdown
+    diff = next(row["diff"] for row in report["review"] if row["symbol"] == UPSTREAM)
+    assert diff.startswith(f"--- {BASE}: megatron/core/distributed/finalize_model_grads.py:"), diff[:300]
+    assert f"\n+++ {CANDIDATE}: megatron/core/distributed/finalize_model_grads.py:" in diff, diff[:300]
+    assert f"\n-    {RENAMED[0]}: " in diff and f"\n+    {RENAMED[1]}: " in diff, diff
+    assert "<summary>upstream's body, diff</summary>" in markdown and f"  +    {RENAMED[1]}: " in markdown
 
     again = compare(pythons, "harness.reference", tmp_path / "cache")
     assert [target["cached"] for target in again["targets"]] == [True, True]

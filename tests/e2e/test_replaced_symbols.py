@@ -14,12 +14,16 @@ patch re-binds a name that call never looks up.
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import pytest
 
+from harness.contracts.api_fingerprint.call_sites import MegatronSource
+from harness.contracts.api_fingerprint.copies import definition
 from harness.sensitivity.catalogue import CATALOGUE, load_catalogue
 from harness.sensitivity.runner import run_sensitivity
 from harness.targets.matrix import load_matrix
+from harness.targets.release_source import release_source
 from tests.pytest_helpers import ROOT, SharedRuns, on_one_target_in_ci, selected_parameters, target_python
 
 SEEDED = ROOT / "harness" / "sensitivity" / "seeded"
@@ -45,6 +49,8 @@ DROPPED = "test_keywords_megatron_passes_are_read_by_the_replacements"
 APPLY_UNDO = "test_the_patch_binds_each_replacement_and_undo_restores_exactly"
 CONFIG = "test_megatrons_config_constructs_with_the_patch_applied"
 ON_INSTANCES = "test_a_method_swapped_on_built_instances_is_reached_on_the_real_step"
+COPIES = "test_upstream_bodies_are_what_each_copy_was_taken_from"
+VERSIONS = {"megatron-0.15": "0.15.3", "megatron-0.19": "0.19.2"}
 BLOCK_UNPACKS = {"megatron-0.15": 697, "megatron-0.19": 664}
 """Where ``TransformerBlock.forward`` unpacks ``hidden_states, context = layer(...)`` on the real step's path."""
 QKV = "megatron.core.transformer.multi_latent_attention:MLASelfAttention.get_query_key_value_tensors"
@@ -64,10 +70,11 @@ def runs(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactor
     return SharedRuns(plan, lambda: tmp_path_factory.mktemp("replaced"))
 
 
-def advisories(run) -> dict[str, str]:
+def advisories(run, key: str = "text") -> dict[str, str]:
+    """Each advisory's one line by case (``key="detail"``: the whole message where it says more)."""
     assert run.report_dir is not None
     summary = json.loads((run.report_dir / "summary.json").read_text())
-    return {a["case"].split("::")[-1]: a["text"] for a in summary["advisories"]}
+    return {a["case"].split("::")[-1]: a.get(key, "") for a in summary["advisories"]}
 
 
 @pytest.mark.parametrize("session", SESSIONS)
@@ -141,8 +148,25 @@ def test_owl_is_green_where_its_copies_call_each_other(session: str, runs: Share
     assert run.returncode == 0, run.failed()
     assert run.verdicts[APPLY_UNDO][0] == "passed", run.verdicts[APPLY_UNDO]
     advised = advisories(run)
-    assert DROPPED not in advised and DECIDED in advised, advised
+    assert DROPPED not in advised and DECIDED in advised and COPIES in advised, advised
     assert "MultiLatentAttention.forward: no call of it found in Megatron's source" in advised[DECIDED]
+
+
+@pytest.mark.parametrize("session", SESSIONS)
+def test_owls_copies_show_what_upstream_changed_since_0_13_1(session: str, runs: SharedRuns) -> None:
+    """owl declares both copies ``copied_from = "0.13.1"``: the advisory carries the unified diff of upstream's body
+    between 0.13.1 and the target, and ``copies/`` holds each diff whole."""
+    run = runs.run(session, FINGERPRINT, OWL)
+    text = advisories(run, "detail")[COPIES]
+    assert f"{QKV}: upstream's body changed between 0.13.1 (copied; read from " in text, text[:2000]
+    assert f"--- megatron-core 0.13.1: {MLA_FILE}:352\n+++ megatron-core {VERSIONS[session]}: {MLA_FILE}:" in text
+    assert run.report_dir is not None
+    copies = json.loads((run.report_dir / "copies.json").read_text())["copies"]
+    changed = {copy["symbol"].rpartition(".")[2] for copy in copies if copy["changed"]}
+    assert changed == {"forward", "get_query_key_value_tensors"}, copies
+    for copy in copies:
+        whole = Path(copy["diff"]).read_text()
+        assert whole.startswith(f"--- megatron-core 0.13.1: {copy['then']}\n") and "\n@@ " in whole, whole[:300]
 
 
 def test_megatron_calling_the_replaced_function_by_a_captured_name_is_red() -> None:
@@ -196,3 +220,15 @@ def test_swift_is_green_its_forward_swapped_on_every_built_layer(session: str, r
     run = runs.run(session, FINGERPRINT, SWIFT)
     assert run.returncode == 0, run.failed()
     assert run.verdicts[ON_INSTANCES][0] == "passed", run.verdicts[ON_INSTANCES]
+
+
+def test_a_release_no_target_venv_has_is_fetched_once_from_the_index(tmp_path: Path) -> None:
+    """The wheel of a release no venv holds is unpacked into the cache from the configured index, then read from
+    there; the definition a copy would be diffed against is found in it."""
+    fetched = release_source("0.14.0", venvs=tmp_path / "no-venvs", cache=tmp_path / "cache")
+    unpacked = tmp_path / "cache" / "megatron-core-0.14.0"
+    assert fetched.origin == f"its wheel, fetched from the package index into {unpacked}" and fetched.root == unpacked
+    found = definition(MegatronSource(fetched.root), QKV)
+    assert found is not None and found.place.startswith(f"{MLA_FILE}:") and found.text.startswith("def ")
+    again = release_source("0.14.0", venvs=tmp_path / "no-venvs", cache=tmp_path / "cache")
+    assert again.root == fetched.root and again.origin.startswith("its wheel, cached in ")

@@ -8,6 +8,7 @@ from pathlib import Path
 import pytest
 
 from harness.contracts.api_fingerprint.call_sites import MegatronCall, MegatronSource
+from harness.contracts.api_fingerprint.copies import body_diff, definition, diff_summary, shown
 from harness.contracts.api_fingerprint.replacement_fit import (
     binding_problem,
     dropped_keywords,
@@ -133,3 +134,18 @@ def test_a_replacement_binds_counts_its_values_and_drops_unread_keywords() -> No
     assert returned_count(two) == 2 and returned_count(either) is None and returned_count(forwards) is None
     assert unread_var_keyword(swallows) == "kwargs" and unread_var_keyword(forwards) is None
     assert list(dropped_keywords(swallows, [call])) == ["cache"] and dropped_keywords(forwards, [call]) == {}
+
+
+def test_a_copy_is_diffed_against_the_definition_instances_find(source: MegatronSource, tmp_path: Path) -> None:
+    """The body compared is the one Megatron's instances reach: ``SelfAttention.qkv`` is ``Attention``'s."""
+    found = definition(source, "megatron.core.attention:SelfAttention.qkv")
+    assert found is not None and found.place == "megatron/core/attention.py:7"
+    assert found.text.startswith("def qkv(self, x, cache=None):\n")
+    assert definition(source, "megatron.core.attention:SelfAttention.missing") is None
+    assert definition(source, "megatron.core.grads:reduce").text.startswith("def reduce(model, config, group=None)")
+    changed = found.text.replace("return x, x", "return x, x, None")
+    diff = body_diff(found.text, changed, "0.13.1: a.py:6", "0.19.0: a.py:9")
+    assert diff.startswith("--- 0.13.1: a.py:6\n+++ 0.19.0: a.py:9\n") and "+    return x, x, None\n" in diff
+    assert diff_summary(diff) == "1 line added, 1 removed" and body_diff(found.text, found.text, "a", "b") == ""
+    long = "".join(f"+{n}\n" for n in range(100))
+    assert shown(long, "copies/x.diff").endswith("... 40 more lines in copies/x.diff")

@@ -427,3 +427,34 @@ def test_a_frameworks_own_config_file_becomes_the_models_fields(framework: Path)
     }
     with pytest.raises(DeclarationFileError, match=r"scale.models\[0\].vocab_size'.* is needed"):
         read_declaration_file(declare(framework, GOOD + table.replace("args.json", "bare.yaml")))
+
+
+def test_a_copy_names_its_release_beside_the_symbol_or_in_a_table_of_its_own(framework: Path) -> None:
+    copy = REPLACED.replace("non_tensor", "tensor")
+    beside = f'"{copy}" = {{ usage = "replaces with split_into_chunks", copied_from = "0.13.1" }}\n'
+    declaration = read_declaration_file(declare(framework, GOOD + "\n[megatron_symbols]\n" + beside))
+    assert declaration.megatron_symbols == {copy: "replaces with split_into_chunks"}
+    assert declaration.copied_from == {copy: "0.13.1"}
+    own = f'"{copy}" = "replaces with split_into_chunks"\n\n[copied_from]\n"{copy}" = "0.15.0rc4"\n'
+    assert read_declaration_file(declare(framework, GOOD + "\n[megatron_symbols]\n" + own)).copied_from == {
+        copy: "0.15.0rc4"
+    }
+
+
+@pytest.mark.parametrize(
+    ("table", "key", "reason"),
+    [
+        (f'"{SYMBOL}" = {{ usage = "calls", copied_from = "0.13.1" }}\n', f"copied_from.{SYMBOL}", "replaces"),
+        (
+            f'"{SYMBOL}" = {{ usage = "replaces with split_into_chunks", copied_from = "latest" }}\n',
+            f"copied_from.{SYMBOL}",
+            "is not a megatron-core release",
+        ),
+        (f'"{SYMBOL}" = {{ usage = "calls", copied = "0.13.1" }}\n', f"megatron_symbols.{SYMBOL}.copied", "unknown"),
+        (f'"{SYMBOL}" = "calls"\n\n[copied_from]\n"{REPLACED}" = "0.13.1"\n', f"copied_from.{REPLACED}", "replaces"),
+    ],
+)
+def test_a_wrong_copy_release_is_one_line_naming_its_key(framework: Path, table: str, key: str, reason: str) -> None:
+    path = declare(framework, GOOD + "\n[megatron_symbols]\n" + table)
+    message = one_line_error(path)
+    assert message.startswith(f"{path}: key '{key}': ") and reason in message, message

@@ -5,6 +5,7 @@ lines, families not declared, notes, what is folded and what stays open, the com
 
 from __future__ import annotations
 
+import html
 import json
 import os
 import re
@@ -16,6 +17,7 @@ from pathlib import Path
 import pytest
 
 from harness.formats.summary import SessionSummary
+from harness.plugin.failure import one_line, whole_message
 from harness.reports.findings import Peak, target_findings
 from harness.reports.html import render_html
 from harness.reports.markdown import render_markdown
@@ -444,6 +446,38 @@ def test_advisories_are_amber_beside_the_cell_colour_and_listed_with_repro_lines
     assert repro in section[: section.index("</section>")]
     colours = [_background(page, selector) for selector in (".advisory", "td.passed", "td.failed", "td.xfailed")]
     assert len(set(colours)) == 4
+    assert "Whole message" not in markdown, "a one-line advisory has nothing more to fold"
+
+
+def test_an_advisory_that_says_more_than_one_line_folds_its_whole_message(synthetic: Path) -> None:
+    """A diff in an advisory keeps its indentation in the record (less the two spaces pytest puts before each later
+    line of an assert message) and is folded below the one line in both pages."""
+    message = (
+        "AssertionError: [megatron-0.13] api-fingerprint: upstream changed functions the subject's copies were taken "
+        "from:\n    m:f: upstream's body changed: 1 line added, 1 removed. Review the copy against it:\n"
+        "  --- megatron-core 0.12.0: m.py:1\n  +++ megatron-core 0.13.1: m.py:1\n  @@ -1,2 +1,2 @@\n   def f(x):\n"
+        "  -    return x\n  +    return x, x\nassert not ['m:f: ...']"
+    )
+    detail = whole_message(message)
+    assert detail.startswith("[megatron-0.13] api-fingerprint: upstream changed"), detail
+    assert detail.endswith("+    return x, x"), detail
+    assert "\n--- megatron-core 0.12.0: m.py:1\n" in detail and "\n def f(x):\n-    return x\n" in detail
+    assert "\n  m:f: upstream's body changed" in detail and "assert not" not in detail
+    assert whole_message("AssertionError: [megatron-0.13] a: one finding:\n  the finding\nassert not [1]") == ""
+    advisory = {
+        "family": "api-fingerprint",
+        "case": "cases/test_api_fingerprint.py::test_upstream_bodies_are_what_each_copy_was_taken_from",
+        "text": one_line(message),
+        "repro": "nox -R -s megatron-0.13 -- cases/test_api_fingerprint.py",
+        "detail": detail,
+    }
+    (synthetic / "megatron-0.13" / "summary.json").write_text(
+        json.dumps(summary("megatron-0.13", advisories=[advisory]))
+    )
+    grid = collect(synthetic)
+    entry = failure_entry(render_markdown(grid), "adv-megatron-0-13-1")
+    assert f"<details><summary>Whole message</summary>\n\n```text\n{detail}\n```\n\n</details>" in entry, entry
+    assert f"<details><summary>Whole message</summary><pre>{html.escape(detail)}</pre></details>" in render_html(grid)
 
 
 def test_a_family_the_declaration_leaves_out_reads_not_declared(tmp_path: Path) -> None:

@@ -77,6 +77,7 @@ def _describe(obj: Any) -> dict[str, Any]:
             "qualname": getattr(obj, "__qualname__", None),
             "parameters": parameters(obj),
             "body_hash": body_hash(obj),
+            "body": _body_text(obj),
             "calls": _function_calls(obj),
             "config_reads": _config_reads(obj),
             "source": _source_location(obj),
@@ -99,6 +100,15 @@ def parameters(func: Any) -> list[dict[str, str | None]] | None:
         }
         for p in signature.parameters.values()
     ]
+
+
+def _body_text(func: Any) -> str | None:
+    """The function's source as written (decorators included, dedented), for the diff of a changed body; None where
+    there is none."""
+    try:
+        return textwrap.dedent(inspect.getsource(func))
+    except (OSError, TypeError):
+        return None
 
 
 def body_hash(func: Any) -> str | None:

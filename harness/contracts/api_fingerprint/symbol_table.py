@@ -22,6 +22,15 @@ A subject whose code is a copy of an upstream function may also declare the body
 The hash is the fingerprint's own (:func:`harness.contracts.api_fingerprint.inspection.body_hash`: 16 hex digits, as
 ``reports/<session>/fingerprint.json`` and the api-fingerprint red print it); the contract goes red on a target whose
 installed body hashes otherwise.
+
+A replacement that is a copy of upstream's function as one release had it may say which release
+(``COPIED_FROM`` in the subject module; ``copied_from`` beside the symbol in ``[megatron_symbols]``, or a
+``[copied_from]`` table, in a declaration file)::
+
+    {"<module>:<qualname>": "0.13.1"}   # a symbol the subject replaces, and the megatron-core release it copied
+
+An advisory then shows the unified diff of upstream's body between that release and the target
+(:mod:`harness.contracts.api_fingerprint.copies`); it is red only where a body hash is declared.
 """
 
 from __future__ import annotations
@@ -30,7 +39,15 @@ import re
 from collections.abc import Iterable
 from types import ModuleType
 
-from harness.formats.megatron_symbols import SYMBOL, DeclarationError, Declared, parse_declaration, parse_usage
+from harness.formats.megatron_symbols import (
+    COPIED_FROM_NAME,
+    SYMBOL,
+    DeclarationError,
+    Declared,
+    parse_copied_from,
+    parse_declaration,
+    parse_usage,
+)
 
 _DECLARATION_NAME = "MEGATRON_SYMBOLS"
 BODY_HASHES_NAME = "UPSTREAM_BODY_HASHES"
@@ -38,14 +55,17 @@ _BODY_HASH = re.compile(r"^[0-9a-f]{16}$")
 
 __all__ = [
     "BODY_HASHES_NAME",
+    "COPIED_FROM_NAME",
     "DeclarationError",
     "Declared",
     "declared_symbols",
     "dotted",
     "parse_body_hashes",
+    "parse_copied_from",
     "parse_declaration",
     "parse_usage",
     "read_body_hashes",
+    "read_copied_from",
     "read_declaration",
 ]
 
@@ -90,3 +110,8 @@ def parse_body_hashes(raw: object) -> dict[str, str]:
 def read_body_hashes(subject: ModuleType) -> dict[str, str]:
     """The subject's parsed ``UPSTREAM_BODY_HASHES``; empty when it declares none (the check is opt-in)."""
     return parse_body_hashes(getattr(subject, BODY_HASHES_NAME, {}))
+
+
+def read_copied_from(subject: ModuleType, declaration: Iterable[Declared]) -> dict[str, str]:
+    """The subject's parsed ``COPIED_FROM``; empty when it declares none."""
+    return parse_copied_from(getattr(subject, COPIED_FROM_NAME, {}), declaration)

@@ -1,0 +1,112 @@
+"""The installed source of a megatron-core release other than the target's: what a framework's copy was taken from.
+
+A declaration that says a replacement is a copy of upstream's function as of ``0.13.1`` (``copied_from``) asks what
+upstream changed since. That needs the source of 0.13.1 beside the target's own. It is read, in this order, from:
+
+1. a target venv beside the running one (``.nox/<session>``) that has that release installed: nothing to fetch;
+2. the release's wheel, unpacked once into the cache (``$MEGATRON_CONFORMANCE_CACHE``, else
+   ``$XDG_CACHE_HOME/megatron-conformance``, else ``~/.cache/megatron-conformance``) by ``uv pip install --target``
+   from the indexes and find-links pip is configured with, the ones the target venvs are built from. Only a wheel is
+   taken (``--no-build``): nothing is compiled, and the wheel's own dependencies are not installed.
+
+Only ``.py`` files are read, so a wheel built for another Python serves as well as one for the target's: when none
+fits the running interpreter, the Pythons of :data:`_OTHER_PYTHONS` are tried.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+
+from harness.targets.venv_install import index_options, pip_settings
+
+DISTRIBUTION = "megatron-core"
+_OTHER_PYTHONS = ("3.12", "3.11", "3.10")
+_FETCH_TIMEOUT_S = 300
+
+
+class ReleaseSourceError(RuntimeError):
+    """The release's source could not be had; the message says where it was looked for and what the fetch said."""
+
+
+@dataclass(frozen=True)
+class ReleaseSource:
+    """Where a release's ``megatron`` package lies (``root`` holds ``megatron/``) and how it got there."""
+
+    version: str
+    root: Path
+    origin: str
+
+
+def cache_dir(environ: dict[str, str] | None = None) -> Path:
+    """The folder wheels of other releases are unpacked into."""
+    environ = dict(os.environ if environ is None else environ)
+    if environ.get("MEGATRON_CONFORMANCE_CACHE"):
+        return Path(environ["MEGATRON_CONFORMANCE_CACHE"])
+    base = Path(environ["XDG_CACHE_HOME"]) if environ.get("XDG_CACHE_HOME") else Path.home() / ".cache"
+    return base / "megatron-conformance"
+
+
+def release_source(version: str, venvs: Path | None = None, cache: Path | None = None) -> ReleaseSource:
+    """The source of megatron-core ``version``: from a venv under ``venvs`` (default: the folder of the running
+    venv), else the cache, else fetched into the cache. :class:`ReleaseSourceError` when none of them has it."""
+    venvs = Path(sys.prefix).parent if venvs is None else venvs
+    cache = cache_dir() if cache is None else cache
+    for site_packages in sorted(venvs.glob("*/lib/python3*/site-packages")):
+        if (site_packages / _dist_info(version)).is_dir() and (site_packages / "megatron").is_dir():
+            return ReleaseSource(version, site_packages, f"the target venv {site_packages.parents[2]}")
+    unpacked = cache / f"{DISTRIBUTION}-{version}"
+    if not (unpacked / "megatron").is_dir():
+        _fetch(version, unpacked)
+        return ReleaseSource(version, unpacked, f"its wheel, fetched from the package index into {unpacked}")
+    return ReleaseSource(version, unpacked, f"its wheel, cached in {unpacked}")
+
+
+def _dist_info(version: str) -> str:
+    return f"{DISTRIBUTION.replace('-', '_')}-{version}.dist-info"
+
+
+def _fetch(version: str, destination: Path) -> None:
+    """Unpack the release's wheel into ``destination`` through a scratch folder, so that an interrupted fetch never
+    leaves a half-filled cache entry behind."""
+    uv = shutil.which("uv")
+    if uv is None:
+        raise ReleaseSourceError(
+            f"{DISTRIBUTION} {version}: no target venv beside this one has it, and uv, which fetches its wheel, is "
+            "not on PATH (pip install uv, or build a target venv of that release)"
+        )
+    destination.parent.mkdir(parents=True, exist_ok=True)
+    requirement = f"{DISTRIBUTION}=={version}"
+    said = []
+    for python in (None, *_OTHER_PYTHONS):
+        scratch_dir = tempfile.TemporaryDirectory(
+            dir=destination.parent, prefix=f".{destination.name}.", ignore_cleanup_errors=True
+        )
+        with scratch_dir as scratch:
+            command = [uv, "pip", "install", "-q", "--no-deps", "--no-build", "--target", scratch]
+            command += ["--python", sys.executable, *(["--python-version", python] if python else [])]
+            command += [*index_options(pip_settings()), requirement]
+            try:
+                done = subprocess.run(command, capture_output=True, text=True, timeout=_FETCH_TIMEOUT_S)
+            except subprocess.TimeoutExpired:
+                raise ReleaseSourceError(
+                    f"{DISTRIBUTION} {version}: fetching its wheel took over {_FETCH_TIMEOUT_S} s"
+                ) from None
+            if done.returncode == 0 and (Path(scratch) / "megatron").is_dir():
+                try:
+                    os.replace(scratch, destination)
+                except OSError:
+                    if not (destination / "megatron").is_dir():
+                        raise
+                return
+            last = (done.stderr.strip().splitlines() or ["no output"])[-1]
+            said.append(f"for Python {python or 'of this venv'}: {last}")
+    raise ReleaseSourceError(
+        f"{DISTRIBUTION} {version}: no target venv beside this one has it, and no wheel of it could be fetched "
+        f"({'; '.join(said)})"
+    )
