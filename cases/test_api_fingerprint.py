@@ -44,14 +44,21 @@ from harness.contracts.api_fingerprint.checks import (
 from harness.contracts.api_fingerprint.copies import body_diff, definition, diff_summary, shown
 from harness.contracts.api_fingerprint.inspection import fingerprint_symbols, parameters, signature_text
 from harness.contracts.api_fingerprint.patch_effects import (
+    bound_kinds,
     bound_to,
     captured_replacements,
     namespace_changes,
     owner_of,
     restore,
     snapshot,
+    upstream_kind,
 )
-from harness.contracts.api_fingerprint.replacement_fit import binding_problem, dropped_keywords, returned_count
+from harness.contracts.api_fingerprint.replacement_fit import (
+    binding_problem,
+    callable_of,
+    dropped_keywords,
+    returned_count,
+)
 from harness.contracts.api_fingerprint.source_scan import SourceScan, scan_sources, subject_files, undeclared_uses
 from harness.contracts.api_fingerprint.symbol_table import (
     BODY_HASHES_NAME,
@@ -180,24 +187,46 @@ def megatron_source() -> MegatronSource:
     return MegatronSource.installed()
 
 
+@dataclasses.dataclass(frozen=True)
+class Replaced:
+    """A replaced symbol present here whose replacement can be had, and Megatron's own uses of it."""
+
+    symbol: str
+    name: str
+    """How the declaration names the replacement."""
+    function: Any
+    calls: list[MegatronCall]
+    """Megatron's calls of it (its reads, for a property), those inside other replaced symbols left out and the
+    calls the replacements of those make in."""
+    kind: str
+    """How the patch binds it (how Megatron defines it, where no [symbols_patch] says): ``function``, ``method``,
+    ``staticmethod``, ``classmethod``, ``property`` or ``value`` (:func:`descriptor_kind`)."""
+
+
 @pytest.fixture(scope="module")
 def megatron_calls(
-    replacements: dict[str, tuple[str, Any, str | None]], megatron_source: MegatronSource
-) -> list[tuple[str, str, Any, list[MegatronCall]]]:
-    """Each replaced symbol present here whose replacement is a function, its name and object, and Megatron's own
-    calls of it: those inside other symbols the subject replaces are left out, and the calls the replacements of
-    those make are in. A replaced value (a dataclass default) has no calls."""
+    subject: ModuleType, replacements: dict[str, tuple[str, Any, str | None]], megatron_source: MegatronSource
+) -> list[Replaced]:
+    """Each replaced symbol present here whose replacement is a function (or a property, a static or class method
+    wrapping one), with Megatron's own uses of it. A replaced value (a dataclass default) has none."""
     replaced = list(replacements)
-    usable = {s: (name, f) for s, (name, f, problem) in replacements.items() if problem is None and callable(f)}
+    usable = {
+        s: (name, f) for s, (name, f, problem) in replacements.items() if problem is None and callable(callable_of(f))
+    }
+    upstream = {symbol: upstream_kind(symbol) for symbol in usable}
+    kinds = {**upstream, **bound_kinds(subject, list(usable))}
     found = []
     for symbol, (name, function) in usable.items():
-        calls = megatron_source.calls_of(symbol, replaced)
+        if upstream[symbol] == "property":
+            calls = megatron_source.reads_of(symbol, replaced)
+        else:
+            calls = megatron_source.calls_of(symbol, replaced)
         if _is_method(symbol):
             method = symbol.rpartition(".")[2]
             for other, (_, caller) in usable.items():
                 if other != symbol and _is_method(other):
-                    calls += calls_in_replacement(caller, method, f"{other} (replaced)")
-        found.append((symbol, name, function, calls))
+                    calls += calls_in_replacement(callable_of(caller), method, f"{other} (replaced)")
+        found.append(Replaced(symbol, name, function, calls, kinds[symbol]))
     return found
 
 
@@ -205,30 +234,29 @@ def _is_method(symbol: str) -> bool:
     return "." in symbol.partition(":")[2]
 
 
-def test_megatrons_calls_bind_to_the_replacements(
-    target: Target, megatron_calls: list[tuple[str, str, Any, list[MegatronCall]]]
-) -> None:
+def test_megatrons_calls_bind_to_the_replacements(target: Target, megatron_calls: list[Replaced]) -> None:
+    """Each call binds to the replacement as the patch binds it: a plain function set on a class gets the instance
+    first where upstream's static method did not; a property is read, never called."""
     problems = [
-        f"{symbol}: Megatron's call at {call.describe()} does not bind to {name}: {reason}"
-        for symbol, name, function, calls in megatron_calls
-        for call in calls
-        if (reason := binding_problem(function, call, _is_method(symbol))) is not None
+        f"{each.symbol}: Megatron's {'read' if call.read else 'call'} at {call.describe()} does not bind to "
+        f"{each.name}: {reason}"
+        for each in megatron_calls
+        for call in each.calls
+        if (reason := binding_problem(each.function, call, each.kind)) is not None
     ]
     assert not problems, contract_failure(
         target, FAMILY.name, "Megatron's own calls do not fit the replacements", problems
     )
 
 
-def test_megatron_unpacks_what_the_replacements_return(
-    target: Target, megatron_calls: list[tuple[str, str, Any, list[MegatronCall]]]
-) -> None:
+def test_megatron_unpacks_what_the_replacements_return(target: Target, megatron_calls: list[Replaced]) -> None:
     problems = []
-    for symbol, name, function, calls in megatron_calls:
-        count = returned_count(function)
-        for call in (c for c in calls if c.unpacks is not None and count is not None and c.unpacks != count):
+    for each in megatron_calls:
+        count = returned_count(each.function)
+        for call in (c for c in each.calls if c.unpacks is not None and count is not None and c.unpacks != count):
             problems.append(
-                f"{symbol}: {call.place} ({call.caller.split(':')[-1]}) unpacks {call.unpacks} values, {name} "
-                f"returns {count}"
+                f"{each.symbol}: {call.place} ({call.caller.split(':')[-1]}) unpacks {call.unpacks} values, "
+                f"{each.name} returns {count}"
             )
     assert not problems, contract_failure(
         target, FAMILY.name, "Megatron unpacks another number of values than the replacements return", problems
@@ -238,7 +266,7 @@ def test_megatron_unpacks_what_the_replacements_return(
 def test_megatrons_calls_reach_the_replacements(
     target: Target,
     replacements: dict[str, tuple[str, Any, str | None]],
-    megatron_calls: list[tuple[str, str, Any, list[MegatronCall]]],
+    megatron_calls: list[Replaced],
 ) -> None:
     """A Megatron module that bound the replaced function by value (``from x import f``, or ``g = f`` at module
     level) and calls it through that name keeps calling Megatron's own after the patch, unless the declaration
@@ -247,7 +275,7 @@ def test_megatrons_calls_reach_the_replacements(
     problems = [
         f"{symbol}: {call.place} ({call.caller.split(':')[-1]}) calls {call.name}, bound by value at {call.bound_at}: "
         f"the patch re-binds {symbol.replace(':', '.')}, so this call still reaches Megatron's own"
-        for symbol, _, _, calls in megatron_calls
+        for symbol, calls in ((each.symbol, each.calls) for each in megatron_calls)
         for call in calls
         if call.bound_at is not None and f"{call.caller.split(':')[0]}:{call.name}" not in replaced
     ]
@@ -370,14 +398,12 @@ def test_no_megatron_name_holds_a_replaced_function_by_value(
 
 
 @pytest.mark.advisory
-def test_what_megatron_does_with_each_replacement_is_decided(
-    target: Target, megatron_calls: list[tuple[str, str, Any, list[MegatronCall]]]
-) -> None:
+def test_what_megatron_does_with_each_replacement_is_decided(target: Target, megatron_calls: list[Replaced]) -> None:
     """A replaced method whose calls the source does not reveal is checked by no call site (a module-level function
     is called by its name, so none found means Megatron does not call it); a count of returned values the
     replacement's source does not decide is checked against no unpacking call."""
     undecided = []
-    for symbol, name, function, calls in megatron_calls:
+    for symbol, name, function, calls in ((e.symbol, e.name, e.function, e.calls) for e in megatron_calls):
         if not calls and _is_method(symbol):
             undecided.append(
                 f"{symbol}: no call of it found in Megatron's source (reached through nn.Module.__call__, the "
@@ -392,13 +418,11 @@ def test_what_megatron_does_with_each_replacement_is_decided(
 
 
 @pytest.mark.advisory
-def test_keywords_megatron_passes_are_read_by_the_replacements(
-    target: Target, megatron_calls: list[tuple[str, str, Any, list[MegatronCall]]]
-) -> None:
+def test_keywords_megatron_passes_are_read_by_the_replacements(target: Target, megatron_calls: list[Replaced]) -> None:
     dropped = [
-        f"{symbol}: {keyword!r}, passed by {', '.join(c.place for c in passing)}, is dropped by {name}"
-        for symbol, name, function, calls in megatron_calls
-        for keyword, passing in dropped_keywords(function, calls).items()
+        f"{each.symbol}: {keyword!r}, passed by {', '.join(c.place for c in passing)}, is dropped by {each.name}"
+        for each in megatron_calls
+        for keyword, passing in dropped_keywords(each.function, each.calls).items()
     ]
     assert not dropped, contract_failure(
         target, FAMILY.name, "keywords Megatron passes are taken in **kwargs and never read", dropped

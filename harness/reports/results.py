@@ -79,6 +79,9 @@ class Failure:
     example: tuple[str, ...] = ()
 
 
+_ADVISORY_KEYS = ("family", "case", "text", "repro")
+
+
 @dataclass(frozen=True)
 class Advisory:
     """A property a correct adapter need not meet, seen on one target: never a red, but shown with its repro line so
@@ -457,15 +460,7 @@ def _advisories(records: Iterable[dict[str, str]], session: str) -> list[Advisor
     """The session's advisories in row order (so a cell's are consecutive), numbered for their anchors."""
     ordered = sorted(records, key=lambda record: (*_module_and_function(record["case"]), record["case"]))
     return [
-        Advisory(
-            session,
-            a["family"],
-            a["case"],
-            a["text"],
-            a["repro"],
-            f"adv-{_slug(session)}-{number}",
-            a.get("detail", ""),
-        )
+        Advisory(session, *(a[k] for k in _ADVISORY_KEYS), f"adv-{_slug(session)}-{number}", a.get("detail", ""))
         for number, a in enumerate(ordered, 1)
     ]
 

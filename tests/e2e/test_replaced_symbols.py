@@ -38,8 +38,23 @@ POST_INIT = SEEDED / "api_fingerprint_post_init_reads_a_missing_field.py"
 DOVE = ROOT / "tests" / "frameworks" / "dove" / "megatron-conformance.toml"
 ONE_VALUE = SEEDED / "api_fingerprint_layer_forward_returns_one_value.py"
 SWIFT = ROOT / "tests" / "frameworks" / "swift" / "megatron-conformance.toml"
+STATIC_AS_METHOD = SEEDED / "api_fingerprint_static_method_bound_as_a_method.py"
+STATIC_KEPT = CORRECT / "api_fingerprint_static_method_kept_static.py"
 FINGERPRINT = ("cases/test_api_fingerprint.py",)
-SUBJECTS = (RETURNS_THREE, MISSING_KEYWORD, FORWARDS, UNDO_LEAVES, OWL, LARK, POST_INIT, DOVE, ONE_VALUE, SWIFT)
+SUBJECTS = (
+    RETURNS_THREE,
+    MISSING_KEYWORD,
+    FORWARDS,
+    UNDO_LEAVES,
+    OWL,
+    LARK,
+    POST_INIT,
+    DOVE,
+    ONE_VALUE,
+    SWIFT,
+    STATIC_AS_METHOD,
+    STATIC_KEPT,
+)
 
 CALL_SITES = "test_megatrons_calls_bind_to_the_replacements"
 UNPACKING = "test_megatron_unpacks_what_the_replacements_return"
@@ -56,6 +71,8 @@ BLOCK_UNPACKS = {"megatron-0.15": 697, "megatron-0.19": 664}
 QKV = "megatron.core.transformer.multi_latent_attention:MLASelfAttention.get_query_key_value_tensors"
 MLA_FILE = "megatron/core/transformer/multi_latent_attention.py"
 UNPACKS = {"megatron-0.15": (236, 3), "megatron-0.19": (345, 5)}
+BIAS_CALLS = {"megatron-0.15": 960, "megatron-0.19": 902}
+"""Where ``TEGroupedMLP.forward`` calls its static ``self._apply_bias(...)`` with four positional arguments."""
 """Where Megatron's own ``MultiLatentAttention.forward`` unpacks ``get_query_key_value_tensors``, and how many."""
 
 
@@ -232,3 +249,25 @@ def test_a_release_no_target_venv_has_is_fetched_once_from_the_index(tmp_path: P
     assert found is not None and found.place.startswith(f"{MLA_FILE}:") and found.text.startswith("def ")
     again = release_source("0.14.0", venvs=tmp_path / "no-venvs", cache=tmp_path / "cache")
     assert again.root == fetched.root and again.origin.startswith("its wheel, cached in ")
+
+
+@pytest.mark.parametrize("session", SESSIONS)
+def test_a_static_method_replaced_by_a_plain_function_is_red_naming_megatrons_call(
+    session: str, runs: SharedRuns
+) -> None:
+    """Bound on the class as a plain function, the replacement gets the instance first from Megatron's call."""
+    failed = runs.run(session, FINGERPRINT, STATIC_AS_METHOD).require_red("static method bound as a method")
+    assert set(failed) == {CALL_SITES}, sorted(failed)
+    assert (
+        "megatron.core.transformer.moe.experts:TEGroupedMLP._apply_bias: Megatron's call at "
+        f"megatron/core/transformer/moe/experts.py:{BIAS_CALLS[session]} (TEGroupedMLP.forward: 4 positional) does "
+        "not bind to apply_bias: too many positional arguments"
+    ) in failed[CALL_SITES], failed[CALL_SITES][-2000:]
+
+
+@pytest.mark.parametrize("session", SESSIONS)
+def test_a_static_method_replaced_by_a_static_method_is_green(session: str, runs: SharedRuns) -> None:
+    run = runs.run(session, FINGERPRINT, STATIC_KEPT)
+    assert run.returncode == 0, run.failed()
+    for case in (CALL_SITES, APPLY_UNDO):
+        assert run.verdicts[case][0] == "passed", (case, run.verdicts[case])

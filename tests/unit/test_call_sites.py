@@ -129,8 +129,8 @@ def test_a_replacement_binds_counts_its_values_and_drops_unread_keywords() -> No
         return two(self, *args, **kwargs)
 
     call = MegatronCall("megatron/core/attention.py", 4, "m:A.forward", 1, ("cache",), False, False, 2)
-    assert binding_problem(two, call, method=True) is None
-    assert "cache" in str(binding_problem(either, call, method=True))
+    assert binding_problem(two, call, "method") is None
+    assert "cache" in str(binding_problem(either, call, "method"))
     assert returned_count(two) == 2 and returned_count(either) is None and returned_count(forwards) is None
     assert unread_var_keyword(swallows) == "kwargs" and unread_var_keyword(forwards) is None
     assert list(dropped_keywords(swallows, [call])) == ["cache"] and dropped_keywords(forwards, [call]) == {}
@@ -149,3 +149,55 @@ def test_a_copy_is_diffed_against_the_definition_instances_find(source: Megatron
     assert diff_summary(diff) == "1 line added, 1 removed" and body_diff(found.text, found.text, "a", "b") == ""
     long = "".join(f"+{n}\n" for n in range(100))
     assert shown(long, "copies/x.diff").endswith("... 40 more lines in copies/x.diff")
+
+
+KINDS = """
+    class Experts:
+        @staticmethod
+        def bias(x, b):
+            return x
+
+        @classmethod
+        def build(cls, n):
+            return cls()
+
+        @property
+        def size(self):
+            return 1
+
+        def forward(self, x):
+            y = self.bias(x, 1)
+            n = self.size
+            return Experts.bias(y, n), Experts.build(2)
+    """
+
+
+def test_static_and_class_methods_bind_as_the_patch_binds_them_and_a_property_is_read(tmp_path: Path) -> None:
+    """A static method called on ``self`` gets no instance unless the patch binds a plain function there; a call
+    on the class passes what it names; a property is read, and a read binds only to a property."""
+    (tmp_path / "megatron" / "core").mkdir(parents=True)
+    (tmp_path / "megatron" / "core" / "kinds.py").write_text(textwrap.dedent(KINDS))
+    source = MegatronSource(tmp_path)
+    bias = source.calls_of("megatron.core.kinds:Experts.bias")
+    assert [(call.name, call.positional, call.through_class) for call in bias] == [
+        ("self.bias", 2, False),
+        ("Experts.bias", 2, True),
+    ]
+
+    def new_bias(x, b):
+        return x
+
+    assert [binding_problem(new_bias, call, "staticmethod") for call in bias] == [None, None]
+    assert binding_problem(staticmethod(new_bias), bias[0], "staticmethod") is None
+    on_self, on_class = (binding_problem(new_bias, call, "method") for call in bias)
+    assert "too many positional arguments" in str(on_self) and on_class is None
+
+    (build,) = source.calls_of("megatron.core.kinds:Experts.build")
+    assert binding_problem(lambda cls, n: cls, build, "classmethod") is None
+    assert "too many positional" in str(binding_problem(lambda n: n, build, "classmethod"))
+
+    (read,) = source.reads_of("megatron.core.kinds:Experts.size")
+    assert read.read and read.describe() == "megatron/core/kinds.py:17 (Experts.forward: reads self.size)"
+    assert binding_problem(property(lambda self: 2), read, "property") is None
+    assert "the read gets a bound method, not a value" in str(binding_problem(lambda self: 2, read, "method"))
+    assert "the call calls the property's value" in str(binding_problem(property(lambda self: 2), bias[0], "property"))

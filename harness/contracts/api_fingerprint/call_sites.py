@@ -46,12 +46,19 @@ class MegatronCall:
     bound_at: str | None = None
     """Where the name called was bound by value to the replaced function (``file:line``); None when the call looks
     it up where the patch re-binds it."""
+    through_class: bool = False
+    """Called on a class by its name (``TransformerConfig.f(...)``): a plain method then gets its instance among
+    the positional arguments, where a call on ``self`` passes it implicitly."""
+    read: bool = False
+    """Not a call but a read of the attribute (``x = self.name``): what Megatron does with a property."""
 
     @property
     def place(self) -> str:
         return f"{self.file}:{self.line}"
 
     def describe(self) -> str:
+        if self.read:
+            return f"{self.place} ({self.caller.split(':')[-1]}: reads {self.name})"
         passed = [f"{self.positional} positional", *(f"{k}=" for k in self.keywords)]
         passed += ["*args"] * self.star_args + ["**kwargs"] * self.star_kwargs
         return f"{self.place} ({self.caller.split(':')[-1]}: {', '.join(passed)})"
@@ -196,7 +203,7 @@ class MegatronSource:
             found = self._function_calls(module, qualname)
         return [call for call in found if call.caller not in skipped]
 
-    def _method_calls(self, owner: _ClassInfo, method: str) -> list[MegatronCall]:
+    def _method_calls(self, owner: _ClassInfo, method: str, reads: bool = False) -> list[MegatronCall]:
         def reaches_owner(classes: list[_ClassInfo]) -> bool:
             # The patch binds the name on the owner, whether the owner defined it or inherited it.
             return next((c for c in classes if c == owner or method in self.methods(c)), None) == owner
@@ -215,9 +222,39 @@ class MegatronSource:
                 continue
             function = self.methods(info)[name]
             caller = f"{info.module}:{info.name}.{name}"
+            if reads:
+                calls += _reads_in(function, self.file_of(info.module), caller, method)
+                continue
             matches = _is_super_call(method) if through_super else _is_self_call(method)
             calls += _calls_in(function, self.file_of(info.module), caller, matches)
+        return calls if reads else calls + self._class_calls(owner, method)
+
+    def _class_calls(self, owner: _ClassInfo, method: str) -> list[MegatronCall]:
+        """Calls of ``method`` on the class by name (``Owner.method(...)``, or a subclass's name that inherits it),
+        wherever Megatron makes them."""
+        names = {
+            info.name
+            for info in self.descendants(owner)
+            if next((c for c in self.mro(info) if c == owner or method in self.methods(c)), None) == owner
+        }
+        calls = []
+        for module, (_, text) in self.texts.items():
+            if not any(f"{name}.{method}(" in text for name in names):
+                continue
+            tree = self.tree(module)
+            for function, qualname in _functions(tree) if tree is not None else ():
+                found = _calls_in(function, self.file_of(module), f"{module}:{qualname}", _is_named_on(method, names))
+                calls += [replace(call, through_class=True) for call in found]
         return calls
+
+    def reads_of(self, symbol: str, replaced: Iterable[str] = ()) -> list[MegatronCall]:
+        """Megatron's reads of ``module:Class.name`` on an instance (``self.name`` not called): what a property is
+        for. Reads inside the functions named in ``replaced`` are left out."""
+        module, _, qualname = symbol.partition(":")
+        owner_name, _, name = qualname.rpartition(".")
+        owner = next((c for c in self.classes.get(owner_name, []) if c.module == module), None)
+        found = self._method_calls(owner, name, reads=True) if owner is not None and owner_name else []
+        return [read for read in found if read.caller not in set(replaced)]
 
     def _function_calls(self, module: str, name: str) -> list[MegatronCall]:
         calls = []
@@ -327,15 +364,36 @@ def _functions(tree: ast.Module) -> list[tuple[ast.FunctionDef | ast.AsyncFuncti
 
 
 def _is_self_call(method: str):
+    """``self.<method>(...)``, and ``cls.<method>(...)`` in a class method."""
+    return _is_named_on(method, {"self", "cls"})
+
+
+def _is_named_on(method: str, owners: set[str]):
     def matches(func: ast.expr) -> bool:
         return (
             isinstance(func, ast.Attribute)
             and func.attr == method
             and isinstance(func.value, ast.Name)
-            and func.value.id == "self"
+            and func.value.id in owners
         )
 
     return matches
+
+
+def _reads_in(function: ast.AST, file: str, caller: str, name: str) -> list[MegatronCall]:
+    """The ``self.<name>`` reads in ``function``'s body that are not calls (nor assignments to it)."""
+    called = {id(node.func) for node in ast.walk(function) if isinstance(node, ast.Call)}
+    found = [
+        MegatronCall(file, node.lineno, caller, 0, (), False, False, None, f"self.{name}", read=True)
+        for node in ast.walk(function)
+        if isinstance(node, ast.Attribute)
+        and node.attr == name
+        and isinstance(node.ctx, ast.Load)
+        and isinstance(node.value, ast.Name)
+        and node.value.id == "self"
+        and id(node) not in called
+    ]
+    return sorted(found, key=lambda read: read.line)
 
 
 def _is_super_call(method: str):

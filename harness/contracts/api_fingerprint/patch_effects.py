@@ -117,16 +117,75 @@ def _set_defaults(owner: Any, defaults: dict[str, Any]) -> None:
 
 
 def bound_to(value: Any, replacement: Any) -> bool:
-    """Whether a name bound to ``value`` calls ``replacement``: itself, wrapped as a static or class method, or, for
+    """Whether a name bound to ``value`` calls ``replacement``: itself, wrapped as a static or class method or as a
+    property's getter, or, for
     a replacement the apply makes anew each time (a closure), a function of the same code; a replaced value (a
     default) equal to it."""
     candidates = [value, getattr(value, "__func__", None), inspect.unwrap(value) if callable(value) else None]
+    candidates.append(value.fget if isinstance(value, property) else None)
     if any(candidate is replacement for candidate in candidates if candidate is not None):
         return True
     code = getattr(replacement, "__code__", None)
     if code is not None:
         return getattr(value, "__code__", None) is code
     return not callable(replacement) and value == replacement
+
+
+KIND_WORDS = {
+    "function": "module-level function",
+    "method": "plain function (a method: the instance comes first)",
+    "staticmethod": "static method",
+    "classmethod": "class method",
+    "property": "property",
+    "value": "callable that is no function (no instance passed)",
+}
+"""What each descriptor kind is called in a message."""
+
+
+def descriptor_kind(value: Any) -> str:
+    """How Megatron's ``self.name`` sees ``value`` bound in a class: a ``method`` gets the instance first, a
+    ``classmethod`` the class, a ``staticmethod`` or another callable (``value``) neither; a ``property`` is read,
+    not called."""
+    for kind in (staticmethod, classmethod, property):
+        if isinstance(value, kind):
+            return kind.__name__
+    return "method" if inspect.isfunction(value) else "value"
+
+
+def upstream_kind(symbol: str) -> str:
+    """The kind of ``symbol`` as Megatron defines it here: ``function`` for a module's, else its class's (or the
+    nearest base's) binding's :func:`descriptor_kind`."""
+    owner, name = owner_of(symbol)
+    if not isinstance(owner, type):
+        return "function"
+    found = next((vars(cls)[name] for cls in owner.__mro__ if name in vars(cls)), _MISSING)
+    return "value" if found is _MISSING else descriptor_kind(found)
+
+
+def bound_kinds(subject: Any, symbols: list[str]) -> dict[str, str]:
+    """The kind each class attribute among ``symbols`` has with the declared apply applied (``apply_replacements``),
+    undone as declared and every owner put back afterwards; empty where there is no apply or it raises (another case
+    says so)."""
+    apply = getattr(subject, "apply_replacements", None)
+    owners = {symbol: owner_of(symbol) for symbol in symbols}
+    owners = {symbol: (owner, name) for symbol, (owner, name) in owners.items() if isinstance(owner, type)}
+    if apply is None or not owners:
+        return {}
+    saved = snapshot(owner for owner, _ in owners.values())
+    try:
+        apply()
+        kinds = {
+            symbol: descriptor_kind(next((vars(c)[name] for c in owner.__mro__ if name in vars(c)), None))
+            for symbol, (owner, name) in owners.items()
+        }
+        undo = getattr(subject, "undo_replacements", None)
+        if undo is not None:
+            undo()  # a framework that keeps its own record of being applied must see it undone
+        return kinds
+    except Exception:
+        return {}
+    finally:
+        restore(saved)
 
 
 def _describe(value: Any) -> str:

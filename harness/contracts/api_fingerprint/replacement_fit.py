@@ -15,17 +15,33 @@ import textwrap
 from typing import Any
 
 from harness.contracts.api_fingerprint.call_sites import MegatronCall
+from harness.contracts.api_fingerprint.patch_effects import KIND_WORDS
 from harness.contracts.api_fingerprint.source_scan import own_returns
 
 
-def binding_problem(replacement: Any, call: MegatronCall, method: bool) -> str | None:
-    """Why ``call`` would not bind to ``replacement`` (``method``: called on an instance, so ``self`` comes first);
-    None when it binds. Where the call forwards ``*args`` or ``**kwargs``, only what it names is checked."""
+def callable_of(replacement: Any) -> Any:
+    """The function a replacement runs: a static or class method's, a property's getter, else itself."""
+    if isinstance(replacement, property):
+        return replacement.fget
+    return replacement.__func__ if isinstance(replacement, staticmethod | classmethod) else replacement
+
+
+def binding_problem(replacement: Any, call: MegatronCall, kind: str) -> str | None:
+    """Why ``call`` would not bind to ``replacement``, bound as ``kind`` (:func:`.patch_effects.descriptor_kind`, or
+    ``function`` for a module's); None when it binds. A plain method gets the instance first unless the call names
+    the class; a class method gets the class. Where the call forwards ``*args`` or ``**kwargs``, only what it names
+    is checked. A read (``self.name``) binds only to a property, a call never does."""
+    if call.read and kind != "property":
+        gets = "a bound method" if kind == "method" else "the callable itself"
+        return f"it reads a property, and the patch binds a {KIND_WORDS[kind]} there: the read gets {gets}, not a value"
+    if not call.read and kind == "property":
+        return "it calls a method, and the patch binds a property there: the call calls the property's value"
     try:
-        signature = inspect.signature(replacement)
+        signature = inspect.signature(callable_of(replacement))
     except (TypeError, ValueError):
         return "the replacement has no inspectable signature"
-    positional = [object()] * (call.positional + (1 if method else 0))
+    implicit = kind in ("classmethod", "property") or (kind == "method" and not call.through_class)
+    positional = [object()] * (call.positional + (1 if implicit else 0))
     keywords = dict.fromkeys(call.keywords)
     bind = signature.bind_partial if call.star_args or call.star_kwargs else signature.bind
     try:
@@ -37,7 +53,7 @@ def binding_problem(replacement: Any, call: MegatronCall, method: bool) -> str |
 
 def _definition(function: Any) -> ast.FunctionDef | ast.AsyncFunctionDef | None:
     try:
-        source = textwrap.dedent(inspect.getsource(inspect.unwrap(function)))
+        source = textwrap.dedent(inspect.getsource(inspect.unwrap(callable_of(function))))
         tree = ast.parse(source)
     except (OSError, TypeError, SyntaxError):
         return None
@@ -77,7 +93,7 @@ def dropped_keywords(function: Any, calls: list[MegatronCall]) -> dict[str, list
     try:
         named = {
             p.name
-            for p in inspect.signature(function).parameters.values()
+            for p in inspect.signature(callable_of(function)).parameters.values()
             if p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY)
         }
     except (TypeError, ValueError):
