@@ -37,7 +37,7 @@ never meets either."""
 _TABLES: dict[str, tuple[tuple[str, ...], tuple[str, ...]]] = {
     "subject": (("adapter_package",), ("source_root", "strict", "require", "label", "requirements")),
     "patch": (("module", "applied"), ("apply", "undo", "function", "context", "arguments")),
-    "symbols_patch": (("module", "apply"), ("undo", "arguments", "model_argument", "instances")),
+    "symbols_patch": (("module",), ("applied", "apply", "context", "undo", "arguments", "model_argument", "instances")),
     "budget": ((), ("global", "env", "argument", "unit", "whole_units")),
     "splitter": (("function",), ("arguments", "returns")),
     "provider": (("factory",), ("train_only", "freeze", "match", "call_shapes", *PROVIDER_FLAGS)),
@@ -377,11 +377,31 @@ def _patch(path: Path, table: dict[str, Any]) -> dict[str, Any]:
 
 
 def _symbols_patch(path: Path, table: dict[str, Any]) -> dict[str, Any]:
+    """``[symbols_patch]``: applied by calling ``apply`` (the default), by entering ``context``, or by importing
+    ``module``; ``undo`` where one is declared (leaving the context undoes that form)."""
     if not table:
         return {}
     listed = ("arguments", "instances")
     patch: dict[str, Any] = {k: _string(path, f"symbols_patch.{k}", v) for k, v in table.items() if k not in listed}
     patch["module"] = _dotted(path, "symbols_patch.module", patch["module"], qualified=False)
+    applied = patch.setdefault("applied", "call")
+    if applied not in _APPLIED:
+        raise DeclarationFileError(
+            path, "symbols_patch.applied", f"must be one of {', '.join(_APPLIED)}, not {applied!r}"
+        )
+    needed = {"call": "apply", "context": "context"}.get(applied)
+    if needed and needed not in patch:
+        raise DeclarationFileError(
+            path, f"symbols_patch.{needed}", f'missing required key: applied = "{applied}" names the {needed} function'
+        )
+    for key in ("apply", "context"):
+        if key in patch and key != needed:
+            raise DeclarationFileError(path, f"symbols_patch.{key}", f'applied = "{applied}" has no {key} function')
+    if "undo" in patch and applied == "context":
+        raise DeclarationFileError(path, "symbols_patch.undo", 'applied = "context" is undone by leaving the context')
+    if applied == "import" and set(table) & {"arguments", "model_argument", "instances"}:
+        key = sorted(set(table) & {"arguments", "model_argument", "instances"})[0]
+        raise DeclarationFileError(path, f"symbols_patch.{key}", 'applied = "import" calls nothing to pass it to')
     if "instances" in table:
         if "model_argument" not in patch:
             raise DeclarationFileError(
@@ -391,7 +411,7 @@ def _symbols_patch(path: Path, table: dict[str, Any]) -> dict[str, Any]:
                 "apply parameter that takes the built model",
             )
         patch["instances"] = _patterns(path, "symbols_patch.instances", table["instances"])
-    for key in ("apply", "undo", "model_argument"):
+    for key in ("apply", "context", "undo", "model_argument"):
         if key in patch and not patch[key].isidentifier():
             raise DeclarationFileError(path, f"symbols_patch.{key}", f"{patch[key]!r} is not a name in its module")
     if "arguments" in table:

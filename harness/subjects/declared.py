@@ -15,6 +15,7 @@ from __future__ import annotations
 import argparse
 import copy
 import importlib
+import importlib.util
 import inspect
 import itertools
 import sys
@@ -102,31 +103,71 @@ def restore_namespace(owner: Any, before: dict[str, object]) -> None:
 def _symbols_patch(
     declaration: Declaration,
 ) -> tuple[Callable[..., object], Callable[..., object] | None]:
-    """``[symbols_patch]`` as two calls: apply with its declared arguments, and undo (None where none is declared);
-    each takes ``model``, the built model a patch of instances is applied to, passed as ``model_argument`` says."""
+    """``[symbols_patch]`` as two calls: apply and undo (None where nothing undoes it), each taking ``model``, the
+    built model a patch of instances is applied to, passed as ``model_argument`` says. Applied by calling ``apply``
+    with its declared arguments, by entering ``context`` (left by undo), or by importing the module afresh (its
+    submodules too: the import is what patches, so it must run each time)."""
     table = declaration.symbols_patch
+    applied = table.get("applied", "call")
+    if applied == "import":
+        return _imported_symbols_patch(declaration)
     with megatron_restored():
         module = _import(declaration, "symbols_patch.module", table["module"])
     functions = {}
-    for key in ("apply", "undo"):
+    for key in ("apply", "context", "undo"):
         if key in table:
             functions[key] = getattr(module, table[key], None)
             if not callable(functions[key]):
                 raise declaration.fail(f"symbols_patch.{key}", f"{table['module']!r} has no function {table[key]!r}")
     arguments = dict(table.get("arguments", {}))
     model_argument = table.get("model_argument")
+    entered: list[Any] = []
 
     def call(function: Callable[..., object], model: object, extra: dict[str, Any]) -> object:
         takes = model_argument is not None and model_argument in inspect.signature(function).parameters
         return function(**extra, **({model_argument: model} if takes else {}))
 
     def apply(model: object = None) -> object:
+        if applied == "context":
+            handle = call(functions["context"], model, arguments)
+            handle.__enter__()
+            entered.append(handle)
+            return handle
         return call(functions["apply"], model, arguments)
 
     def undo(model: object = None) -> object:
+        if applied == "context":
+            return entered.pop().__exit__(None, None, None) if entered else None
         return call(functions["undo"], model, {})
 
-    return apply, (undo if "undo" in functions else None)
+    return apply, (undo if "undo" in functions or applied == "context" else None)
+
+
+def _imported_symbols_patch(
+    declaration: Declaration,
+) -> tuple[Callable[..., object], Callable[..., object] | None]:
+    """``applied = "import"``: found now, imported (and so applied) only when apply is called."""
+    name = declaration.symbols_patch["module"]
+    try:
+        found = importlib.util.find_spec(name)
+    except ModuleNotFoundError:
+        found = None
+    if found is None:
+        raise declaration.fail("symbols_patch.module", f"no module {name!r} (source root {declaration.source_root})")
+    undo_name = declaration.symbols_patch.get("undo")
+
+    def apply(model: object = None) -> object:
+        for loaded in [m for m in sys.modules if m == name or m.startswith(f"{name}.")]:
+            del sys.modules[loaded]
+        return _import(declaration, "symbols_patch.module", name)
+
+    def undo(model: object = None) -> object:
+        function = getattr(sys.modules.get(name), str(undo_name), None)
+        if not callable(function):
+            raise declaration.fail("symbols_patch.undo", f"{name!r} has no function {undo_name!r}")
+        return function()
+
+    return apply, (undo if undo_name else None)
 
 
 def _patched_libraries(declaration: Declaration) -> list[str]:

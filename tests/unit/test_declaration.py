@@ -186,6 +186,74 @@ def test_the_symbols_patch_is_applied_with_its_arguments_and_undone(
     assert "gating" not in vars(fake.Router)
 
 
+SYMBOLS_CONTEXT = """
+import contextlib
+
+import megatron_fake
+
+
+@contextlib.contextmanager
+def gating_scaled(scale):
+    megatron_fake.Router.gating = megatron_fake.scaled(scale)
+    yield
+    del megatron_fake.Router.gating
+"""
+SYMBOLS_AT_IMPORT = """
+import megatron_fake
+
+megatron_fake.Router.gating = megatron_fake.scaled(3)
+
+
+def disable():
+    del megatron_fake.Router.gating
+"""
+
+
+@pytest.mark.parametrize(
+    ("source", "table"),
+    [
+        (SYMBOLS_CONTEXT, 'applied = "context"\ncontext = "gating_scaled"\narguments = { scale = 3 }\n'),
+        (SYMBOLS_AT_IMPORT, 'applied = "import"\nundo = "disable"\n'),
+    ],
+    ids=["context", "import"],
+)
+def test_a_symbols_patch_applied_by_a_context_or_at_import_is_applied_each_time_and_undone(
+    framework: Path, monkeypatch: pytest.MonkeyPatch, source: str, table: str
+) -> None:
+    """Loading the subject applies nothing; each apply enters the context (or imports the module afresh), and undo
+    leaves it (or calls the declared undo)."""
+    forget_toyframe(monkeypatch)
+    fake = ModuleType("megatron_fake")
+    fake.Router = type("Router", (), {})
+    fake.scaled = lambda scale: ("gating scaled by", scale)
+    monkeypatch.setitem(sys.modules, "megatron_fake", fake)
+    (framework / "src" / "toyframe" / "megatron_utils" / "router.py").write_text(source)
+    text = GOOD + f'\n[symbols_patch]\nmodule = "toyframe.megatron_utils.router"\n{table}'
+    subject = load_subject(str(declare(framework, text)))
+    assert "gating" not in vars(fake.Router)
+    for _ in range(2):
+        subject.apply_replacements()
+        assert fake.Router.gating == ("gating scaled by", 3)
+        subject.undo_replacements()
+        assert "gating" not in vars(fake.Router)
+
+
+@pytest.mark.parametrize(
+    ("table", "key", "reason"),
+    [
+        ('applied = "context"\n', "symbols_patch.context", 'applied = "context" names the context function'),
+        ('applied = "import"\napply = "enable"\n', "symbols_patch.apply", 'applied = "import" has no apply'),
+        ('applied = "context"\ncontext = "c"\nundo = "u"\n', "symbols_patch.undo", "by leaving the context"),
+        ('applied = "import"\narguments = { a = 1 }\n', "symbols_patch.arguments", "calls nothing to pass it to"),
+        ('applied = "imported"\n', "symbols_patch.applied", "must be one of import, call, context"),
+    ],
+)
+def test_a_wrong_symbols_patch_form_is_one_line(framework: Path, table: str, key: str, reason: str) -> None:
+    path = declare(framework, GOOD + f'\n[symbols_patch]\nmodule = "toyframe.megatron_utils.router"\n{table}')
+    message = one_line_error(path)
+    assert message.startswith(f"{path}: key '{key}': ") and reason in message, message
+
+
 def test_a_symbols_patch_naming_no_function_is_one_line(framework: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     forget_toyframe(monkeypatch)
     (framework / "src" / "toyframe" / "megatron_utils" / "router.py").write_text("")
