@@ -55,6 +55,8 @@ def run_target(session: str, names: Sequence[str], reports: Path) -> dict[str, O
     }
     nox = [sys.executable, "-m", "nox", "-f", str(REPO_ROOT / "noxfile.py"), "--reuse-venv=yes", "-s", session]
     subprocess.run(nox, cwd=REPO_ROOT, env=environment, check=False)
+    if len(specs) == 1:  # one subject reports in the session's own folder
+        return {names[0]: observed(reports / session)}
     return {
         name: observed(subject_folder(reports / session, n, spec))
         for n, (name, spec) in enumerate(zip(names, specs, strict=True), 1)
