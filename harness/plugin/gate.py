@@ -254,6 +254,16 @@ def pytest_xdist_node_collection_finished(node: Any, ids: list[str]) -> None:
 
 
 @pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_call(item: pytest.Item) -> Generator[None, Any, None]:
+    """A hypothesis case that would be recorded as an advisory stops at its first failing example."""
+    if not verdicts.recorded_as_advisory(item):
+        yield
+        return
+    with hypothesis_profiles.advisory_settings(getattr(item, "obj", None)):
+        yield
+
+
+@pytest.hookimpl(hookwrapper=True)
 def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) -> Any:
     outcome = yield
     report = outcome.get_result()

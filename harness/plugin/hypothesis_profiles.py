@@ -4,11 +4,18 @@
 per-example timing meaningless) and prints the ``@reproduce_failure`` blob; ``dev`` is quicker, ``thorough`` digs.
 ``fail-fast`` is ``ci`` without shrinking: the sensitivity session only needs to know that a mutant turns a case red,
 and shrinking an example that fails on every draw re-runs a rank task dozens of times.
+
+An advisory that fails is a finding, not a red: it keeps its repro line and the example that failed, but is neither
+shrunk nor explained (:func:`advisory_settings`). Shrinking a failing advisory, and hypothesis' explain phase that
+traces every line of each re-run after it, cost a provider wrapper that fails two advisories about a minute per
+target; a red keeps both, its minimal example being what a user debugs.
 """
 
 from __future__ import annotations
 
 import os
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
@@ -46,3 +53,25 @@ def load_default(config: pytest.Config) -> None:
     """Load ``ci`` under ``CI=true``, else ``dev``, unless ``--hypothesis-profile`` chose one."""
     if not config.getoption("hypothesis_profile", default=None):
         settings.load_profile("ci" if os.environ.get("CI", "").lower() == "true" else "dev")
+
+
+_SETTINGS_ATTRIBUTE = "_hypothesis_internal_use_settings"
+"""Where ``@given`` keeps the settings it reads on each call (what ``@settings`` sets)."""
+ADVISORY_PHASES = (Phase.explicit, Phase.reuse, Phase.generate, Phase.target)
+"""What a hypothesis case that would be recorded as an advisory runs: everything up to its first failing example."""
+
+
+@contextmanager
+def advisory_settings(test: object) -> Iterator[None]:
+    """Run the hypothesis ``test`` (a ``@given`` function) with :data:`ADVISORY_PHASES` for the block, its own
+    settings otherwise kept; the function is shared by every item of it, so its settings are put back after."""
+    current = getattr(test, _SETTINGS_ATTRIBUTE, None)
+    if not getattr(test, "is_hypothesis_test", False) or current is None:
+        yield
+        return
+    phases = tuple(phase for phase in current.phases if phase in ADVISORY_PHASES)
+    setattr(test, _SETTINGS_ATTRIBUTE, settings(current, phases=phases))
+    try:
+        yield
+    finally:
+        setattr(test, _SETTINGS_ATTRIBUTE, current)

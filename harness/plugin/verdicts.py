@@ -31,13 +31,19 @@ def judge(item: pytest.Item, report: pytest.TestReport) -> None:
     contract = marker.args[0] if marker else (owner.name if owner else item.module.__name__.rsplit(".", 1)[-1])
     symbol = marker.kwargs.get("symbol", "-") if marker else (owner.symbol if owner else "-")
     repro = repro_command(item.config, report.nodeid)
-    advisory = item.get_closest_marker("advisory")
-    forecast = advisory is not None and advisory.kwargs.get("forecast", False)
-    if report.when == "call" and advisory and (forecast or not session_state.strict(item.config)):
+    if report.when == "call" and recorded_as_advisory(item):
         _record_advisory(item.config, contract, report, repro)
         return
     section = RedSection(session_state.configured_target(item.config).session, contract, symbol, repro)
     report.longrepr.addsection(SECTION_TITLE, section.text())
+
+
+def recorded_as_advisory(item: pytest.Item) -> bool:
+    """Whether a failure of ``item`` becomes an advisory's record rather than a red: an advisory of a subject that is
+    not strict, or a forecast."""
+    advisory = item.get_closest_marker("advisory")
+    forecast = advisory is not None and advisory.kwargs.get("forecast", False)
+    return advisory is not None and (forecast or not session_state.strict(item.config))
 
 
 def _record_advisory(config: pytest.Config, family_name: str, report: pytest.TestReport, repro: str) -> None:
