@@ -352,6 +352,13 @@ def _report_arguments(session: nox.Session) -> tuple[list[str], str | None]:
 
 
 @nox.session(venv_backend="none")
+def costs(session: nox.Session) -> None:
+    """Each framework's session time next to the reference subject's in one warm run per target (default 0.15 and
+    0.16): -- [--frameworks NAME ...] [targets]; the figures of docs/speed.md."""
+    session.run("python", "-m", "tests.subject_costs", *session.posargs, external=True)
+
+
+@nox.session(venv_backend="none")
 def frameworks(session: nox.Session) -> None:
     """Every framework in tests/frameworks/ on each target (default: 0.13, 0.15, 0.16, 0.19), one warm run per
     target, against the verdicts written for them; writes docs/frameworks.md and fails where one is not as expected."""

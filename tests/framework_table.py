@@ -118,7 +118,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     after it (in a report folder of their own). The other cells are read from the report folders of an earlier run,
     where each framework has its place in ``EXPECTED``'s order (new frameworks go last)."""
     arguments = list(argv if argv is not None else sys.argv[1:])
-    rerun, only = _option(arguments, "--rerun"), _option(arguments, "--only")
+    rerun, only = option(arguments, "--rerun"), option(arguments, "--only")
     options = {"--rerun", "--only", *(rerun or []), *(only or [])}
     targets = [a for a in arguments if a not in options] or list(TARGETS)
     reports = REPO_ROOT / "reports" / "frameworks"
@@ -149,7 +149,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     return 1 if unexpected else 0
 
 
-def _option(arguments: list[str], flag: str) -> list[str] | None:
+def option(arguments: list[str], flag: str) -> list[str] | None:
     """The values after ``flag`` up to the next flag; None when ``flag`` is absent."""
     if flag not in arguments:
         return None
