@@ -2,13 +2,16 @@
 
 ``ci`` is derandomized (a red in CI replays identically on a laptop), has no deadline (shared 2-core machines make
 per-example timing meaningless) and prints the ``@reproduce_failure`` blob; ``dev`` is quicker, ``thorough`` digs.
+``ci`` and ``dev`` shrink a red fully but skip hypothesis' explain phase, which re-runs the minimal example under a
+line tracer to annotate which arguments mattered: on a rank task that is a slow re-run for a comment; ``thorough``
+keeps it.
 ``fail-fast`` is ``ci`` without shrinking: the sensitivity session only needs to know that a mutant turns a case red,
 and shrinking an example that fails on every draw re-runs a rank task dozens of times.
 
 An advisory that fails is a finding, not a red: it keeps its repro line and the example that failed, but is neither
 shrunk nor explained (:func:`advisory_settings`). Shrinking a failing advisory, and hypothesis' explain phase that
 traces every line of each re-run after it, cost a provider wrapper that fails two advisories about a minute per
-target; a red keeps both, its minimal example being what a user debugs.
+target; a red keeps full shrinking, its minimal example being what a user debugs.
 """
 
 from __future__ import annotations
@@ -24,9 +27,11 @@ from hypothesis.configuration import set_hypothesis_home_dir
 
 from harness.formats.environment import ENVDIR_ENV_VAR
 
+_UNEXPLAINED = (Phase.explicit, Phase.reuse, Phase.generate, Phase.target, Phase.shrink)
+"""Every phase but explain: a red's example is shrunk to its minimum, then not traced line by line again."""
 _PROFILES = {
-    "ci": {"max_examples": 200, "derandomize": True},
-    "dev": {"max_examples": 50},
+    "ci": {"max_examples": 200, "derandomize": True, "phases": _UNEXPLAINED},
+    "dev": {"max_examples": 50, "phases": _UNEXPLAINED},
     "thorough": {"max_examples": 2000},
     "fail-fast": {"max_examples": 200, "derandomize": True, "phases": (Phase.explicit, Phase.generate)},
 }
