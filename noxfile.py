@@ -354,7 +354,7 @@ def _report_arguments(session: nox.Session) -> tuple[list[str], str | None]:
 @nox.session(venv_backend="none")
 def costs(session: nox.Session) -> None:
     """Each framework's session time next to the reference subject's in one warm run per target (default 0.15 and
-    0.16): -- [--frameworks NAME ...] [targets]; the figures of docs/speed.md."""
+    0.16): -- [targets] [--frameworks NAME ...]; the figures of docs/speed.md."""
     session.run("python", "-m", "tests.subject_costs", *session.posargs, external=True)
 
 

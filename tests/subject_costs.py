@@ -1,6 +1,6 @@
 """What a declared framework's session costs next to the reference subject's, in the same warm run.
 
-``nox -s costs -- [--frameworks NAME ...] [targets]`` (default: every framework of ``tests/frameworks/`` on
+``nox -s costs -- [targets] [--frameworks NAME ...]`` (default: every framework of ``tests/frameworks/`` on
 megatron-0.15 and megatron-0.16) runs the reference subject first and then each framework in one warm run per target
 (``CI=true``, as CI and the frameworks table run them), and prints one Markdown table per target: each subject's
 session time, its ratio to the reference's, and its slowest families. The figures go in ``docs/speed.md``.
@@ -56,6 +56,9 @@ def table(session: str, summaries: dict[str, dict]) -> str:
 def main(argv: Sequence[str] | None = None) -> int:
     arguments = list(argv if argv is not None else sys.argv[1:])
     names = option(arguments, "--frameworks") or list(EXPECTED)
+    unknown = sorted(set(names) - set(EXPECTED))
+    if unknown:
+        raise SystemExit(f"nox -s costs: no framework named {', '.join(unknown)} (known: {', '.join(EXPECTED)})")
     targets = [a for a in arguments if a not in {"--frameworks", *names}] or list(TARGETS)
     reports = REPO_ROOT / "reports" / "costs"
     for session in targets:
