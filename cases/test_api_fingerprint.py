@@ -273,10 +273,10 @@ def test_megatrons_calls_reach_the_replacements(
     replaces that binding too."""
     replaced = set(replacements)
     problems = [
-        f"{symbol}: {call.place} ({call.caller.split(':')[-1]}) calls {call.name}, bound by value at {call.bound_at}: "
-        f"the patch re-binds {symbol.replace(':', '.')}, so this call still reaches Megatron's own"
-        for symbol, calls in ((each.symbol, each.calls) for each in megatron_calls)
-        for call in calls
+        f"{each.symbol}: {call.place} ({call.caller.split(':')[-1]}) calls {call.name}, bound by value at "
+        f"{call.bound_at}: the patch re-binds {dotted(each.symbol)}, so this call still reaches Megatron's own"
+        for each in megatron_calls
+        for call in each.calls
         if call.bound_at is not None and f"{call.caller.split(':')[0]}:{call.name}" not in replaced
     ]
     assert not problems, contract_failure(
@@ -403,15 +403,18 @@ def test_what_megatron_does_with_each_replacement_is_decided(target: Target, meg
     is called by its name, so none found means Megatron does not call it); a count of returned values the
     replacement's source does not decide is checked against no unpacking call."""
     undecided = []
-    for symbol, name, function, calls in ((e.symbol, e.name, e.function, e.calls) for e in megatron_calls):
-        if not calls and _is_method(symbol):
+    for each in megatron_calls:
+        unpacking = [call.place for call in each.calls if call.unpacks is not None]
+        if not each.calls and _is_method(each.symbol):
             undecided.append(
-                f"{symbol}: no call of it found in Megatron's source (reached through nn.Module.__call__, the "
-                f"dataclass machinery, or an object only known at run time): no call site checks {name}"
+                f"{each.symbol}: no call of it found in Megatron's source (reached through nn.Module.__call__, the "
+                f"dataclass machinery, or an object only known at run time): no call site checks {each.name}"
             )
-        elif any(c.unpacks is not None for c in calls) and returned_count(function) is None:
-            places = ", ".join(c.place for c in calls if c.unpacks is not None)
-            undecided.append(f"{symbol}: {places} unpack its result; how many values {name} returns is not decided")
+        elif unpacking and returned_count(each.function) is None:
+            undecided.append(
+                f"{each.symbol}: {', '.join(unpacking)} unpack its result; how many values {each.name} returns is not "
+                "decided"
+            )
     assert not undecided, contract_failure(
         target, FAMILY.name, "what Megatron does with a replacement could not be decided", undecided
     )

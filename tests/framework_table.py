@@ -47,6 +47,13 @@ def declaration(name: str) -> Path:
 def run_target(session: str, names: Sequence[str], reports: Path) -> dict[str, Observed]:
     """Every framework of ``names`` on ``session`` in one warm run; each one's verdicts."""
     specs = [str(declaration(name).relative_to(REPO_ROOT)) for name in names]
+    folders = run_warm(session, specs, reports)
+    return {name: observed(folder) for name, folder in zip(names, folders, strict=True)}
+
+
+def run_warm(session: str, specs: Sequence[str], reports: Path) -> list[Path]:
+    """The subjects ``specs`` on ``session`` in one warm run under ``reports`` (``CI=true``, venvs reused): each
+    one's report folder, in order."""
     environment = {
         **os.environ,
         "CI": "true",
@@ -56,11 +63,8 @@ def run_target(session: str, names: Sequence[str], reports: Path) -> dict[str, O
     nox = [sys.executable, "-m", "nox", "-f", str(REPO_ROOT / "noxfile.py"), "--reuse-venv=yes", "-s", session]
     subprocess.run(nox, cwd=REPO_ROOT, env=environment, check=False)
     if len(specs) == 1:  # one subject reports in the session's own folder
-        return {names[0]: observed(reports / session)}
-    return {
-        name: observed(subject_folder(reports / session, n, spec))
-        for n, (name, spec) in enumerate(zip(names, specs, strict=True), 1)
-    }
+        return [reports / session]
+    return [subject_folder(reports / session, n, spec) for n, spec in enumerate(specs, 1)]
 
 
 def observed(folder: Path) -> Observed:

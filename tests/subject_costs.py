@@ -9,17 +9,14 @@ session time, its ratio to the reference's, and its slowest families. The figure
 from __future__ import annotations
 
 import json
-import os
-import subprocess
 import sys
 from collections.abc import Sequence
 from pathlib import Path
 
 from harness import REPO_ROOT
 from harness.formats.environment import REFERENCE_SUBJECT as REFERENCE
-from harness.plugin.command import subject_folder
 from tests.e2e.framework_verdicts import EXPECTED
-from tests.framework_table import declaration, option
+from tests.framework_table import declaration, option, run_warm
 
 TARGETS = ("megatron-0.15", "megatron-0.16")
 
@@ -27,17 +24,10 @@ TARGETS = ("megatron-0.15", "megatron-0.16")
 def run_target(session: str, names: Sequence[str], reports: Path) -> dict[str, dict]:
     """The reference and ``names`` on ``session`` in one warm run; each one's ``summary.json``."""
     specs = [REFERENCE, *(str(declaration(name).relative_to(REPO_ROOT)) for name in names)]
-    environment = {
-        **os.environ,
-        "CI": "true",
-        "MEGATRON_CONFORMANCE_REPORTS": str(reports),
-        "MEGATRON_CONFORMANCE_SUBJECT": ",".join(specs),
-    }
-    nox = [sys.executable, "-m", "nox", "-f", str(REPO_ROOT / "noxfile.py"), "--reuse-venv=yes", "-s", session]
-    subprocess.run(nox, cwd=REPO_ROOT, env=environment, check=False)
+    folders = run_warm(session, specs, reports)
     return {
-        name: json.loads((subject_folder(reports / session, n, spec) / "summary.json").read_text())
-        for n, (name, spec) in enumerate(zip(["reference", *names], specs, strict=True), 1)
+        name: json.loads((folder / "summary.json").read_text())
+        for name, folder in zip(["reference", *names], folders, strict=True)
     }
 
 

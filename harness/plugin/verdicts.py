@@ -54,6 +54,7 @@ def _record_advisory(config: pytest.Config, family_name: str, report: pytest.Tes
     report.outcome = "passed"
     report.longrepr = None
     entry = {"family": family_name, "case": report.nodeid, "text": one_line(message), "repro": repro}
-    if whole_message(message):
-        entry["detail"] = whole_message(message)
+    detail = whole_message(message)
+    if detail:
+        entry["detail"] = detail
     append_record(session_state.report_dir_of(config), "advisories", entry)

@@ -344,17 +344,7 @@ def _patch(path: Path, table: dict[str, Any]) -> dict[str, Any]:
         return {}
     patch: dict[str, Any] = {k: _string(path, f"patch.{k}", v) for k, v in table.items() if k != "arguments"}
     patch["module"] = _dotted(path, "patch.module", patch["module"], qualified=False)
-    applied = patch["applied"]
-    if applied not in _APPLIED:
-        raise DeclarationFileError(path, "patch.applied", f"must be one of {', '.join(_APPLIED)}, not {applied!r}")
-    needed = {"call": "apply", "context": "context"}.get(applied)
-    if needed and needed not in patch:
-        raise DeclarationFileError(
-            path, f"patch.{needed}", f'missing required key: applied = "{applied}" names the {needed} function'
-        )
-    for key in ("apply", "context", "undo"):
-        if key in patch and key != needed and not (key == "undo" and applied == "call"):
-            raise DeclarationFileError(path, f"patch.{key}", f'applied = "{applied}" has no {key} function')
+    applied = _applied_form(path, "patch", patch, undone_by_undo=("call",))
     if "arguments" in table:
         if applied == "import":
             raise DeclarationFileError(path, "patch.arguments", 'applied = "import" calls nothing to pass them to')
@@ -376,6 +366,26 @@ def _patch(path: Path, table: dict[str, Any]) -> dict[str, Any]:
     return patch
 
 
+def _applied_form(
+    path: Path, name: str, patch: dict[str, Any], undone_by_undo: tuple[str, ...], default: str | None = None
+) -> str:
+    """How the patch of table ``name`` is applied (``applied``, one of :data:`_APPLIED`; ``default`` where it may be
+    left out), checked against the functions it names: ``apply`` for a call, ``context`` for a context manager,
+    ``undo`` only for the forms in ``undone_by_undo``."""
+    applied = patch.setdefault("applied", default) if default else patch["applied"]
+    if applied not in _APPLIED:
+        raise DeclarationFileError(path, f"{name}.applied", f"must be one of {', '.join(_APPLIED)}, not {applied!r}")
+    needed = {"call": "apply", "context": "context"}.get(applied)
+    if needed and needed not in patch:
+        raise DeclarationFileError(
+            path, f"{name}.{needed}", f'missing required key: applied = "{applied}" names the {needed} function'
+        )
+    for key in ("apply", "context", "undo"):
+        if key in patch and key != needed and not (key == "undo" and applied in undone_by_undo):
+            raise DeclarationFileError(path, f"{name}.{key}", f'applied = "{applied}" has no {key} function')
+    return applied
+
+
 def _symbols_patch(path: Path, table: dict[str, Any]) -> dict[str, Any]:
     """``[symbols_patch]``: applied by calling ``apply`` (the default), by entering ``context``, or by importing
     ``module``; ``undo`` where one is declared (leaving the context undoes that form)."""
@@ -384,21 +394,9 @@ def _symbols_patch(path: Path, table: dict[str, Any]) -> dict[str, Any]:
     listed = ("arguments", "instances")
     patch: dict[str, Any] = {k: _string(path, f"symbols_patch.{k}", v) for k, v in table.items() if k not in listed}
     patch["module"] = _dotted(path, "symbols_patch.module", patch["module"], qualified=False)
-    applied = patch.setdefault("applied", "call")
-    if applied not in _APPLIED:
-        raise DeclarationFileError(
-            path, "symbols_patch.applied", f"must be one of {', '.join(_APPLIED)}, not {applied!r}"
-        )
-    needed = {"call": "apply", "context": "context"}.get(applied)
-    if needed and needed not in patch:
-        raise DeclarationFileError(
-            path, f"symbols_patch.{needed}", f'missing required key: applied = "{applied}" names the {needed} function'
-        )
-    for key in ("apply", "context"):
-        if key in patch and key != needed:
-            raise DeclarationFileError(path, f"symbols_patch.{key}", f'applied = "{applied}" has no {key} function')
-    if "undo" in patch and applied == "context":
+    if "undo" in patch and patch.get("applied") == "context":
         raise DeclarationFileError(path, "symbols_patch.undo", 'applied = "context" is undone by leaving the context')
+    applied = _applied_form(path, "symbols_patch", patch, undone_by_undo=("call", "import"), default="call")
     if applied == "import" and set(table) & {"arguments", "model_argument", "instances"}:
         key = sorted(set(table) & {"arguments", "model_argument", "instances"})[0]
         raise DeclarationFileError(path, f"symbols_patch.{key}", 'applied = "import" calls nothing to pass it to')

@@ -23,9 +23,9 @@ import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
+from harness.targets.matrix import MEGATRON_DISTRIBUTION
 from harness.targets.venv_install import index_options, pip_settings
 
-DISTRIBUTION = "megatron-core"
 _OTHER_PYTHONS = ("3.12", "3.11", "3.10")
 _FETCH_TIMEOUT_S = 300
 
@@ -60,7 +60,7 @@ def release_source(version: str, venvs: Path | None = None, cache: Path | None =
     for site_packages in sorted(venvs.glob("*/lib/python3*/site-packages")):
         if (site_packages / _dist_info(version)).is_dir() and (site_packages / "megatron").is_dir():
             return ReleaseSource(version, site_packages, f"the target venv {site_packages.parents[2]}")
-    unpacked = cache / f"{DISTRIBUTION}-{version}"
+    unpacked = cache / f"{MEGATRON_DISTRIBUTION}-{version}"
     if not (unpacked / "megatron").is_dir():
         _fetch(version, unpacked)
         return ReleaseSource(version, unpacked, f"its wheel, fetched from the package index into {unpacked}")
@@ -68,7 +68,7 @@ def release_source(version: str, venvs: Path | None = None, cache: Path | None =
 
 
 def _dist_info(version: str) -> str:
-    return f"{DISTRIBUTION.replace('-', '_')}-{version}.dist-info"
+    return f"{MEGATRON_DISTRIBUTION.replace('-', '_')}-{version}.dist-info"
 
 
 def _fetch(version: str, destination: Path) -> None:
@@ -77,11 +77,11 @@ def _fetch(version: str, destination: Path) -> None:
     uv = shutil.which("uv")
     if uv is None:
         raise ReleaseSourceError(
-            f"{DISTRIBUTION} {version}: no target venv beside this one has it, and uv, which fetches its wheel, is "
-            "not on PATH (pip install uv, or build a target venv of that release)"
+            f"{MEGATRON_DISTRIBUTION} {version}: no target venv beside this one has it, and uv, which fetches its "
+            "wheel, is not on PATH (pip install uv, or build a target venv of that release)"
         )
     destination.parent.mkdir(parents=True, exist_ok=True)
-    requirement = f"{DISTRIBUTION}=={version}"
+    requirement = f"{MEGATRON_DISTRIBUTION}=={version}"
     said = []
     for python in (None, *_OTHER_PYTHONS):
         scratch_dir = tempfile.TemporaryDirectory(
@@ -95,7 +95,7 @@ def _fetch(version: str, destination: Path) -> None:
                 done = subprocess.run(command, capture_output=True, text=True, timeout=_FETCH_TIMEOUT_S)
             except subprocess.TimeoutExpired:
                 raise ReleaseSourceError(
-                    f"{DISTRIBUTION} {version}: fetching its wheel took over {_FETCH_TIMEOUT_S} s"
+                    f"{MEGATRON_DISTRIBUTION} {version}: fetching its wheel took over {_FETCH_TIMEOUT_S} s"
                 ) from None
             if done.returncode == 0 and (Path(scratch) / "megatron").is_dir():
                 try:
@@ -107,6 +107,6 @@ def _fetch(version: str, destination: Path) -> None:
             last = (done.stderr.strip().splitlines() or ["no output"])[-1]
             said.append(f"for Python {python or 'of this venv'}: {last}")
     raise ReleaseSourceError(
-        f"{DISTRIBUTION} {version}: no target venv beside this one has it, and no wheel of it could be fetched "
-        f"({'; '.join(said)})"
+        f"{MEGATRON_DISTRIBUTION} {version}: no target venv beside this one has it, and no wheel of it could be "
+        f"fetched ({'; '.join(said)})"
     )

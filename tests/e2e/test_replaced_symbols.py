@@ -71,9 +71,9 @@ BLOCK_UNPACKS = {"megatron-0.15": 697, "megatron-0.19": 664}
 QKV = "megatron.core.transformer.multi_latent_attention:MLASelfAttention.get_query_key_value_tensors"
 MLA_FILE = "megatron/core/transformer/multi_latent_attention.py"
 UNPACKS = {"megatron-0.15": (236, 3), "megatron-0.19": (345, 5)}
+"""Where Megatron's own ``MultiLatentAttention.forward`` unpacks ``get_query_key_value_tensors``, and how many."""
 BIAS_CALLS = {"megatron-0.15": 960, "megatron-0.19": 902}
 """Where ``TEGroupedMLP.forward`` calls its static ``self._apply_bias(...)`` with four positional arguments."""
-"""Where Megatron's own ``MultiLatentAttention.forward`` unpacks ``get_query_key_value_tensors``, and how many."""
 
 
 SESSIONS = on_one_target_in_ci(sorted(UNPACKS), ["megatron-0.19"])

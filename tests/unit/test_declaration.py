@@ -166,14 +166,20 @@ def forget_toyframe(monkeypatch: pytest.MonkeyPatch) -> None:
         monkeypatch.delitem(sys.modules, name)
 
 
-def test_the_symbols_patch_is_applied_with_its_arguments_and_undone(
-    framework: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
+@pytest.fixture
+def fake_router(monkeypatch: pytest.MonkeyPatch) -> ModuleType:
+    """``megatron_fake``, a stand-in Megatron with a ``Router`` class for a symbols patch to set ``gating`` on, and a
+    fresh toyframe to import the patch from."""
     forget_toyframe(monkeypatch)
     fake = ModuleType("megatron_fake")
     fake.Router = type("Router", (), {})
     fake.scaled = lambda scale: ("gating scaled by", scale)
     monkeypatch.setitem(sys.modules, "megatron_fake", fake)
+    return fake
+
+
+def test_the_symbols_patch_is_applied_with_its_arguments_and_undone(framework: Path, fake_router: ModuleType) -> None:
+    fake = fake_router
     (framework / "src" / "toyframe" / "megatron_utils" / "router.py").write_text(SYMBOLS_PATCH)
     text = GOOD + (
         '\n[symbols_patch]\nmodule = "toyframe.megatron_utils.router"\napply = "enable"\nundo = "disable"\n'
@@ -218,15 +224,11 @@ def disable():
     ids=["context", "import"],
 )
 def test_a_symbols_patch_applied_by_a_context_or_at_import_is_applied_each_time_and_undone(
-    framework: Path, monkeypatch: pytest.MonkeyPatch, source: str, table: str
+    framework: Path, fake_router: ModuleType, source: str, table: str
 ) -> None:
     """Loading the subject applies nothing; each apply enters the context (or imports the module afresh), and undo
     leaves it (or calls the declared undo)."""
-    forget_toyframe(monkeypatch)
-    fake = ModuleType("megatron_fake")
-    fake.Router = type("Router", (), {})
-    fake.scaled = lambda scale: ("gating scaled by", scale)
-    monkeypatch.setitem(sys.modules, "megatron_fake", fake)
+    fake = fake_router
     (framework / "src" / "toyframe" / "megatron_utils" / "router.py").write_text(source)
     text = GOOD + f'\n[symbols_patch]\nmodule = "toyframe.megatron_utils.router"\n{table}'
     subject = load_subject(str(declare(framework, text)))

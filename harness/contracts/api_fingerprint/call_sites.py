@@ -197,22 +197,27 @@ class MegatronSource:
         skipped = set(replaced)
         if "." in qualname:
             owner_name, _, method = qualname.rpartition(".")
-            owner = next((c for c in self.classes.get(owner_name, []) if c.module == module), None)
+            owner = self.class_named(module, owner_name)
             found = self._method_calls(owner, method) if owner is not None else []
         else:
             found = self._function_calls(module, qualname)
         return [call for call in found if call.caller not in skipped]
 
-    def _method_calls(self, owner: _ClassInfo, method: str, reads: bool = False) -> list[MegatronCall]:
-        def reaches_owner(classes: list[_ClassInfo]) -> bool:
-            # The patch binds the name on the owner, whether the owner defined it or inherited it.
-            return next((c for c in classes if c == owner or method in self.methods(c)), None) == owner
+    def class_named(self, module: str, name: str) -> _ClassInfo | None:
+        """The class ``name`` defined in ``module``."""
+        return next((c for c in self.classes.get(name, []) if c.module == module), None)
 
+    def _reaches(self, owner: _ClassInfo, method: str, classes: list[_ClassInfo]) -> bool:
+        """Whether a lookup of ``method`` along ``classes`` (an MRO) finds what the patch binds on ``owner``: the
+        patch binds the name on the owner, whether the owner defined it or inherited it."""
+        return next((c for c in classes if c == owner or method in self.methods(c)), None) == owner
+
+    def _method_calls(self, owner: _ClassInfo, method: str, reads: bool = False) -> list[MegatronCall]:
         callers: list[tuple[_ClassInfo, str, bool]] = []
         for info in self.descendants(owner):
-            if reaches_owner(self.mro(info)):
+            if self._reaches(owner, method, self.mro(info)):
                 callers += [(info, name, False) for name in self.methods(info)]
-            if info != owner and reaches_owner(self.mro(info)[1:]):
+            if info != owner and self._reaches(owner, method, self.mro(info)[1:]):
                 callers += [(info, name, True) for name in self.methods(info)]
         for base in self.mro(owner)[1:]:
             callers += [(base, name, False) for name in self.methods(base) if self.definer(owner, name) == base]
@@ -232,11 +237,7 @@ class MegatronSource:
     def _class_calls(self, owner: _ClassInfo, method: str) -> list[MegatronCall]:
         """Calls of ``method`` on the class by name (``Owner.method(...)``, or a subclass's name that inherits it),
         wherever Megatron makes them."""
-        names = {
-            info.name
-            for info in self.descendants(owner)
-            if next((c for c in self.mro(info) if c == owner or method in self.methods(c)), None) == owner
-        }
+        names = {info.name for info in self.descendants(owner) if self._reaches(owner, method, self.mro(info))}
         calls = []
         for module, (_, text) in self.texts.items():
             if not any(f"{name}.{method}(" in text for name in names):
@@ -252,7 +253,7 @@ class MegatronSource:
         for. Reads inside the functions named in ``replaced`` are left out."""
         module, _, qualname = symbol.partition(":")
         owner_name, _, name = qualname.rpartition(".")
-        owner = next((c for c in self.classes.get(owner_name, []) if c.module == module), None)
+        owner = self.class_named(module, owner_name)
         found = self._method_calls(owner, name, reads=True) if owner is not None and owner_name else []
         return [read for read in found if read.caller not in set(replaced)]
 

@@ -36,7 +36,7 @@ def definition(source: MegatronSource, symbol: str) -> Definition | None:
         return None
     owner_name, _, name = qualname.rpartition(".")
     if owner_name:
-        owner = next((c for c in source.classes.get(owner_name.rsplit(".", 1)[-1], []) if c.module == module), None)
+        owner = source.class_named(module, owner_name.rsplit(".", 1)[-1])
         definer = source.definer(owner, name) if owner is not None else None
         if definer is None:
             return None

@@ -12,7 +12,7 @@ from __future__ import annotations
 import dataclasses
 import importlib
 import inspect
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from typing import Any
 
 from harness.subjects.declared import restore_namespace
@@ -156,34 +156,42 @@ def upstream_kind(symbol: str) -> str:
     """The kind of ``symbol`` as Megatron defines it here: ``function`` for a module's, else its class's (or the
     nearest base's) binding's :func:`descriptor_kind`."""
     owner, name = owner_of(symbol)
-    if not isinstance(owner, type):
-        return "function"
-    found = next((vars(cls)[name] for cls in owner.__mro__ if name in vars(cls)), _MISSING)
-    return "value" if found is _MISSING else descriptor_kind(found)
+    return descriptor_kind(_class_binding(owner, name)) if isinstance(owner, type) else "function"
 
 
 def bound_kinds(subject: Any, symbols: list[str]) -> dict[str, str]:
-    """The kind each class attribute among ``symbols`` has with the declared apply applied (``apply_replacements``),
-    undone as declared and every owner put back afterwards; empty where there is no apply or it raises (another case
-    says so)."""
-    apply = getattr(subject, "apply_replacements", None)
+    """The kind each class attribute among ``symbols`` has with the declared apply applied (``apply_replacements``);
+    empty where there is no apply or it raises (another case says so)."""
     owners = {symbol: owner_of(symbol) for symbol in symbols}
     owners = {symbol: (owner, name) for symbol, (owner, name) in owners.items() if isinstance(owner, type)}
-    if apply is None or not owners:
+    if getattr(subject, "apply_replacements", None) is None or not owners:
         return {}
-    saved = snapshot(owner for owner, _ in owners.values())
     try:
-        apply()
-        kinds = {
-            symbol: descriptor_kind(next((vars(c)[name] for c in owner.__mro__ if name in vars(c)), None))
-            for symbol, (owner, name) in owners.items()
-        }
-        undo = getattr(subject, "undo_replacements", None)
-        if undo is not None:
-            undo()  # a framework that keeps its own record of being applied must see it undone
-        return kinds
+        kinds, _ = _while_applied(subject, owners, lambda owner, name: descriptor_kind(_class_binding(owner, name)))
     except Exception:
         return {}
+    return kinds
+
+
+def _class_binding(cls: type, name: str) -> Any:
+    """What ``cls.name`` finds in the namespaces of ``cls`` and its bases, before any descriptor binds it."""
+    return next((vars(each)[name] for each in cls.__mro__ if name in vars(each)), _MISSING)
+
+
+def _while_applied(
+    subject: Any, owners: dict[str, tuple[Any, str]], read: Callable[[Any, str], Any]
+) -> tuple[dict[str, Any], Saved]:
+    """Apply the subject's declared patch once, ``read(owner, name)`` for each symbol, undo it as declared (a
+    framework that keeps its own record of being applied must see it undone), and put every owner back whatever
+    happened: what was read, and the owners as they were before. What apply or undo raises is the caller's."""
+    saved = snapshot(owner for owner, _ in owners.values())
+    try:
+        subject.apply_replacements()
+        found = {symbol: read(owner, name) for symbol, (owner, name) in owners.items()}
+        undo = getattr(subject, "undo_replacements", None)
+        if undo is not None:
+            undo()
+        return found, saved
     finally:
         restore(saved)
 
@@ -205,18 +213,11 @@ def captured_replacements(subject: Any, symbols: list[str]) -> dict[str, tuple[A
         why = "declared 'replaces' with no replacement named, and no [symbols_patch] apply to capture it from"
         return {symbol: (None, why) for symbol in symbols}
     owners = {symbol: owner_of(symbol) for symbol in symbols}
-    saved = snapshot(owner for owner, _ in owners.values())
     try:
-        apply()
-        bound = {symbol: vars(owner).get(name, _MISSING) for symbol, (owner, name) in owners.items()}
-        undo = getattr(subject, "undo_replacements", None)
-        if undo is not None:
-            undo()
+        bound, saved = _while_applied(subject, owners, lambda owner, name: vars(owner).get(name, _MISSING))
     except Exception as err:
         raised = f"the declared apply or undo raised {type(err).__name__}: {err}"
         return {symbol: (None, raised) for symbol in symbols}
-    finally:
-        restore(saved)
     unchanged = "the declared apply binds nothing there"
     return {
         symbol: (value, None)
