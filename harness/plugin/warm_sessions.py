@@ -40,6 +40,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import gc
 import importlib
 import logging
 import multiprocessing.util
@@ -184,6 +185,9 @@ def _warm_run(pytest_args: Sequence[str], server: bool) -> Iterator[bool]:
     (directory / SHARED_WARNINGS_MARK).touch()
     try:
         _import_warm_modules(directory)
+        # What the imports made lives as long as the process: out of the collector's reach, every collection in the
+        # sessions and ranks forked from here skips it (pytest collects five times at each session's end).
+        gc.freeze()
         ranks = may_need_ranks(pytest_args)
         if ranks and server:
             fork_fork_server()
