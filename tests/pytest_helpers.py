@@ -19,7 +19,7 @@ import pytest
 
 from harness import REPO_ROOT
 from harness.formats.environment import REFERENCE_SUBJECT
-from harness.plugin.command import CaseRun, case_command, run_cases, subject_folder, subject_runs
+from harness.plugin.command import CaseRun, case_command, run_cases, run_options, subject_folder, subject_runs
 from harness.subjects.declaration import DeclarationFileError, is_declaration, read_declaration_file
 from harness.subjects.requirements import declared_requirements, requirements_python
 from harness.targets.matrix import load_matrix, venv_python
@@ -127,13 +127,22 @@ def run_target_cases(
 
 
 def run_subjects_together(
-    session: str, selection: list[str], subjects: Sequence[Path | str], directory: Path, timeout: float = 1800
+    session: str,
+    selection: list[str],
+    subjects: Sequence[Path | str],
+    directory: Path,
+    timeout: float = 1800,
+    first_red: bool = False,
 ) -> dict[str, RunVerdicts]:
     """Run ``selection`` for every subject in one warm run (:mod:`harness.plugin.warm_sessions`) in ``session``'s
-    venv: each subject's verdicts by its name as given (``str`` of a path)."""
+    venv: each subject's verdicts by its name as given (``str`` of a path); with ``first_red``, each subject's session
+    stops at its first red case, unshrunk (:func:`harness.plugin.command.run_options`)."""
     specs = list(dict.fromkeys(str(subject) for subject in subjects))
     python = subject_python(session, specs)
-    command = case_command(session, directory, selection, python=python, profile="ci", subjects=specs)
+    profile, options = run_options(first_red)
+    command = case_command(
+        session, directory, selection, python=python, profile=profile, options=options, subjects=specs
+    )
     _, runs = subject_runs(command, dict(os.environ), timeout=timeout, keep_output=200_000)
     if len(specs) == 1:
         return {specs[0]: RunVerdicts.of(runs[0], directory)}
@@ -153,6 +162,10 @@ class SharedRuns:
     plan: Iterable[tuple[str, tuple[str, ...], Path | str]]
     """``(session, selection, subject)`` of every run the module's tests ask for."""
     directory: Callable[[], Path]
+    first_red: bool = False
+    """Each subject's session stops at its first red case, unshrunk: for a module that asks of each subject only
+    whether it is red or green, and which case went red first (a reference subject in the plan still runs every case,
+    having no red to stop at)."""
     made: dict[tuple[str, tuple[str, ...]], dict[str, RunVerdicts]] = field(default_factory=dict)
 
     def run(self, session: str, selection: Sequence[str], subject: Path | str = REFERENCE_SUBJECT) -> RunVerdicts:
@@ -161,5 +174,7 @@ class SharedRuns:
         if key not in self.made:
             subjects = [planned for s, sel, planned in self.plan if (s, sel) == key]
             assert str(subject) in map(str, subjects), f"{subject} is not in the module's plan for {key}"
-            self.made[key] = run_subjects_together(session, list(selection), subjects, self.directory())
+            self.made[key] = run_subjects_together(
+                session, list(selection), subjects, self.directory(), first_red=self.first_red
+            )
         return self.made[key][str(subject)]

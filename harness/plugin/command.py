@@ -40,6 +40,14 @@ _SLUG = re.compile(r"[^A-Za-z0-9_.-]+")
 _DEFAULT_SELECTION = ("cases",)
 
 
+def run_options(first_red: bool) -> tuple[str, list[str]]:
+    """The hypothesis profile and pytest options of a run. With ``first_red`` the run stops at its first red case
+    and hypothesis does not shrink: enough where the only question is whether, and where, a subject turns red (a
+    mutant of the sensitivity catalogue, a seeded break in the harness's tests). Without it every case runs its full
+    ``ci`` profile, as the gate does."""
+    return ("fail-fast", ["-x"]) if first_red else ("ci", [])
+
+
 def case_command(
     target: str,
     report_dir: Path,

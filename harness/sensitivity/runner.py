@@ -27,7 +27,7 @@ from typing import Any
 from harness.formats.junit import JUnitCase
 from harness.formats.progress import Progress
 from harness.formats.summary import SummaryError, read_summary
-from harness.plugin.command import CaseRun, case_command, run_cases, subject_folder, subject_runs
+from harness.plugin.command import CaseRun, case_command, run_cases, run_options, subject_folder, subject_runs
 from harness.plugin.failure import parse_head
 from harness.plugin.families import FAMILIES, MUTABLE, family_of_case
 from harness.ranks.pool import RankTimeout
@@ -149,13 +149,6 @@ def sort_reds(run: CaseRun, target: str) -> tuple[list[str], dict[str, str]]:
     return sorted(caught), dict(sorted(crashed.items()))
 
 
-def _first_run_options(first_failure: bool) -> tuple[str, list[str]]:
-    """Profile and options of a mutant's run. With ``first_failure`` the run stops at the first red case and
-    hypothesis does not shrink: enough to know that a mutant is caught. Without it (equivalent mutants) every case
-    runs its full ``ci`` profile, as the gate does."""
-    return ("fail-fast", ["-x"]) if first_failure else ("ci", [])
-
-
 def _run_mutant(
     python: Path,
     target: str,
@@ -166,7 +159,7 @@ def _run_mutant(
     first_failure: bool = False,
 ) -> CaseRun:
     """Run ``selection`` in the target venv of ``python``, with the mutated copy (if any) first on the path."""
-    profile, options = _first_run_options(first_failure)
+    profile, options = run_options(first_failure)
     options = [*options, f"--subject={subject}"]
     command = case_command(target, report_dir, selection, python=python, profile=profile, options=options)
     return run_cases(command, environment(site), timeout=_CASE_TIMEOUT_S)
@@ -306,7 +299,7 @@ def _evaluate_together(
     specs = [str(mutant.subject or subject) for mutant in mutants]
     megatron = mutants[0].kind == "megatron"
     mutations = _write_mutations(mutants, package, workdir / "mutations.json") if megatron else None
-    profile, options = _first_run_options(not mutants[0].equivalent)
+    profile, options = run_options(not mutants[0].equivalent)
     selection = mutants[0].selection()
     command = case_command(
         target, workdir, selection, python=python, profile=profile, options=options, subjects=specs, mutations=mutations
@@ -322,7 +315,7 @@ def _evaluate_together(
                 return _run_mutant(python, target, others, spec, None, folder / "others", first_failure=True)
             (folder / "others").mkdir()
             alone = _write_mutations([mutant], package, folder / "others" / "mutation.json")
-            profile, options = _first_run_options(True)
+            profile, options = run_options(True)
             command = case_command(
                 target,
                 folder / "others",

@@ -45,7 +45,7 @@ SELECTION = ("cases/test_equivalence.py::test_matches_upstream_on_generated_modu
 def runs(tmp_path_factory: pytest.TempPathFactory) -> SharedRuns:
     """The seeded all-reduces of each target in one warm run."""
     plan = [(session, SELECTION, SEEDED / f"{seeded}.py") for seeded, (session, _) in SEEDED_BREAKS.items()]
-    return SharedRuns(plan, lambda: tmp_path_factory.mktemp("runs"))
+    return SharedRuns(plan, lambda: tmp_path_factory.mktemp("runs"), first_red=True)
 
 
 @pytest.mark.parametrize("seeded", sorted(SEEDED_BREAKS))

@@ -92,7 +92,9 @@ SEEDED_BREAKS = {
 def runs(tmp_path_factory: pytest.TempPathFactory) -> SharedRuns:
     """Every seeded subject and the reference in one warm run."""
     subjects = [*(SEEDED / f"{seeded}.py" for seeded in SEEDED_BREAKS), REFERENCE_SUBJECT]
-    return SharedRuns([(SESSION, SELECTION, subject) for subject in subjects], lambda: tmp_path_factory.mktemp("runs"))
+    return SharedRuns(
+        [(SESSION, SELECTION, subject) for subject in subjects], lambda: tmp_path_factory.mktemp("runs"), first_red=True
+    )
 
 
 @pytest.mark.parametrize("seeded", sorted(SEEDED_BREAKS))
