@@ -52,12 +52,16 @@ def _config_of(population: Population) -> Any:
 
 
 def _attach(root: torch.nn.Module, dotted: str, param: torch.nn.Parameter) -> None:
+    """``param`` under its dotted name, the submodules on its path made where missing (looked up in ``_modules``:
+    ``hasattr`` on a module raises and catches an ``AttributeError`` for each one missing)."""
     module = root
     *path, leaf = dotted.split(".")
     for part in path:
-        if not hasattr(module, part):
-            module.add_module(part, torch.nn.Module())
-        module = getattr(module, part)
+        child = module._modules.get(part)
+        if child is None:
+            child = torch.nn.Module()
+            module.add_module(part, child)
+        module = child
     module.register_parameter(leaf, param)
 
 
