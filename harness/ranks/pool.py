@@ -156,9 +156,6 @@ class RankPool:
         fresh ranks after a failure restarted the pool, so the task after a failed one meets the same state rather
         than a second, unrelated error."""
         self.generation = 0
-        self.tasks_sent = 0
-        """Tasks sent to the ranks so far, over every generation: a watch that looks only at pools where something
-        ran since its last look reads it."""
         self._lock = threading.RLock()
         self._processes: list[multiprocessing.process.BaseProcess] = []
         self._conns: list[multiprocessing.connection.Connection] = []
@@ -242,7 +239,6 @@ class RankPool:
             return self._send(payload, fn, timeout)
 
     def _send(self, payload: bytes, fn: Callable[..., Any], timeout: float) -> list[Any]:
-        self.tasks_sent += 1
         try:
             for conn in self._conns:
                 with contextlib.suppress(OSError):

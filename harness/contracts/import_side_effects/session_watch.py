@@ -17,7 +17,6 @@ globals whenever model parallelism is set up.
 from __future__ import annotations
 
 import importlib
-import weakref
 from collections.abc import Generator
 from typing import Any
 
@@ -34,7 +33,7 @@ from harness.plugin.failure import contract_failure
 from harness.plugin.families import family
 from harness.plugin.session_state import configured_target
 from harness.ranks.early_start import runs_on_ranks
-from harness.ranks.pool import RANK_START_HOOKS, RankPool, RankPoolError, cached_pools
+from harness.ranks.pool import RANK_START_HOOKS, RankPoolError, cached_pools
 from harness.targets.megatron_names import FINALIZE_MODULE
 
 WATCHED = rank_watch.WATCHED
@@ -95,27 +94,17 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) ->
     outcome.force_result(pytest.TestReport.from_item_and_call(item, failed))
 
 
-_looked_at: weakref.WeakKeyDictionary[RankPool, int] = weakref.WeakKeyDictionary()
-"""Per pool, its ``tasks_sent`` after the watch's last look (its own task included)."""
-
-
 def _rank_changes() -> list[str]:
     """What changed in the rank processes of this process's pools since the last look; a pool that cannot answer
-    (a case left it broken) is that case's own red, and it restarts with a fresh baseline. A pool that ran no task
-    since the last look is not asked: nothing ran in its ranks (a capture there costs each rank a walk over every
-    Megatron module and class)."""
+    (a case left it broken) is that case's own red, and it restarts with a fresh baseline."""
     changes = []
     for pool in cached_pools():
-        if _looked_at.get(pool) == pool.tasks_sent:
-            continue
         try:
             changes += [
                 line for rank in pool.run(rank_watch.changes_task, timeout_s=_RANK_WATCH_TIMEOUT_S) for line in rank
             ]
         except RankPoolError:
             continue
-        finally:
-            _looked_at[pool] = pool.tasks_sent
     return changes
 
 
