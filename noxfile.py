@@ -38,6 +38,7 @@ from harness.formats.scale_findings import DEFAULT_MODELS  # noqa: E402
 from harness.formats.scale_findings import finding as scale_finding  # noqa: E402
 from harness.formats.summary import FILE_NAME as SUMMARY_FILE  # noqa: E402
 from harness.formats.summary import SummaryError, read_summary  # noqa: E402
+from harness.launch.side_by_side import run_side_by_side  # noqa: E402
 from harness.plugin.command import SUBJECT_STATUS_FILE, case_command  # noqa: E402
 from harness.plugin.scale_estimate import measure_in_target  # noqa: E402
 from harness.reports.api_diff import ApiDiffError, compare, render_markdown, write_report  # noqa: E402
@@ -244,6 +245,21 @@ def _ensure_browser(session: nox.Session) -> str:
     )
 
 
+def _run_target_sessions(session: nox.Session, targets: list[str]) -> None:
+    """Every target's session with the reference subject, two at a time (``MEGATRON_CONFORMANCE_TARGET_JOBS``):
+    the venvs the end-to-end tests use, each built and green; a red or broken target ends the tests session, naming
+    the command that replays it."""
+    jobs = int(os.environ.get("MEGATRON_CONFORMANCE_TARGET_JOBS", "2"))
+    nox_command = [str(Path(session.bin) / "nox"), "-f", str(ROOT / "noxfile.py"), "--reuse-venv=yes", "-s"]
+    env = {**os.environ, "PATH": os.pathsep.join([session.bin, os.environ.get("PATH", "")])}
+    session.log(f"the reference subject on {', '.join(targets)}, {jobs} at a time; each one's output as it ends")
+    commands = {target: [*nox_command, target] for target in targets}
+    ended = run_side_by_side(commands, jobs, Path(session.virtualenv.location) / "target-logs", env)
+    failed = [done.name for done in ended if done.returncode != 0]
+    if failed:
+        session.error(f"target sessions not green: {', '.join(failed)}; replay each with: nox -s {' '.join(failed)}")
+
+
 def tests(session: nox.Session) -> None:
     """The harness's own tests: -- unit (no target venv, a minute) or -- e2e; both by default, the end-to-end suite
     after running megatron-0.13, -0.15 and -0.16 through the newest target."""
@@ -257,8 +273,7 @@ def tests(session: nox.Session) -> None:
     paths = [part for part in selection if part.startswith("tests") or "::" in part]
     if any(not path.startswith(TEST_SUITES["unit"]) for path in paths):
         env["MEGATRON_CONFORMANCE_BROWSER"] = _ensure_browser(session)
-        targets = (t for t in TESTS_TARGETS if t in KNOWN)
-        session.run("nox", "-f", str(ROOT / "noxfile.py"), "--reuse-venv=yes", "-s", *targets)
+        _run_target_sessions(session, [t for t in TESTS_TARGETS if t in KNOWN])
     workers = os.environ.get("MEGATRON_CONFORMANCE_WORKERS", "auto")
     narrowing = []
     if os.environ.get("CI", "").lower() == "true":

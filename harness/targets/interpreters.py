@@ -125,10 +125,14 @@ def expose_on_path(version: str, directory: Path, environ: dict[str, str] | None
     if found is None:
         return False
     directory.mkdir(parents=True, exist_ok=True)
+    # Made under a name of its own, then renamed over the link: target sessions run side by side each expose the
+    # version, and none may find the name missing while another replaces it.
     link = directory / name
-    if link.is_symlink() or link.exists():
-        link.unlink()
-    link.symlink_to(found)
+    fresh = directory / f".{name}.{os.getpid()}"
+    if fresh.is_symlink() or fresh.exists():
+        fresh.unlink()
+    fresh.symlink_to(found)
+    os.replace(fresh, link)
     if environ.get("PATH", "").split(os.pathsep)[0] != str(directory):
         environ["PATH"] = os.pathsep.join([str(directory), environ.get("PATH", "")])
     return True
