@@ -23,6 +23,7 @@ from harness.plugin.command import CaseRun, case_command, run_cases, run_options
 from harness.subjects.declaration import DeclarationFileError, is_declaration, read_declaration_file
 from harness.subjects.requirements import declared_requirements, requirements_python
 from harness.targets.matrix import load_matrix, venv_python
+from tests.warm_servers import run_warm
 
 ROOT = REPO_ROOT
 
@@ -121,9 +122,8 @@ def run_target_cases(
     options = [*(extra or []), *([f"--subject={subject}"] if subject is not None else [])]
     python = subject_python(session, [subject])
     command = case_command(session, tmp_path, selection, python=python, profile="ci", options=options)
-    return RunVerdicts.of(
-        run_cases(command, {**os.environ, **(env or {})}, timeout=timeout, keep_output=200_000), tmp_path
-    )
+    environment = {**os.environ, **(env or {})}
+    return RunVerdicts.of(run_cases(command, environment, timeout, 200_000, run_warm), tmp_path)
 
 
 def run_subjects_together(
@@ -143,7 +143,7 @@ def run_subjects_together(
     command = case_command(
         session, directory, selection, python=python, profile=profile, options=options, subjects=specs
     )
-    _, runs = subject_runs(command, dict(os.environ), timeout=timeout, keep_output=200_000)
+    _, runs = subject_runs(command, dict(os.environ), timeout, 200_000, run_warm)
     if len(specs) == 1:
         return {specs[0]: RunVerdicts.of(runs[0], directory)}
     folders = [subject_folder(directory, n, spec) for n, spec in enumerate(specs, 1)]

@@ -11,7 +11,7 @@ from __future__ import annotations
 import os
 import re
 import subprocess
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -146,29 +146,43 @@ def _run(command: list[str], environment: Mapping[str, str] | None, timeout: flo
     )
 
 
+Runner = Callable[[list[str], Mapping[str, str] | None, float], subprocess.CompletedProcess]
+"""How a case command is run: as :func:`subprocess.run` runs it from the repository root, output captured, killed
+past its timeout (:class:`subprocess.TimeoutExpired`). The project's tests pass one that forks warm runs from a
+server (``tests/warm_servers.py``)."""
+
+
 def run_cases(
-    command: list[str], environment: Mapping[str, str] | None = None, timeout: float = 900, keep_output: int = 4000
+    command: list[str],
+    environment: Mapping[str, str] | None = None,
+    timeout: float = 900,
+    keep_output: int = 4000,
+    runner: Runner = _run,
 ) -> CaseRun:
     """Run a one-subject :func:`case_command` from the repository root and read its JUnit back (``environment``
     replaces the process environment when given)."""
     junit = Path(_option(command, "--junitxml"))
-    completed = _run(command, environment, timeout)
+    completed = runner(command, environment, timeout)
     return CaseRun(completed.returncode, (completed.stdout + completed.stderr)[-keep_output:], read_cases(junit))
 
 
 def subject_runs(
-    command: list[str], environment: Mapping[str, str] | None = None, timeout: float = 1800, keep_output: int = 4000
+    command: list[str],
+    environment: Mapping[str, str] | None = None,
+    timeout: float = 1800,
+    keep_output: int = 4000,
+    runner: Runner = _run,
 ) -> tuple[int, list[CaseRun]]:
     """Run a several-subject :func:`case_command`: its exit status, and each subject's run (its session's exit
     status, output and verdicts) in the order the command names them. A subject whose session left no JUnit file
     has no verdicts and the output it printed; one that left no exit status (the warm run died before it ended)
     is broken (status 3), never green or red. A command of one subject is run as :func:`run_cases` runs it."""
     if not several_subjects(command):
-        run = run_cases(command, environment, timeout, keep_output)
+        run = run_cases(command, environment, timeout, keep_output, runner)
         return run.returncode, [run]
     report_dir = Path(_option(command, "--report-dir"))
     subjects = [part.split("=", 1)[1] for part in _warm_options(command) if part.startswith("--subject=")]
-    completed = _run(command, environment, timeout)
+    completed = runner(command, environment, timeout)
     runs = []
     for index, subject in enumerate(subjects, 1):
         folder = subject_folder(report_dir, index, subject)

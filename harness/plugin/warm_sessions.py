@@ -103,13 +103,44 @@ def may_need_ranks(pytest_args: Sequence[str]) -> bool:
     return False
 
 
+_served_imports: Path | None = None
+"""Where a warm server (:mod:`harness.plugin.warm_server`) wrote the warnings of the imports it made before forking
+this process; ``None`` in a warm run started fresh."""
+
+
 def _import_warm_modules(directory: Path) -> None:
-    """Import :data:`WARM_MODULES`, their warnings written to ``directory`` for the subjects' summaries."""
-    with warnings_to_file(directory / f"warm-{os.getpid()}.jsonl"):
+    """Import :data:`WARM_MODULES`, their warnings written to ``directory`` for the subjects' summaries; in a child of
+    a warm server, which imported them, the server's warnings are copied there instead."""
+    if _served_imports is not None:
+        shutil.copyfile(_served_imports, directory / _served_imports.name)
+        return
+    path = directory / f"warm-{os.getpid()}.jsonl"
+    path.touch()
+    with warnings_to_file(path):
         for name in WARM_MODULES:
             with contextlib.suppress(Exception):
                 # A Megatron that cannot be imported is each subject's blocker, named by its own session.
                 importlib.import_module(name)
+
+
+def import_for_server(directory: Path) -> None:
+    """A warm server's imports, made once, their warnings written to ``directory``; every warm run it forks counts
+    them as its own."""
+    global _served_imports
+    _import_warm_modules(directory)
+    _served_imports = directory / f"warm-{os.getpid()}.jsonl"
+
+
+def leave(status: int) -> None:
+    """End this process with ``status``, its output flushed. Python's teardown of torch's and Megatron's modules
+    would take 1-2 s more and do nothing for the gate; only multiprocessing's own exit work (the fork server's socket
+    directory) is done first."""
+    logging.shutdown()
+    for stream in (sys.stdout, sys.stderr):
+        with contextlib.suppress(Exception):
+            stream.flush()
+    multiprocessing.util._exit_function()
+    os._exit(status)
 
 
 def _own_warnings(name: str) -> None:
@@ -266,10 +297,4 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    _status = main()
-    sys.stdout.flush()
-    sys.stderr.flush()
-    # Python's teardown of torch's and Megatron's modules would take 1-2 s more and do nothing for the gate; only
-    # multiprocessing's own exit work (the fork server's socket directory) is done first.
-    multiprocessing.util._exit_function()
-    os._exit(_status)
+    leave(main())
