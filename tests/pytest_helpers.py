@@ -20,10 +20,10 @@ import pytest
 from harness import REPO_ROOT
 from harness.formats.environment import REFERENCE_SUBJECT
 from harness.plugin.command import CaseRun, case_command, run_cases, run_options, subject_folder, subject_runs
+from harness.plugin.warm_client import run_warm
 from harness.subjects.declaration import DeclarationFileError, is_declaration, read_declaration_file
 from harness.subjects.requirements import declared_requirements, requirements_python
 from harness.targets.matrix import load_matrix, venv_python
-from tests.warm_servers import run_warm
 
 ROOT = REPO_ROOT
 

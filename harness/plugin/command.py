@@ -149,7 +149,7 @@ def _run(command: list[str], environment: Mapping[str, str] | None, timeout: flo
 Runner = Callable[[list[str], Mapping[str, str] | None, float], subprocess.CompletedProcess]
 """How a case command is run: as :func:`subprocess.run` runs it from the repository root, output captured, killed
 past its timeout (:class:`subprocess.TimeoutExpired`). The project's tests pass one that forks warm runs from a
-server (``tests/warm_servers.py``)."""
+server (:mod:`harness.plugin.warm_client`)."""
 
 
 def run_cases(
@@ -183,6 +183,9 @@ def subject_runs(
     report_dir = Path(_option(command, "--report-dir"))
     subjects = [part.split("=", 1)[1] for part in _warm_options(command) if part.startswith("--subject=")]
     completed = runner(command, environment, timeout)
+    # What the run printed outside its subjects' sessions (why it died before a subject): on stderr when run as a
+    # subprocess, in the one output of a run forked by a warm server.
+    printed = completed.stdout + completed.stderr
     runs = []
     for index, subject in enumerate(subjects, 1):
         folder = subject_folder(report_dir, index, subject)
@@ -191,5 +194,5 @@ def subject_runs(
         status = int(status_file.read_text()) if status_file.is_file() else BROKEN_STATUS
         junit = folder / "junit.xml"
         cases = read_cases(junit) if junit.is_file() else []
-        runs.append(CaseRun(status, output[-keep_output:] or completed.stderr[-keep_output:], cases))
+        runs.append(CaseRun(status, output[-keep_output:] or printed[-keep_output:], cases))
     return completed.returncode, runs

@@ -30,6 +30,7 @@ from harness.formats.summary import SummaryError, read_summary
 from harness.plugin.command import CaseRun, case_command, run_cases, run_options, subject_folder, subject_runs
 from harness.plugin.failure import parse_head
 from harness.plugin.families import FAMILIES, MUTABLE, family_of_case
+from harness.plugin.warm_client import WarmServerError, run_warm
 from harness.ranks.pool import RankTimeout
 from harness.sensitivity.catalogue import Mutant
 from harness.sensitivity.mutate import (
@@ -162,7 +163,7 @@ def _run_mutant(
     profile, options = run_options(first_failure)
     options = [*options, f"--subject={subject}"]
     command = case_command(target, report_dir, selection, python=python, profile=profile, options=options)
-    return run_cases(command, environment(site), timeout=_CASE_TIMEOUT_S)
+    return run_cases(command, environment(site), _CASE_TIMEOUT_S, runner=run_warm)
 
 
 @dataclass
@@ -304,7 +305,7 @@ def _evaluate_together(
     command = case_command(
         target, workdir, selection, python=python, profile=profile, options=options, subjects=specs, mutations=mutations
     )
-    _, runs = subject_runs(command, environment(None), timeout=_CASE_TIMEOUT_S * len(specs))
+    _, runs = subject_runs(command, environment(None), _CASE_TIMEOUT_S * len(specs), runner=run_warm)
     share = (time.monotonic() - started) / len(specs)
     outcomes = []
     for index, (mutant, spec, run) in enumerate(zip(mutants, specs, runs, strict=True), 1):
@@ -326,11 +327,11 @@ def _evaluate_together(
                 subjects=[spec],
                 mutations=alone,
             )
-            return subject_runs(command, environment(None), timeout=_CASE_TIMEOUT_S)[1][0]
+            return subject_runs(command, environment(None), _CASE_TIMEOUT_S, runner=run_warm)[1][0]
 
         try:
             outcomes.append(_conclude(mutant, target, run, folder, time.monotonic() - share, run_others))
-        except subprocess.TimeoutExpired as err:
+        except (subprocess.TimeoutExpired, WarmServerError) as err:
             outcomes.append(_outcome(mutant, target, "error", note=str(err)))
     return outcomes
 
@@ -421,7 +422,7 @@ def run_sensitivity(
                     done = _evaluate_together([m for m, _ in unit], target, python, package, subject, Path(workdir))
                 else:
                     done = [_evaluate(first, target, python, package, subject, Path(workdir))]
-            except (MutationError, subprocess.TimeoutExpired) as err:
+            except (MutationError, subprocess.TimeoutExpired, WarmServerError) as err:
                 done = [_outcome(mutant, target, "error", note=str(err)) for mutant, _ in unit]
         for outcome in done:
             tell(outcome)

@@ -17,8 +17,8 @@ import pytest
 
 from harness import REPO_ROOT
 from harness.plugin.command import WARM_SESSIONS
+from harness.plugin.warm_client import WarmServerError, run_warm
 from harness.ranks.fork_server import alive
-from tests.warm_servers import WarmServerError, run_warm
 
 _CASES = """
 import json, os, signal, time

@@ -1,14 +1,18 @@
-"""The end-to-end tests' warm runs, forked by a warm server of their target interpreter instead of started fresh.
+"""Case commands run through warm servers: a warm run forked by a server of its target interpreter instead of
+started fresh.
 
 A warm run (:mod:`harness.plugin.warm_sessions`) first imports torch and Megatron: four to five seconds of CPU, paid
-again by every run the tests make. Each test worker keeps a server (:mod:`harness.plugin.warm_server`) per target
-interpreter and environment, which made those imports once and forks the run from them; the run is the command's
-own (its arguments, environment and working directory), so what a test reads back (the exit status, the output, the
-reports) is what the command started fresh would have given. The environment is part of a server's key: what an
-import does can depend on it. ``PYTEST_CURRENT_TEST``, which pytest changes for every test and no import reads, is
-left out of the key, and still reaches the run.
+again by every run. The project's end-to-end tests make some seventy runs on a CI job, the sensitivity catalogue
+hundreds, most on the same few targets. Each thread that runs them keeps a server (:mod:`harness.plugin.warm_server`)
+per target interpreter and environment, which made those imports once and forks the run from them; the run is the
+command's own (its arguments, environment and working directory), so what the caller reads back (the exit status, the
+output, the reports) is what the command started fresh would have given. The environment is part of a server's key:
+what an import does can depend on it. ``PYTEST_CURRENT_TEST``, which pytest changes for every test and no import
+reads, is left out of the key, and still reaches the run. A server serves one request at a time, so each thread has
+its own.
 
-A worker keeps at most :data:`MOST_SERVERS` (the least recently used one goes), and stops them all when it exits.
+A thread keeps at most :data:`MOST_SERVERS` (its least recently used one goes); all are stopped when the process
+exits, and each dies with it.
 """
 
 from __future__ import annotations
@@ -24,6 +28,7 @@ import signal
 import socket
 import subprocess
 import tempfile
+import threading
 from collections import OrderedDict
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
@@ -33,8 +38,8 @@ from harness import REPO_ROOT
 from harness.plugin.command import WARM_SESSIONS
 
 MOST_SERVERS = 3
-"""Servers one test worker keeps: each holds torch and Megatron (some hundreds of MiB); a test module mostly runs on
-one or two targets."""
+"""Servers one thread keeps: each holds torch and Megatron (some hundreds of MiB); a test module, or a catalogue's
+share of one target, mostly runs on one or two interpreters and environments."""
 START_TIMEOUT_S = 180.0
 _UNKEYED = frozenset({"PYTEST_CURRENT_TEST"})
 _runs = itertools.count(1)
@@ -68,7 +73,8 @@ class _Server:
         shutil.rmtree(self.directory, ignore_errors=True)
 
 
-_servers: OrderedDict[tuple[str, tuple[tuple[str, str], ...]], _Server] = OrderedDict()
+_servers: OrderedDict[tuple[int, str, tuple[tuple[str, str], ...]], _Server] = OrderedDict()
+_servers_lock = threading.Lock()
 
 
 def _start(python: str, env: Mapping[str, str]) -> _Server:
@@ -105,18 +111,22 @@ def _read_line(fd: int, timeout: float) -> bytes:
 
 
 def _server(python: str, env: Mapping[str, str]) -> _Server:
-    key = (python, tuple(sorted((k, v) for k, v in env.items() if k not in _UNKEYED)))
-    server = _servers.get(key)
-    if server is not None and server.process.poll() is None:
-        _servers.move_to_end(key)
-        return server
-    if server is not None:
-        del _servers[key]
-        server.stop()
-    while len(_servers) >= MOST_SERVERS:
-        _, oldest = _servers.popitem(last=False)
-        oldest.stop()
-    _servers[key] = server = _start(python, env)
+    thread = threading.get_ident()
+    key = (thread, python, tuple(sorted((k, v) for k, v in env.items() if k not in _UNKEYED)))
+    stale = []
+    with _servers_lock:
+        server = _servers.pop(key, None)
+        if server is not None and server.process.poll() is None:
+            _servers[key] = server
+            return server
+        stale += [server] if server is not None else []
+        own = [k for k in _servers if k[0] == thread]
+        stale += [_servers.pop(k) for k in own[: max(0, len(own) - MOST_SERVERS + 1)]]
+    for old in stale:
+        old.stop()
+    server = _start(python, env)
+    with _servers_lock:
+        _servers[key] = server
     return server
 
 
@@ -169,6 +179,8 @@ def _lines(connection: socket.socket, timeout: float) -> Iterator[dict[str, int]
 
 @atexit.register
 def _stop_all() -> None:
-    while _servers:
-        _, server = _servers.popitem()
+    with _servers_lock:
+        servers = list(_servers.values())
+        _servers.clear()
+    for server in servers:
         server.stop()
