@@ -130,6 +130,13 @@ def _server(python: str, env: Mapping[str, str]) -> _Server:
     return server
 
 
+def _forget(server: _Server) -> None:
+    with _servers_lock:
+        for key in [key for key, known in _servers.items() if known is server]:
+            del _servers[key]
+    server.stop()
+
+
 def run_warm(
     command: list[str], environment: Mapping[str, str] | None, timeout: float
 ) -> subprocess.CompletedProcess[str]:
@@ -147,7 +154,9 @@ def run_warm(
             connection.sendall(json.dumps(request).encode() + b"\n")
             status = _wait(connection, command, output, timeout)
     except OSError as err:
-        raise WarmServerError(f"the warm server of {command[0]} went away ({err}); its log: {server.log}") from err
+        log = server.log.read_text(errors="replace")[-3000:] if server.log.exists() else ""
+        _forget(server)  # never asked again, even while it is still dying
+        raise WarmServerError(f"the warm server of {command[0]} went away ({err}); it printed: {log}") from err
     try:
         return subprocess.CompletedProcess(command, status, output.read_text(errors="replace"), "")
     finally:

@@ -36,16 +36,20 @@ from harness.ranks.fork_server import die_with_parent
 READY = "ready"
 
 
-def _serve_child(request: dict[str, Any], server_pid: int) -> None:
-    """In the forked child: the request's environment, directory and output, then the warm run; never returns."""
+def _serve_child(request: dict[str, Any], server_pid: int, server_fds: tuple[int, ...]) -> None:
+    """In the forked child: the server's sockets closed (no process of the run may hold the listening one past the
+    server), the request's environment, directory and output, then the warm run; never returns."""
     status = BROKEN_STATUS
     try:
         die_with_parent(server_pid)
+        for fd in server_fds:
+            os.close(fd)
         os.environ.clear()
         os.environ.update(request["env"])
         os.chdir(request["cwd"])
         null = os.open(os.devnull, os.O_RDONLY)
         os.dup2(null, 0)
+        os.close(null)
         out = os.open(request["output"], os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
         os.dup2(out, 1)
         os.dup2(out, 2)
@@ -60,17 +64,17 @@ def _serve_child(request: dict[str, Any], server_pid: int) -> None:
         warm_sessions.leave(status)
 
 
-def _answer(connection: socket.socket, server_pid: int) -> None:
+def _answer(connection: socket.socket, listener: socket.socket) -> None:
     """One request: fork its warm run, say its pid, wait for it and say how it ended."""
     with connection, connection.makefile("rwb") as stream:
         line = stream.readline()
         if not line:
             return
         request = json.loads(line)
+        server_pid = os.getpid()
         pid = os.fork()
         if pid == 0:
-            connection.close()
-            _serve_child(request, server_pid)
+            _serve_child(request, server_pid, (listener.fileno(), connection.fileno()))
         stream.write(json.dumps({"pid": pid}).encode() + b"\n")
         stream.flush()
         _, wait_status = os.waitpid(pid, 0)
@@ -91,11 +95,10 @@ def main(argv: list[str]) -> int:
         listener.bind(str(path))
         listener.listen()
         print(READY, flush=True)
-        server_pid = os.getpid()
         while True:
             connection, _ = listener.accept()
             try:
-                _answer(connection, server_pid)
+                _answer(connection, listener)
             except (OSError, ValueError):
                 traceback.print_exc()  # a client that went away, or a garbled request; the next one is served
 
