@@ -38,7 +38,7 @@ from harness.formats.scale_findings import DEFAULT_MODELS  # noqa: E402
 from harness.formats.scale_findings import finding as scale_finding  # noqa: E402
 from harness.formats.summary import FILE_NAME as SUMMARY_FILE  # noqa: E402
 from harness.formats.summary import SummaryError, read_summary  # noqa: E402
-from harness.launch.side_by_side import run_side_by_side  # noqa: E402
+from harness.launch.side_by_side import JOBS_ENV_VAR, jobs_from, run_side_by_side  # noqa: E402
 from harness.plugin.command import SUBJECT_STATUS_FILE, case_command  # noqa: E402
 from harness.plugin.scale_estimate import measure_in_target  # noqa: E402
 from harness.reports.api_diff import ApiDiffError, compare, render_markdown, write_report  # noqa: E402
@@ -246,10 +246,13 @@ def _ensure_browser(session: nox.Session) -> str:
 
 
 def _run_target_sessions(session: nox.Session, targets: list[str]) -> None:
-    """Every target's session with the reference subject, two at a time (``MEGATRON_CONFORMANCE_TARGET_JOBS``):
-    the venvs the end-to-end tests use, each built and green; a red or broken target ends the tests session, naming
-    the command that replays it."""
-    jobs = int(os.environ.get("MEGATRON_CONFORMANCE_TARGET_JOBS", "2"))
+    """Every target's session with the reference subject, two at a time (``MEGATRON_CONFORMANCE_TARGET_JOBS``): the
+    venvs the end-to-end tests use, each built and green; a red or broken target ends the tests session, naming the
+    command that replays it."""
+    try:
+        jobs = jobs_from(os.environ.get(JOBS_ENV_VAR))
+    except ValueError as err:
+        session.error(str(err))
     nox_command = [str(Path(session.bin) / "nox"), "-f", str(ROOT / "noxfile.py"), "--reuse-venv=yes", "-s"]
     env = {**os.environ, "PATH": os.pathsep.join([session.bin, os.environ.get("PATH", "")])}
     session.log(f"the reference subject on {', '.join(targets)}, {jobs} at a time; each one's output as it ends")

@@ -17,6 +17,19 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TextIO
 
+JOBS_ENV_VAR = "MEGATRON_CONFORMANCE_TARGET_JOBS"
+DEFAULT_JOBS = 2
+
+
+def jobs_from(value: str | None) -> int:
+    """How many target sessions run at once: ``value`` of :data:`JOBS_ENV_VAR`, else :data:`DEFAULT_JOBS`; anything
+    but a whole number of at least 1 is refused with one line naming the variable."""
+    if value is None or value.strip() == "":
+        return DEFAULT_JOBS
+    if not value.strip().isdigit() or int(value) < 1:
+        raise ValueError(f"{JOBS_ENV_VAR}={value!r}: expected a whole number of target sessions at once, at least 1")
+    return int(value)
+
 
 @dataclass(frozen=True)
 class Ended:

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from harness.launch.side_by_side import run_side_by_side
+from harness.launch.side_by_side import DEFAULT_JOBS, jobs_from, run_side_by_side
 
 # Each command marks itself running, records how many were running at its peak, waits, and exits with its status.
 _WORKER = """
@@ -63,3 +63,11 @@ def test_one_job_runs_them_one_after_another(tmp_path: Path) -> None:
 def test_no_jobs_is_refused(tmp_path: Path) -> None:
     with pytest.raises(ValueError, match="at least 1"):
         run_side_by_side({"a": ["true"]}, 0, tmp_path, os.environ, io.StringIO())
+
+
+def test_the_number_at_once_is_a_whole_number_or_one_line_naming_the_variable() -> None:
+    assert jobs_from(None) == jobs_from("") == DEFAULT_JOBS
+    assert jobs_from("3") == 3
+    for value in ("0", "two", "-1", "1.5"):
+        with pytest.raises(ValueError, match=f"MEGATRON_CONFORMANCE_TARGET_JOBS='{value}'"):
+            jobs_from(value)
