@@ -135,7 +135,8 @@ def _option(command: Sequence[str], name: str) -> str:
     return next(part.split("=", 1)[1] for part in command if part.startswith(f"{name}="))
 
 
-def _run(command: list[str], environment: Mapping[str, str] | None, timeout: float) -> subprocess.CompletedProcess:
+def run_fresh(command: list[str], environment: Mapping[str, str] | None, timeout: float) -> subprocess.CompletedProcess:
+    """``command`` started fresh from the repository root, its output captured: the default :data:`Runner`."""
     return subprocess.run(
         command,
         cwd=REPO_ROOT,
@@ -157,7 +158,7 @@ def run_cases(
     environment: Mapping[str, str] | None = None,
     timeout: float = 900,
     keep_output: int = 4000,
-    runner: Runner = _run,
+    runner: Runner = run_fresh,
 ) -> CaseRun:
     """Run a one-subject :func:`case_command` from the repository root and read its JUnit back (``environment``
     replaces the process environment when given)."""
@@ -171,7 +172,7 @@ def subject_runs(
     environment: Mapping[str, str] | None = None,
     timeout: float = 1800,
     keep_output: int = 4000,
-    runner: Runner = _run,
+    runner: Runner = run_fresh,
 ) -> tuple[int, list[CaseRun]]:
     """Run a several-subject :func:`case_command`: its exit status, and each subject's run (its session's exit
     status, output and verdicts) in the order the command names them. A subject whose session left no JUnit file

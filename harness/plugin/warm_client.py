@@ -35,7 +35,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from harness import REPO_ROOT
-from harness.plugin.command import WARM_SESSIONS
+from harness.plugin.command import WARM_SESSIONS, run_fresh
 
 MOST_SERVERS = 3
 """Servers one thread keeps: each holds torch and Megatron (some hundreds of MiB); a test module, or a catalogue's
@@ -144,7 +144,7 @@ def run_warm(
     kills it and raises :class:`subprocess.TimeoutExpired`); a warm run is forked by its interpreter's server."""
     env = dict(environment) if environment is not None else dict(os.environ)
     if command[1:3] != ["-m", WARM_SESSIONS]:
-        return subprocess.run(command, cwd=REPO_ROOT, env=env, capture_output=True, text=True, timeout=timeout)
+        return run_fresh(command, env, timeout)
     server = _server(command[0], env)
     output = server.directory / f"run-{next(_runs)}.out"
     request = {"argv": command[3:], "env": env, "cwd": str(REPO_ROOT), "output": str(output)}

@@ -108,12 +108,12 @@ _served_imports: Path | None = None
 this process; ``None`` in a warm run started fresh."""
 
 
-def _import_warm_modules(directory: Path) -> None:
-    """Import :data:`WARM_MODULES`, their warnings written to ``directory`` for the subjects' summaries; in a child of
-    a warm server, which imported them, the server's warnings are copied there instead."""
+def _import_warm_modules(directory: Path) -> Path:
+    """Import :data:`WARM_MODULES`, their warnings written to a file in ``directory`` for the subjects' summaries;
+    in a child of a warm server, which imported them, the server's warnings are copied there instead; returns that
+    file."""
     if _served_imports is not None:
-        shutil.copyfile(_served_imports, directory / _served_imports.name)
-        return
+        return Path(shutil.copyfile(_served_imports, directory / _served_imports.name))
     path = directory / f"warm-{os.getpid()}.jsonl"
     path.touch()
     with warnings_to_file(path):
@@ -121,14 +121,14 @@ def _import_warm_modules(directory: Path) -> None:
             with contextlib.suppress(Exception):
                 # A Megatron that cannot be imported is each subject's blocker, named by its own session.
                 importlib.import_module(name)
+    return path
 
 
 def import_for_server(directory: Path) -> None:
     """A warm server's imports, made once, their warnings written to ``directory``; every warm run it forks counts
     them as its own."""
     global _served_imports
-    _import_warm_modules(directory)
-    _served_imports = directory / f"warm-{os.getpid()}.jsonl"
+    _served_imports = _import_warm_modules(directory)
 
 
 def leave(status: int) -> None:
