@@ -318,11 +318,20 @@ def upstream_fsdp_flag() -> str:
     the old and the new name) is what lets the equivalence case catch a subject that reads the stale name. The code
     is the pinned one, so a subject that swapped upstream's ``__code__`` does not choose the flag.
     """
-    source = inspect.getsource(pinned_upstream().upstream_code)
-    flags = sorted(set(re.findall(r"ddp_config\.(\w+)", source)))
-    if len(flags) != 1:
-        raise RuntimeError(f"{FINALIZE_MODULE}.{UPSTREAM_NAME} reads {flags or 'no'} ddp_config flags; expected one")
-    return flags[0]
+    code = pinned_upstream().upstream_code
+    if code not in _fsdp_flags:
+        flags = sorted(set(re.findall(r"ddp_config\.(\w+)", inspect.getsource(code))))
+        if len(flags) != 1:
+            raise RuntimeError(
+                f"{FINALIZE_MODULE}.{UPSTREAM_NAME} reads {flags or 'no'} ddp_config flags; expected one"
+            )
+        _fsdp_flags[code] = flags[0]
+    return _fsdp_flags[code]
+
+
+_fsdp_flags: dict[CodeType, str] = {}
+"""The flag read from each pinned code: every equivalence example asks, and reading the source costs milliseconds
+(a Megatron mutant imported again in a forked session brings code of its own, read once in turn)."""
 
 
 GTP_REMAT_GROUP_GETTER = "get_gtp_weight_remat_group"

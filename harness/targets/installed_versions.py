@@ -42,13 +42,13 @@ def _torch_build_version() -> str | None:
     which build a target really ran on is recorded rather than assumed.
     """
     try:
-        files = importlib.metadata.distribution("torch").files or []
-    except importlib.metadata.PackageNotFoundError:
+        # Located beside the distribution's metadata rather than looked up in its RECORD: torch lists some twelve
+        # thousand files there, and every session asks.
+        version_file = Path(importlib.metadata.distribution("torch").locate_file("torch/version.py"))
+        text = version_file.read_text()
+    except (importlib.metadata.PackageNotFoundError, OSError):
         return None
-    version_file = next((f for f in files if str(f).replace("\\", "/") == "torch/version.py"), None)
-    if version_file is None:
-        return None
-    found = re.search(r"^__version__\s*=\s*['\"]([^'\"]+)['\"]", Path(version_file.locate()).read_text(), re.MULTILINE)
+    found = re.search(r"^__version__\s*=\s*['\"]([^'\"]+)['\"]", text, re.MULTILINE)
     return found.group(1) if found else None
 
 

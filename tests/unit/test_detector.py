@@ -1002,13 +1002,19 @@ def state_modules(monkeypatch: pytest.MonkeyPatch) -> tuple[ModuleType, ModuleTy
     return package, module
 
 
+def _again(before: CallableState, since: bool) -> CallableState:
+    """A second capture of the probe modules: whole, or taken ``since`` the first, as the session watch takes it."""
+    return capture_callable_state(("conformance_state",), since=before if since else None)
+
+
+@pytest.mark.parametrize("since", [False, True], ids=["full", "since"])
 def test_callable_state_sees_code_swaps_and_rebinds_not_data(
-    state_modules: tuple[ModuleType, ModuleType], monkeypatch: pytest.MonkeyPatch
+    since: bool, state_modules: tuple[ModuleType, ModuleType], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     _, module = state_modules
     before = capture_callable_state(["conformance_state"])
     assert isinstance(before, CallableState)
-    assert callable_state_changes(before, capture_callable_state(["conformance_state"])) == []
+    assert callable_state_changes(before, _again(before, since)) == []
 
     def patched() -> str:
         return "patched"
@@ -1023,7 +1029,7 @@ def test_callable_state_sees_code_swaps_and_rebinds_not_data(
     late.f = patched
     monkeypatch.setitem(sys.modules, late.__name__, late)
 
-    changes = callable_state_changes(before, capture_callable_state(["conformance_state"]))
+    changes = callable_state_changes(before, _again(before, since))
     lines = {(change.kind, change.name, change.detail.partition(":")[0].partition(" (")[0]) for change in changes}
     assert lines == {
         ("function-state", "conformance_state.grads.finalize", "__code__ replaced"),
@@ -1037,8 +1043,9 @@ def test_callable_state_sees_code_swaps_and_rebinds_not_data(
     assert "-> <code patched at tests/unit/test_detector.py:" in swap.detail
 
 
+@pytest.mark.parametrize("since", [False, True], ids=["full", "since"])
 def test_callable_state_ignores_new_submodules_and_prefix_neighbours(
-    state_modules: tuple[ModuleType, ModuleType], monkeypatch: pytest.MonkeyPatch
+    since: bool, state_modules: tuple[ModuleType, ModuleType], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     package, _ = state_modules
     neighbour = ModuleType("conformance_statex")
@@ -1048,10 +1055,12 @@ def test_callable_state_ignores_new_submodules_and_prefix_neighbours(
     assert "conformance_statex" not in before.modules
     package.late = ModuleType("conformance_state.late")  # the import system binding a new submodule
     neighbour.f = print
-    assert callable_state_changes(before, capture_callable_state(("conformance_state",))) == []
+    assert callable_state_changes(before, _again(before, since)) == []
 
 
+@pytest.mark.parametrize("since", [False, True], ids=["full", "since"])
 def test_callable_state_sees_methods_bound_on_classes_not_class_data(
+    since: bool,
     state_modules: tuple[ModuleType, ModuleType],
 ) -> None:
     """A method re-bound, added or deleted on a watched class is a ``class-attribute`` change; class-level data (a
@@ -1065,12 +1074,67 @@ def test_callable_state_sees_methods_bound_on_classes_not_class_data(
     module.Reducer.reduce = wrapped
     module.Reducer.extra = staticmethod(len)
     module.Reducer.cache = {"a": 1}
-    changes = callable_state_changes(before, capture_callable_state(("conformance_state",)))
+    changes = callable_state_changes(before, _again(before, since))
     assert {(c.kind, c.name, c.detail.partition(":")[0]) for c in changes} == {
         ("class-attribute", "conformance_state.grads.Reducer.reduce", "re-bound"),
         ("class-attribute", "conformance_state.grads.Reducer.extra", "added"),
     }, format_effects(changes)
     del module.Reducer.extra
-    after_delete = capture_callable_state(("conformance_state",))
+    after_delete = _again(before, since)
     middle = callable_state_changes(before, after_delete)
     assert ("class-attribute", "conformance_state.grads.Reducer.extra") not in {(c.kind, c.name) for c in middle}
+
+
+def test_a_capture_since_another_takes_over_what_is_bound_as_it_was(
+    state_modules: tuple[ModuleType, ModuleType],
+) -> None:
+    """Data re-bound in a module or a class (process-group globals, caches) leaves the functions and classes reached,
+    and their states, those of the capture before: nothing is walked again."""
+    _, module = state_modules
+    before = capture_callable_state(("conformance_state",))
+    module._GROUP = object()
+    module.Reducer.cache = {"a": 1}
+    after = _again(before, since=True)
+    assert callable_state_changes(before, after) == []
+    assert after.functions is before.functions and after.states is before.states
+    assert after.class_bindings == before.class_bindings
+
+
+def test_captures_each_since_the_last_see_what_whole_captures_see(
+    state_modules: tuple[ModuleType, ModuleType], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The session watch's chain: each capture taken since the one before, compared with it, against a whole capture
+    compared with the same one; a method added to a class is watched from then on, as is a module imported later."""
+    _, module = state_modules
+
+    def scaled(value: int, *, factor: int = 2) -> int:
+        return value * factor
+
+    def patched(self: object) -> str:
+        return "patched"
+
+    module.scaled = scaled
+    late = ModuleType("conformance_state.late")
+    late.helper = len
+
+    def add_method() -> None:
+        module.Reducer.extra = lambda self: "extra"
+
+    steps = {
+        "code swapped": lambda: setattr(module.finalize, "__code__", patched.__code__),
+        "keyword defaults filled in place": lambda: scaled.__kwdefaults__.update(factor=3),
+        "method added": add_method,
+        "the added method's code swapped": lambda: setattr(module.Reducer.extra, "__code__", patched.__code__),
+        "module imported": lambda: monkeypatch.setitem(sys.modules, late.__name__, late),
+        "the new module's function re-bound": lambda: setattr(late, "helper", print),
+    }
+    expected_empty = {"module imported"}
+    last = capture_callable_state(("conformance_state",))
+    for step, change in steps.items():
+        change()
+        since = _again(last, since=True)
+        whole = _again(last, since=False)
+        seen = [str(effect) for effect in callable_state_changes(last, since)]
+        assert seen == [str(effect) for effect in callable_state_changes(last, whole)], step
+        assert bool(seen) != (step in expected_empty), (step, seen)
+        last = since

@@ -8,6 +8,7 @@ import dataclasses
 import sys
 from collections.abc import Collection, Iterator, Mapping
 from dataclasses import dataclass
+from operator import attrgetter, is_
 from types import BuiltinFunctionType, CodeType, FunctionType, ModuleType
 from typing import Any
 
@@ -182,6 +183,52 @@ def _class_bindings(cls: type) -> dict[str, object]:
     return {attribute: value for attribute, value in items if issubclass(type(value), _CLASS_BINDING_TYPES)}
 
 
+_Raw = tuple[list[str], list[object]]
+"""A namespace's attribute names and the objects bound to them, in order: compared by identity, the cheap test that
+nothing in it was bound again."""
+
+_CODE, _DEFAULTS, _KWDEFAULTS = (attrgetter(part) for part in ("__code__", "__defaults__", "__kwdefaults__"))
+
+
+def _raw(namespace: Mapping[str, object]) -> _Raw:
+    return list(namespace), list(namespace.values())
+
+
+def _same_raw(old: _Raw | None, new: _Raw) -> bool:
+    """Whether a namespace holds the same names bound to the same objects as before (C loops, no Python per item)."""
+    return old is not None and old[0] == new[0] and all(map(is_, old[1], new[1]))
+
+
+def _same_bindings(old: Mapping[str, object] | None, new: Mapping[str, object]) -> bool:
+    return old is not None and old.keys() == new.keys() and all(map(is_, old.values(), new.values()))
+
+
+@dataclass(frozen=True, eq=False)
+class _FunctionParts:
+    """Every watched function's ``__code__``, ``__defaults__`` and ``__kwdefaults__``, in one list each (built and
+    compared by identity in C), and the functions whose keyword defaults are a dict that code may fill in place."""
+
+    codes: list[object]
+    defaults: list[object]
+    kwdefaults: list[object]
+    with_kwdefaults: list[FunctionType]
+
+    @classmethod
+    def of(cls, functions: list[FunctionType]) -> _FunctionParts:
+        kwdefaults = list(map(_KWDEFAULTS, functions))
+        filled = [function for function, value in zip(functions, kwdefaults, strict=True) if value is not None]
+        return cls(list(map(_CODE, functions)), list(map(_DEFAULTS, functions)), kwdefaults, filled)
+
+    def same_as(self, old: _FunctionParts, states: Mapping[int, FunctionState]) -> bool:
+        """Whether no function's state changed since ``old`` (whose functions are the same, with ``states``)."""
+        return (
+            all(map(is_, self.codes, old.codes))
+            and all(map(is_, self.defaults, old.defaults))
+            and all(map(is_, self.kwdefaults, old.kwdefaults))
+            and all(function_state(function)[3] == states[id(function)][3] for function in self.with_kwdefaults)
+        )
+
+
 @dataclass(frozen=True, eq=False)
 class CallableState:
     """What :func:`capture_callable_state` saw, for :func:`callable_state_changes` to compare.
@@ -191,7 +238,8 @@ class CallableState:
     data global re-bound to one); ``functions`` every function reachable from those modules and classes, by
     ``id`` (:meth:`function_name` names one), and ``states`` their ``(__code__, __defaults__, __kwdefaults__, its
     items)``; ``classes`` every class bound in those modules, by ``id``, and ``class_bindings`` its methods (and what
-    wraps them) by attribute. It keeps references to all of them, so identities stay meaningful.
+    wraps them) by attribute. It keeps references to all of them, so identities stay meaningful. A part that is the
+    very object of the capture it was taken ``since`` is unchanged from it.
     """
 
     prefixes: tuple[str, ...]
@@ -203,6 +251,9 @@ class CallableState:
     classes: Mapping[int, type]
     class_bindings: Mapping[int, Mapping[str, object]]
     _reach: Reach = dataclasses.field(repr=False)
+    _module_raw: Mapping[str, _Raw] = dataclasses.field(repr=False)
+    _class_raw: Mapping[int, _Raw] = dataclasses.field(repr=False)
+    _parts: _FunctionParts = dataclasses.field(repr=False)
 
     def function_name(self, function: FunctionType | type) -> str:
         """The dotted name a report uses for one of :attr:`functions` or :attr:`classes` (resolved only when asked:
@@ -210,32 +261,97 @@ class CallableState:
         return self._reach.name(function)
 
 
-def capture_callable_state(prefixes: Collection[str]) -> CallableState:
+def _class_raw(cls: type) -> _Raw:
+    try:
+        return _raw(vars(cls))
+    except Exception:
+        return [], []
+
+
+def capture_callable_state(prefixes: Collection[str], since: CallableState | None = None) -> CallableState:
     """Snapshot the callables of the loaded modules under ``prefixes`` (each covering its submodules): the identity
     of each module attribute bound to a function, class or module, and ``__code__``, ``__defaults__`` and
     ``__kwdefaults__`` of those functions and of the functions in those classes' ``__dict__``. Data globals are not
-    recorded: Megatron re-binds its process-group globals whenever model parallelism is set up."""
+    recorded: Megatron re-binds its process-group globals whenever model parallelism is set up.
+
+    Given the capture taken ``since`` (the session watch's baseline), whatever is bound as it was then is not walked
+    again: a module or class whose names are bound to the very same objects keeps that capture's bindings, and when
+    no module or class binds another callable, the functions and classes reached are that capture's, with its states
+    if no function's code or defaults changed. The watch takes a capture after every case, most of them of a Megatron
+    nothing changed; the result compares as a full capture would.
+    """
     prefixes = tuple(prefixes)
+    if since is not None and since.prefixes != prefixes:
+        since = None
     exact, dotted = frozenset(prefixes), tuple(f"{prefix}." for prefix in prefixes)
     modules: dict[str, ModuleType] = {}
-    bindings: dict[str, dict[str, object]] = {}
+    bindings: dict[str, Mapping[str, object]] = {}
     names: dict[str, frozenset[str]] = {}
-    reach = Reach(functions=True)
+    module_raw: dict[str, _Raw] = {}
+    rebound = since is None
     for name, module in list(sys.modules.items()):
         if not (name in exact or name.startswith(dotted)) or not issubclass(type(module), ModuleType):
             continue
         namespace = namespace_of(module)
         if namespace is None:
             continue
-        items = list(namespace.items())
         modules[name] = module
-        names[name] = frozenset(attribute for attribute, _ in items)
-        bindings[name] = {attribute: value for attribute, value in items if issubclass(type(value), _BINDING_TYPES)}
-        reach.add_module(name, bindings[name])
-    states = {key: function_state(function) for key, function in reach.functions.items()}
-    class_bindings = {key: _class_bindings(cls) for key, cls in reach.classes.items()}
+        module_raw[name] = raw = _raw(namespace)
+        if since is not None and since.modules.get(name) is module and _same_raw(since._module_raw.get(name), raw):
+            names[name], bindings[name] = since.names[name], since.bindings[name]
+            continue
+        names[name] = frozenset(raw[0])
+        found = {
+            attribute: value for attribute, value in zip(*raw, strict=True) if issubclass(type(value), _BINDING_TYPES)
+        }
+        old = since.bindings.get(name) if since is not None and since.modules.get(name) is module else None
+        if _same_bindings(old, found):
+            bindings[name] = old  # type: ignore[assignment]
+        else:
+            bindings[name], rebound = found, True
+    rebound = rebound or modules.keys() != since.modules.keys()  # type: ignore[union-attr]
+    class_raw: dict[int, _Raw] = {}
+    class_bindings: dict[int, Mapping[str, object]] = {}
+    if not rebound:
+        assert since is not None
+        for key, cls in since.classes.items():
+            class_raw[key] = raw = _class_raw(cls)
+            old = since.class_bindings[key]
+            if _same_raw(since._class_raw.get(key), raw):
+                class_bindings[key] = old
+                continue
+            found = _class_bindings(cls)
+            if not _same_bindings(old, found):
+                rebound = True
+                break
+            class_bindings[key] = old
+    if rebound:
+        reach = Reach(functions=True)
+        for name, found in bindings.items():
+            reach.add_module(name, found)
+        class_raw = {key: _class_raw(cls) for key, cls in reach.classes.items()}
+        class_bindings = {key: _class_bindings(cls) for key, cls in reach.classes.items()}
+    else:
+        assert since is not None
+        reach = since._reach
+    parts = _FunctionParts.of(list(reach.functions.values()))
+    if not rebound and parts.same_as(since._parts, since.states):  # type: ignore[union-attr]
+        states = since.states  # type: ignore[union-attr]
+    else:
+        states = {key: function_state(function) for key, function in reach.functions.items()}
     return CallableState(
-        prefixes, modules, bindings, names, reach.functions, states, reach.classes, class_bindings, reach
+        prefixes,
+        modules,
+        bindings,
+        names,
+        reach.functions,
+        states,
+        reach.classes,
+        class_bindings,
+        reach,
+        module_raw,
+        class_raw,
+        parts,
     )
 
 
@@ -248,6 +364,8 @@ def callable_state_changes(before: CallableState, after: CallableState) -> list[
         module = before.modules[module_name]
         if module_name in after.bindings and after.modules[module_name] is module:
             new_bindings, new_names = after.bindings[module_name], after.names[module_name]
+            if new_bindings is old_bindings:
+                continue  # taken over by a capture ``since`` this one: bound as it was
         else:  # gone from sys.modules, or replaced there: compare the module object ``before`` saw, as it is now
             live = namespace_of(module) or {}
             new_bindings = {key: value for key, value in live.items() if issubclass(type(value), _BINDING_TYPES)}
@@ -255,7 +373,7 @@ def callable_state_changes(before: CallableState, after: CallableState) -> list[
         effects += _binding_changes(
             module, module_name, old_bindings, before.names[module_name], new_bindings, new_names
         )
-    for key, function in before.functions.items():
+    for key, function in before.functions.items() if after.states is not before.states else ():
         old = before.states[key]
         new = after.states[key] if after.functions.get(key) is function else function_state(function)
         if new is old or (new[0] is old[0] and new[1] is old[1] and new[2] is old[2] and not new[3] and not old[3]):
@@ -265,6 +383,8 @@ def callable_state_changes(before: CallableState, after: CallableState) -> list[
     for key, cls in before.classes.items():
         old_attributes = before.class_bindings[key]
         new_attributes = after.class_bindings[key] if after.classes.get(key) is cls else _class_bindings(cls)
+        if new_attributes is old_attributes:
+            continue
         same_keys = old_attributes.keys() == new_attributes.keys()
         if not same_keys or any(old_attributes[a] is not new_attributes[a] for a in old_attributes):
             effects += _class_changes(before.function_name(cls), old_attributes, new_attributes)

@@ -27,7 +27,7 @@ def take_baseline(rank: int, world_size: int) -> None:
 def changes_task(rank: int, world_size: int) -> list[str]:
     """What changed in this rank since its baseline (``rank r: kind name: detail`` lines), the baseline then moved
     to now."""
-    current = capture_callable_state(WATCHED)
+    current = capture_callable_state(WATCHED, since=_baseline[0] if _baseline else None)
     if not _baseline:
         _baseline.append(current)
         return []

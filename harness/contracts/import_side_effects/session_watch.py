@@ -75,7 +75,7 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) ->
         item.stash[_CASE_FAILED] = True
     if call.when != "teardown" or _BASELINE not in config.stash:
         return
-    current = capture_callable_state(WATCHED)
+    current = capture_callable_state(WATCHED, since=config.stash[_BASELINE])
     changes = [str(change) for change in callable_state_changes(config.stash[_BASELINE], current)]
     config.stash[_BASELINE] = current
     if runs_on_ranks(item):
