@@ -15,6 +15,7 @@ import dataclasses
 import functools
 import resource
 import traceback
+from collections.abc import Iterator, Mapping
 from typing import Any
 
 import torch
@@ -68,7 +69,7 @@ def _attach(root: torch.nn.Module, dotted: str, param: torch.nn.Parameter) -> No
 @functools.lru_cache(maxsize=64)
 def _generated(seed: int, rank: int, index: int, numel: int, dtype: str) -> torch.Tensor:
     """One rank's values of one grad, kept for the rest of the example: each rank builds its population twice
-    (upstream's copy and the subject's) and reads every rank of its group's values again for the float64 truth, and
+    (upstream's copy and the subject's) and reads every rank of its group's values again for a float64 truth, and
     a grad can hold a million elements. Drawn in fp32, which every grad dtype is narrower than or equal to: a draw in
     float64 cost five times as much for the same values once rounded."""
     generator = torch.Generator().manual_seed(seed * 1_000_003 + rank * 10_007 + index)
@@ -376,7 +377,7 @@ def compare_task(
         for key, (_, value, _) in expected.items()
         if value is not None and before[key][1] is not None and not torch.equal(bits(value), bits(before[key][1]))
     }
-    truth = _float64_truth(population, torch.distributed.get_process_group_ranks(group), reduced_by_upstream)
+    truth = _Float64Truth(population, torch.distributed.get_process_group_ranks(group), reduced_by_upstream)
     _compare(report, reference, chunks, before, budget, bitwise, truth, _fsdp_labels(population, fsdp_flag))
     torch.distributed.barrier()
     report.peak_rss_kib = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
@@ -395,9 +396,7 @@ def _fsdp_labels(population: Population, fsdp_flag: str) -> dict[str, str]:
     }
 
 
-def _float64_truth(
-    population: Population, group_ranks: list[int], reduced_by_upstream: dict[str, torch.Tensor]
-) -> dict[str, tuple[torch.Tensor, torch.Tensor]]:
+class _Float64Truth(Mapping[str, tuple[torch.Tensor, torch.Tensor]]):
     """Per param upstream reduced (its result differs from the start in some bit): the exact reduction in float64 over
     the TP group's values, and the error bound allowed per element (flat, in logical order).
 
@@ -407,21 +406,48 @@ def _float64_truth(
     ``n * eps * sum(|x_i|)`` (plus one rounding of the result), with ``eps`` of the grad's dtype, taken element by
     element: any reduction order gloo picks must land inside it, and an element that is off cannot hide behind a
     large neighbour.
+
+    A param's truth is computed when it is first looked up: only a result that differs from upstream's in some bit
+    is judged by it, and most subjects reduce most params exactly as upstream does, so the float64 sums (a third of an
+    example's work on the ranks) are skipped for them. Which params it holds is known at once.
     """
-    truths = {}
-    index = 0
-    for c, chunk_specs in enumerate(population.chunks):
-        for spec in chunk_specs:
-            key = f"{c}:{spec.name}"
-            if key in reduced_by_upstream:
-                total, magnitude = _sum_and_magnitude(spec, population.seed, group_ranks, index)
-                result = reduced_by_upstream[key].double().reshape(-1)
-                eps = torch.finfo(DTYPES[spec.dtype]).eps
-                divisor = min((1, len(group_ranks)), key=lambda d: float((result - total / d).abs().sum()))
-                exact = total / divisor
-                truths[key] = (exact, (len(group_ranks) * eps / divisor) * magnitude + eps * exact.abs())
-            index += 1
-    return truths
+
+    def __init__(
+        self, population: Population, group_ranks: list[int], reduced_by_upstream: dict[str, torch.Tensor]
+    ) -> None:
+        self._group_ranks = group_ranks
+        self._seed = population.seed
+        self._reduced = reduced_by_upstream
+        self._specs: dict[str, tuple[FakeParameter, int]] = {}
+        index = 0
+        for c, chunk_specs in enumerate(population.chunks):
+            for spec in chunk_specs:
+                key = f"{c}:{spec.name}"
+                if key in reduced_by_upstream:
+                    self._specs[key] = (spec, index)
+                index += 1
+        self._computed: dict[str, tuple[torch.Tensor, torch.Tensor]] = {}
+
+    def __getitem__(self, key: str) -> tuple[torch.Tensor, torch.Tensor]:
+        if key not in self._computed:
+            spec, index = self._specs[key]
+            total, magnitude = _sum_and_magnitude(spec, self._seed, self._group_ranks, index)
+            result = self._reduced[key].double().reshape(-1)
+            eps = torch.finfo(DTYPES[spec.dtype]).eps
+            ranks = len(self._group_ranks)
+            divisor = min((1, ranks), key=lambda d: float(torch.dist(result, total / d, p=1)))
+            exact = total / divisor
+            self._computed[key] = (exact, (ranks * eps / divisor) * magnitude + eps * exact.abs())
+        return self._computed[key]
+
+    def __contains__(self, key: object) -> bool:
+        return key in self._specs
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._specs)
+
+    def __len__(self) -> int:
+        return len(self._specs)
 
 
 def _sum_and_magnitude(
@@ -444,7 +470,7 @@ def _compare(
     before: dict,
     budget: int,
     bitwise: bool,
-    truth: dict[str, tuple[torch.Tensor, torch.Tensor]],
+    truth: Mapping[str, tuple[torch.Tensor, torch.Tensor]],
     labels: dict[str, str],
 ) -> None:
     expected = _snapshot(reference)

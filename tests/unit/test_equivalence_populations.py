@@ -54,12 +54,43 @@ def test_the_truth_takes_params_and_ops_from_what_upstream_did() -> None:
         "0:" + summed.name: terms(summed, 0).sum(0).float(),
         "0:" + averaged.name: terms(averaged, 1).mean(0).float(),
     }
-    truth = equivalence._float64_truth(population, ranks, upstream)
+    truth = equivalence._Float64Truth(population, ranks, upstream)
     assert set(truth) == set(upstream)
     assert torch.allclose(truth["0:" + summed.name][0], terms(summed, 0).sum(0))
     assert torch.allclose(truth["0:" + averaged.name][0], terms(averaged, 1).mean(0))
     exact, bound = truth["0:" + averaged.name]
     assert bound.shape == exact.shape and bool((bound > 0).all())
+
+
+def test_a_result_equal_to_upstreams_in_every_bit_computes_no_truth(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The float64 sums are made for a param only when the subject's result differs from upstream's; one that
+    differs is judged by them (and a wrong one is red)."""
+    monkeypatch.setattr(equivalence, "population_device", lambda: torch.device("cpu"))
+    specs = [FakeParameter(f"decoder.layers.{i}.input_layernorm.weight", 6, "fp32", "grad") for i in range(2)]
+    population = _population(*specs)
+    summed = []
+    real_sums = equivalence._sum_and_magnitude
+    monkeypatch.setattr(
+        equivalence, "_sum_and_magnitude", lambda spec, *rest: summed.append(spec) or real_sums(spec, *rest)
+    )
+
+    def judged(change: float) -> list[str]:
+        chunks = equivalence._build_chunks(population, rank=0, fsdp_flag="use_megatron_fsdp")
+        before = equivalence._snapshot(chunks)
+        reference = equivalence._build_chunks(population, rank=0, fsdp_flag="use_megatron_fsdp")
+        with torch.no_grad():
+            for param in reference[0].parameters():
+                param.grad.mul_(2)
+            for index, param in enumerate(chunks[0].parameters()):
+                param.grad.mul_(2).add_(change if index == 1 else 0.0)
+        upstream = {key: value for key, (_, value, _) in equivalence._snapshot(reference).items()}
+        truth = equivalence._Float64Truth(population, [0, 1], upstream)
+        report = rank_report.RankReport(rank=0)
+        equivalence._compare(report, reference, chunks, before, 1 << 20, False, truth, {})
+        return report.problems
+
+    assert judged(0.0) == [] and summed == []
+    assert judged(1.0) and summed == [specs[1]]
 
 
 def _chunked(*chunks: tuple[FakeParameter, ...], fsdp_chunks: int = 0) -> Population:
