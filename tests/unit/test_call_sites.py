@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import linecache
 import textwrap
 from pathlib import Path
 
@@ -201,3 +202,24 @@ def test_static_and_class_methods_bind_as_the_patch_binds_them_and_a_property_is
     assert binding_problem(property(lambda self: 2), read, "property") is None
     assert "the read gets a bound method, not a value" in str(binding_problem(lambda self: 2, read, "method"))
     assert "the call calls the property's value" in str(binding_problem(property(lambda self: 2), bias[0], "property"))
+
+
+def test_a_mutants_edited_text_is_read_where_the_venv_is_reached_through_a_link(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The import system keys a Megatron mutant's edited lines in ``linecache`` by the path it found (through a
+    symbolic link, say, to the venv); the source is read at the resolved root: it must still read the edited text,
+    or a mutant that removes a binding would be judged by the installed file that still has it."""
+    real = tmp_path / "real"
+    for name, text in TREE.items():
+        path = real / name
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(textwrap.dedent(text))
+    (tmp_path / "link").symlink_to(real)
+    installed = (real / "megatron/core/user.py").read_text()
+    edited = installed.replace("g.reduce(model, None, group=1)", "pass")
+    seen_by_import = str(tmp_path / "link" / "megatron/core/user.py")
+    monkeypatch.setitem(linecache.cache, seen_by_import, (len(edited), None, edited.splitlines(True), seen_by_import))
+    source = MegatronSource(real.resolve())
+    assert source.texts["megatron.core.user"][1] == edited
+    assert "group=1" not in source.texts["megatron.core.user"][1] and "group=1" in installed

@@ -93,12 +93,19 @@ class MegatronSource:
     def texts(self) -> dict[str, tuple[Path, str]]:
         """Module name -> (file, text) of every module of the package."""
         found = {}
+        # A Megatron mutant's edited text is in linecache under the installed path as the import system found it
+        # (targets.in_place_mutant); the root here is resolved, so a venv reached through a symbolic link is looked up
+        # by its resolved path.
+        cached_lines = {
+            Path(file).resolve(): entry[2]
+            for file, entry in list(linecache.cache.items())
+            if len(entry) == 4 and file.endswith(".py") and "megatron" in file
+        }
         for path in sorted((self.root / "megatron").rglob("*.py")):
             parts = path.relative_to(self.root).with_suffix("").parts
             name = ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
-            # A Megatron mutant's edited text is in linecache under the installed path (targets.in_place_mutant).
-            cached = linecache.cache.get(str(path))
-            text = "".join(cached[2]) if cached else path.read_text(encoding="utf-8", errors="replace")
+            cached = cached_lines.get(path)
+            text = "".join(cached) if cached else path.read_text(encoding="utf-8", errors="replace")
             found[name] = (path, text)
         return found
 
