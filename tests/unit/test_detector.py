@@ -1107,7 +1107,7 @@ def test_captures_each_since_the_last_see_what_whole_captures_see(
     compared with the same one; a method added to a class is watched from then on, as is a module imported later."""
     _, module = state_modules
 
-    def scaled(value: int, *, factor: int = 2) -> int:
+    def scaled(value: int, *, factor: int = 2, sizes: list[int] | None = None) -> int:
         return value * factor
 
     def patched(self: object) -> str:
@@ -1122,7 +1122,8 @@ def test_captures_each_since_the_last_see_what_whole_captures_see(
 
     steps = {
         "code swapped": lambda: setattr(module.finalize, "__code__", patched.__code__),
-        "keyword defaults filled in place": lambda: scaled.__kwdefaults__.update(factor=3),
+        "keyword defaults filled in place": lambda: scaled.__kwdefaults__.update(factor=3, sizes=[1]),
+        "a keyword default swapped for an equal object": lambda: scaled.__kwdefaults__.update(sizes=[1]),
         "method added": add_method,
         "the added method's code swapped": lambda: setattr(module.Reducer.extra, "__code__", patched.__code__),
         "module imported": lambda: monkeypatch.setitem(sys.modules, late.__name__, late),

@@ -225,8 +225,15 @@ class _FunctionParts:
             all(map(is_, self.codes, old.codes))
             and all(map(is_, self.defaults, old.defaults))
             and all(map(is_, self.kwdefaults, old.kwdefaults))
-            and all(function_state(function)[3] == states[id(function)][3] for function in self.with_kwdefaults)
+            and all(_same_kwdefault_items(function, states[id(function)][3]) for function in self.with_kwdefaults)
         )
+
+
+def _same_kwdefault_items(function: FunctionType, old: tuple[tuple[str, Any], ...]) -> bool:
+    """Whether a function's keyword defaults still hold the same names bound to the same objects (by identity, as
+    :func:`function_changes` compares them: an equal object put in place of another is a change)."""
+    new = function_state(function)[3]
+    return len(new) == len(old) and all(a[0] == b[0] and a[1] is b[1] for a, b in zip(old, new, strict=True))
 
 
 @dataclass(frozen=True, eq=False)
