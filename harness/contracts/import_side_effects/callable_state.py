@@ -156,12 +156,15 @@ def function_changes(old: FunctionState, new: FunctionState) -> Iterator[str]:
         yield f"__code__ replaced ({describe_code(old_code)} -> {describe_code(new_code)})"
     if old_defaults is not new_defaults and not _same_items(old_defaults or (), new_defaults or ()):
         yield f"__defaults__ replaced ({describe(old_defaults)} -> {describe(new_defaults)})"
-    same_kwdefaults = len(old_items) == len(new_items) and all(
-        a[0] == b[0] and a[1] is b[1] for a, b in zip(old_items, new_items, strict=True)
-    )
-    if not same_kwdefaults:
+    if not _same_kwdefault_items(old_items, new_items):
         how = "changed in place" if old_kwdefaults is new_kwdefaults else "replaced"
         yield f"__kwdefaults__ {how} ({describe(dict(old_items) or None)} -> {describe(dict(new_items) or None)})"
+
+
+def _same_kwdefault_items(old: tuple[tuple[str, Any], ...], new: tuple[tuple[str, Any], ...]) -> bool:
+    """The same keyword defaults: the same names, each bound to the very same object (an equal one put in its place
+    is a change, and no default's ``__eq__`` is called)."""
+    return len(old) == len(new) and all(a[0] == b[0] and a[1] is b[1] for a, b in zip(old, new, strict=True))
 
 
 def _same_items(old: tuple[Any, ...], new: tuple[Any, ...]) -> bool:
@@ -194,13 +197,13 @@ def _raw(namespace: Mapping[str, object]) -> _Raw:
     return list(namespace), list(namespace.values())
 
 
-def _same_raw(old: _Raw | None, new: _Raw) -> bool:
+def _same_raw(old: _Raw, new: _Raw) -> bool:
     """Whether a namespace holds the same names bound to the same objects as before (C loops, no Python per item)."""
-    return old is not None and old[0] == new[0] and all(map(is_, old[1], new[1]))
+    return old[0] == new[0] and all(map(is_, old[1], new[1]))
 
 
-def _same_bindings(old: Mapping[str, object] | None, new: Mapping[str, object]) -> bool:
-    return old is not None and old.keys() == new.keys() and all(map(is_, old.values(), new.values()))
+def _same_bindings(old: Mapping[str, object], new: Mapping[str, object]) -> bool:
+    return old.keys() == new.keys() and all(map(is_, old.values(), new.values()))
 
 
 @dataclass(frozen=True, eq=False)
@@ -225,15 +228,11 @@ class _FunctionParts:
             all(map(is_, self.codes, old.codes))
             and all(map(is_, self.defaults, old.defaults))
             and all(map(is_, self.kwdefaults, old.kwdefaults))
-            and all(_same_kwdefault_items(function, states[id(function)][3]) for function in self.with_kwdefaults)
+            and all(
+                _same_kwdefault_items(states[id(function)][3], function_state(function)[3])
+                for function in self.with_kwdefaults
+            )
         )
-
-
-def _same_kwdefault_items(function: FunctionType, old: tuple[tuple[str, Any], ...]) -> bool:
-    """Whether a function's keyword defaults still hold the same names bound to the same objects (by identity, as
-    :func:`function_changes` compares them: an equal object put in place of another is a change)."""
-    new = function_state(function)[3]
-    return len(new) == len(old) and all(a[0] == b[0] and a[1] is b[1] for a, b in zip(old, new, strict=True))
 
 
 @dataclass(frozen=True, eq=False)
@@ -275,6 +274,21 @@ def _class_raw(cls: type) -> _Raw:
         return [], []
 
 
+def _classes_since(since: CallableState) -> tuple[dict[int, _Raw], dict[int, Mapping[str, object]]] | None:
+    """The classes ``since`` reached, each with its names as bound now and its methods as ``since`` saw them where
+    they are bound to the same objects; ``None`` as soon as one binds another callable (the reach is then walked
+    again)."""
+    class_raw: dict[int, _Raw] = {}
+    class_bindings: dict[int, Mapping[str, object]] = {}
+    for key, cls in since.classes.items():
+        class_raw[key] = raw = _class_raw(cls)
+        old = since.class_bindings[key]
+        if not _same_raw(since._class_raw[key], raw) and not _same_bindings(old, _class_bindings(cls)):
+            return None
+        class_bindings[key] = old
+    return class_raw, class_bindings
+
+
 def capture_callable_state(prefixes: Collection[str], since: CallableState | None = None) -> CallableState:
     """Snapshot the callables of the loaded modules under ``prefixes`` (each covering its submodules): the identity
     of each module attribute bound to a function, class or module, and ``__code__``, ``__defaults__`` and
@@ -295,7 +309,7 @@ def capture_callable_state(prefixes: Collection[str], since: CallableState | Non
     bindings: dict[str, Mapping[str, object]] = {}
     names: dict[str, frozenset[str]] = {}
     module_raw: dict[str, _Raw] = {}
-    rebound = since is None
+    rebound = False
     for name, module in list(sys.modules.items()):
         if not (name in exact or name.startswith(dotted)) or not issubclass(type(module), ModuleType):
             continue
@@ -304,46 +318,30 @@ def capture_callable_state(prefixes: Collection[str], since: CallableState | Non
             continue
         modules[name] = module
         module_raw[name] = raw = _raw(namespace)
-        if since is not None and since.modules.get(name) is module and _same_raw(since._module_raw.get(name), raw):
-            names[name], bindings[name] = since.names[name], since.bindings[name]
+        previous = since if since is not None and since.modules.get(name) is module else None
+        if previous is not None and _same_raw(previous._module_raw[name], raw):
+            names[name], bindings[name] = previous.names[name], previous.bindings[name]
             continue
         names[name] = frozenset(raw[0])
         found = {
             attribute: value for attribute, value in zip(*raw, strict=True) if issubclass(type(value), _BINDING_TYPES)
         }
-        old = since.bindings.get(name) if since is not None and since.modules.get(name) is module else None
-        if _same_bindings(old, found):
-            bindings[name] = old  # type: ignore[assignment]
+        if previous is not None and _same_bindings(previous.bindings[name], found):
+            bindings[name] = previous.bindings[name]
         else:
             bindings[name], rebound = found, True
-    rebound = rebound or modules.keys() != since.modules.keys()  # type: ignore[union-attr]
-    class_raw: dict[int, _Raw] = {}
-    class_bindings: dict[int, Mapping[str, object]] = {}
-    if not rebound:
-        assert since is not None
-        for key, cls in since.classes.items():
-            class_raw[key] = raw = _class_raw(cls)
-            old = since.class_bindings[key]
-            if _same_raw(since._class_raw.get(key), raw):
-                class_bindings[key] = old
-                continue
-            found = _class_bindings(cls)
-            if not _same_bindings(old, found):
-                rebound = True
-                break
-            class_bindings[key] = old
-    if rebound:
+    classes = None if since is None or rebound or modules.keys() != since.modules.keys() else _classes_since(since)
+    if since is None or classes is None:
         reach = Reach(functions=True)
         for name, found in bindings.items():
             reach.add_module(name, found)
         class_raw = {key: _class_raw(cls) for key, cls in reach.classes.items()}
         class_bindings = {key: _class_bindings(cls) for key, cls in reach.classes.items()}
     else:
-        assert since is not None
-        reach = since._reach
+        reach, (class_raw, class_bindings) = since._reach, classes
     parts = _FunctionParts.of(list(reach.functions.values()))
-    if not rebound and parts.same_as(since._parts, since.states):  # type: ignore[union-attr]
-        states = since.states  # type: ignore[union-attr]
+    if since is not None and classes is not None and parts.same_as(since._parts, since.states):
+        states = since.states
     else:
         states = {key: function_state(function) for key, function in reach.functions.items()}
     return CallableState(
