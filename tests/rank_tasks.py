@@ -101,3 +101,12 @@ def real_step_flattened(rank: int, world_size: int) -> dict[str, int]:
         with SiteTracker("cpu") as tracker:
             cpu_gpt.finalize(model)
     return tracker.sites
+
+
+def rebind_barrier(rank: int, world_size: int) -> None:
+    """A rank-side patch the session watch must see: ``torch.distributed.barrier`` bound to another function."""
+
+    def barrier(*args: object, **kwargs: object) -> None:
+        return None
+
+    dist.barrier = barrier

@@ -295,22 +295,29 @@ def provider_specs(
     must_name = set() if var_keyword else set(names)
     params = []
     for name in ALWAYS_PASSED:
-        kinds = [_POSITIONAL_OR_KEYWORD, _KEYWORD_ONLY, *([None] if var_keyword else [])]
-        kind = draw(st.sampled_from(kinds))
+        kind = draw(_sampled((_POSITIONAL_OR_KEYWORD, _KEYWORD_ONLY, *((None,) if var_keyword else ()))))
         if kind is not None:
             params.append(ProviderParameter(name, kind, draw(st.booleans())))
     kinds = _OPTIONAL_KINDS if positional_only else tuple(k for k in _OPTIONAL_KINDS if k is not _POSITIONAL_ONLY)
     for name in _OPTIONAL_NAMES:
-        kind = draw(st.sampled_from([k for k in kinds if k in _BY_NAME] if name in must_name else kinds))
+        kind = draw(_sampled(tuple(k for k in kinds if k in _BY_NAME) if name in must_name else kinds))
         if kind is not None:
             params.append(ProviderParameter(name, kind, True))
     return ProviderSpec(
         params=_valid_order(draw(st.permutations(params))),
         var_positional=draw(st.booleans()),
         var_keyword=var_keyword,
-        form=draw(st.sampled_from(_FORMS)),
-        error=draw(st.sampled_from(_ERROR_TYPES)) if failing else None,
+        form=draw(_sampled(_FORMS)),
+        error=draw(_sampled(_ERROR_TYPES)) if failing else None,
     )
+
+
+@functools.cache
+def _sampled(values: tuple[Any, ...]) -> st.SearchStrategy[Any]:
+    """One ``sampled_from`` strategy per tuple of values: hypothesis validates a strategy object on its first draw,
+    and one built inside every draw is validated every time; the same strategy draws the same values from the same
+    choices."""
+    return st.sampled_from(values)
 
 
 def _valid_order(params: Iterable[ProviderParameter]) -> tuple[ProviderParameter, ...]:
@@ -333,6 +340,7 @@ def _valid_order(params: Iterable[ProviderParameter]) -> tuple[ProviderParameter
     return (*positional_only, *positional, *keyword_only)
 
 
+@functools.cache
 def caller_value(keyword: str) -> st.SearchStrategy[Any]:
     """What Megatron's training loop passes for ``keyword``: flags, a stage index, or an object of its own."""
     if keyword in ("pre_process", "post_process", "add_encoder", "add_decoder"):
@@ -372,6 +380,7 @@ def _name_fragment(draw: st.DrawFn) -> str:
     return pattern
 
 
+@functools.cache
 def freeze_patterns() -> st.SearchStrategy[list[str] | None]:
     """A freeze or train-only pattern list as a launcher would configure it (absent, or a few regexes). Never an
     empty list: whether an empty train-only list means "no rule" or "train nothing" is the framework's convention,

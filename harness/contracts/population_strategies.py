@@ -16,6 +16,10 @@ from hypothesis import strategies as st
 from harness.contracts.populations import DTYPES, GRAD_BUFFERS, GRAD_KINDS, LAYOUTS, FakeParameter, Population
 
 _DTYPES = (torch.float32, torch.bfloat16, torch.float16)
+_SPEC_DTYPES = st.sampled_from(_DTYPES)
+"""Strategies drawn from again and again are built once: hypothesis validates each strategy object on its first
+draw, and a ``sampled_from`` or composite built inside a draw is a new object every time (about a sixth of what
+drawing a population costs). The same strategy, built once, draws the same values from the same choices."""
 
 
 @dataclass(frozen=True)
@@ -52,7 +56,7 @@ def _random_specs(draw: st.DrawFn, max_tensors: int = 24) -> list[TensorSpec]:
             TensorSpec(
                 name=f"t{i}",
                 shape=shape,
-                dtype=draw(st.sampled_from(_DTYPES)),
+                dtype=draw(_SPEC_DTYPES),
                 transposed=ndim == 2 and draw(st.booleans()),
             )
         )
@@ -92,13 +96,14 @@ def _gpt_like_specs(draw: st.DrawFn) -> list[TensorSpec]:
     return gpt_layer_specs(
         num_layers=draw(st.integers(1, 4)),
         hidden=draw(st.integers(1, 48)),
-        dtype=draw(st.sampled_from(_DTYPES)),
+        dtype=draw(_SPEC_DTYPES),
         qk_head_dim=draw(st.sampled_from([0, 4, 8])),
     )
 
 
+@functools.cache
 def populations() -> st.SearchStrategy[list[TensorSpec]]:
-    """Either kind of population."""
+    """Either kind of population (one strategy object, drawn from by every example)."""
     return st.one_of(_random_specs(), _gpt_like_specs())
 
 
@@ -156,6 +161,26 @@ def _fsdp_chunks(draw: st.DrawFn, chunks: int, order: str) -> int:
     return chunks if order == "all" else draw(st.integers(1, chunks))
 
 
+_GRAD_SIZES = _grad_sizes()
+_PARAM_DTYPES = st.sampled_from(sorted(DTYPES))
+_CHUNK_DTYPES = st.one_of(st.none(), _PARAM_DTYPES)
+_LEAVES = st.sampled_from(_PARAM_LEAVES)
+_GRAD_KIND_NAMES = st.sampled_from(GRAD_KINDS)
+_GRAD_BUFFER_NAMES = st.sampled_from(GRAD_BUFFERS)
+
+
+@functools.cache
+def _sampled(values: tuple[str, ...]) -> st.SearchStrategy[str]:
+    """One ``sampled_from`` strategy per tuple of values (the layouts and group kinds a family asks for)."""
+    return st.sampled_from(values)
+
+
+@functools.cache
+def _fsdp_chunk_counts(chunks: int, order: str) -> st.SearchStrategy[int]:
+    """One :func:`_fsdp_chunks` strategy per chunk count and order."""
+    return _fsdp_chunks(chunks, order)
+
+
 @st.composite
 def fake_module_populations(
     draw: st.DrawFn,
@@ -173,24 +198,24 @@ def fake_module_populations(
     :data:`GROUPS`); each grad laid out as one of ``layouts``, half of them contiguous.
     """
     chunks = []
-    dtypes = st.sampled_from(sorted(DTYPES))
+    layout_names = _sampled(("contiguous", *layouts))
     for _ in range(draw(st.integers(1, 2))):
         count = draw(st.integers(1, max_params))
         # Half the chunks hold one dtype, as most models' grads do (and as neighbours in one grad buffer must).
-        chunk_dtype = draw(st.one_of(st.none(), dtypes))
+        chunk_dtype = draw(_CHUNK_DTYPES)
         specs = []
         for i in range(count):
-            leaf = draw(st.sampled_from(_PARAM_LEAVES))
+            leaf = draw(_LEAVES)
             specs.append(
                 FakeParameter(
                     name=f"decoder.layers.{i}.{leaf}",
-                    numel=draw(_grad_sizes()),
-                    dtype=chunk_dtype or draw(dtypes),
-                    grad_kind=draw(st.sampled_from(GRAD_KINDS)),
+                    numel=draw(_GRAD_SIZES),
+                    dtype=chunk_dtype or draw(_PARAM_DTYPES),
+                    grad_kind=draw(_GRAD_KIND_NAMES),
                     sequence_parallel=draw(st.booleans()),
                     average_across_tp=draw(st.integers(0, 4)) == 0,
                     requires_grad=draw(st.integers(0, 5)) != 0,
-                    layout=draw(st.sampled_from(("contiguous", *layouts))),
+                    layout=draw(layout_names),
                 )
             )
         chunks.append(tuple(specs))
@@ -199,9 +224,9 @@ def fake_module_populations(
         sequence_parallel=draw(st.booleans()),
         qk_layernorm=draw(st.booleans()),
         seed=draw(st.integers(0, 2**20)),
-        group=draw(st.sampled_from(groups)),
-        grad_buffer=draw(st.sampled_from(GRAD_BUFFERS)),
-        fsdp_chunks=draw(_fsdp_chunks(len(chunks), fsdp)),
+        group=draw(_sampled(tuple(groups))),
+        grad_buffer=draw(_GRAD_BUFFER_NAMES),
+        fsdp_chunks=draw(_fsdp_chunk_counts(len(chunks), fsdp)),
     )
 
 

@@ -156,6 +156,9 @@ class RankPool:
         fresh ranks after a failure restarted the pool, so the task after a failed one meets the same state rather
         than a second, unrelated error."""
         self.generation = 0
+        self.tasks_sent = 0
+        """Tasks sent to the ranks since the pool was made, across restarts: a pool whose count has not moved ran no
+        code in its ranks since the last look."""
         self._lock = threading.RLock()
         self._processes: list[multiprocessing.process.BaseProcess] = []
         self._conns: list[multiprocessing.connection.Connection] = []
@@ -239,6 +242,7 @@ class RankPool:
             return self._send(payload, fn, timeout)
 
     def _send(self, payload: bytes, fn: Callable[..., Any], timeout: float) -> list[Any]:
+        self.tasks_sent += 1
         try:
             for conn in self._conns:
                 with contextlib.suppress(OSError):

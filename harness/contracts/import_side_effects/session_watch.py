@@ -17,6 +17,7 @@ globals whenever model parallelism is set up.
 from __future__ import annotations
 
 import importlib
+import weakref
 from collections.abc import Generator
 from typing import Any
 
@@ -33,7 +34,7 @@ from harness.plugin.failure import contract_failure
 from harness.plugin.families import family
 from harness.plugin.session_state import configured_target
 from harness.ranks.early_start import runs_on_ranks
-from harness.ranks.pool import RANK_START_HOOKS, RankPoolError, cached_pools
+from harness.ranks.pool import RANK_START_HOOKS, RankPool, RankPoolError, cached_pools
 from harness.targets.megatron_names import FINALIZE_MODULE
 
 WATCHED = rank_watch.WATCHED
@@ -94,17 +95,26 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) ->
     outcome.force_result(pytest.TestReport.from_item_and_call(item, failed))
 
 
+_looked_at: weakref.WeakKeyDictionary[RankPool, int] = weakref.WeakKeyDictionary()
+"""Each pool's task count after the last look: a pool no task reached since then ran no code in its ranks, so it
+is not asked (each look at a pool's four ranks is a capture in each of them)."""
+
+
 def _rank_changes() -> list[str]:
     """What changed in the rank processes of this process's pools since the last look; a pool that cannot answer
     (a case left it broken) is that case's own red, and it restarts with a fresh baseline."""
     changes = []
     for pool in cached_pools():
+        if _looked_at.get(pool) == pool.tasks_sent:
+            continue
         try:
             changes += [
                 line for rank in pool.run(rank_watch.changes_task, timeout_s=_RANK_WATCH_TIMEOUT_S) for line in rank
             ]
         except RankPoolError:
             continue
+        finally:
+            _looked_at[pool] = pool.tasks_sent
     return changes
 
 
