@@ -36,13 +36,15 @@ def on_one_target_in_ci(values: Sequence[str], kept: Sequence[str]) -> list[Any]
 
 
 def selected_parameters(request: pytest.FixtureRequest, *names: str) -> list[tuple[Any, ...]]:
-    """The values of the parameters ``names`` of the tests of the requesting module that this run will run (after
-    ``-m``, ``-k`` and node ids have deselected the others), in order: a warm run planned from them holds only the
-    subjects some test reads."""
+    """The values of the parameters ``names`` of the tests of the requesting module that use the requesting fixture
+    and that this run will run (after ``-m``, ``-k`` and node ids have deselected the others), in order: a warm run
+    planned from them holds only the subjects some test reads (another test of the module may take a parameter of
+    the same name without reading the fixture's runs)."""
     values = []
     for item in request.session.items:
         params = getattr(item, "callspec", None) and item.callspec.params
-        if item.path == request.path and params and all(name in params for name in names):
+        uses = request.fixturename in getattr(item, "fixturenames", ())
+        if item.path == request.path and uses and params and all(name in params for name in names):
             values.append(tuple(params[name] for name in names))
     return list(dict.fromkeys(values))
 
