@@ -283,7 +283,11 @@ def tests(session: nox.Session) -> None:
         session.log("CI: end-to-end checks repeated on every target or framework run on one or two (every_target)")
         narrowing = ["-m", "not every_target"]
     # The slowest tests are listed at the end: where the suite's time goes is read from every run, CI's included.
-    options = ["-n", workers, "--dist", "loadfile", "--durations=20", "--durations-min=5", *narrowing]
+    # Files go to the workers in collection order (the end-to-end modules, each minutes of warm runs, then the unit
+    # modules, seconds each, which fill the end): xdist's default order, most tests first, put unit modules first
+    # and could leave a two-minute module for last on one worker while the other waited (up to 80 s of a CI run).
+    options = ["-n", workers, "--dist", "loadfile", "--no-loadscope-reorder", "--durations=20", "--durations-min=5"]
+    options += narrowing
     session.run("python", "-m", "pytest", *options, *selection, env=env)
 
 
