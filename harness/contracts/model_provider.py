@@ -23,6 +23,7 @@ from typing import Any
 import torch
 from hypothesis import strategies as st
 
+from harness.contracts.strategy_cache import sampled
 from harness.targets.matrix import ALWAYS_PASSED
 from harness.targets.megatron_names import TINY_GPT
 
@@ -295,29 +296,21 @@ def provider_specs(
     must_name = set() if var_keyword else set(names)
     params = []
     for name in ALWAYS_PASSED:
-        kind = draw(_sampled((_POSITIONAL_OR_KEYWORD, _KEYWORD_ONLY, *((None,) if var_keyword else ()))))
+        kind = draw(sampled((_POSITIONAL_OR_KEYWORD, _KEYWORD_ONLY, *((None,) if var_keyword else ()))))
         if kind is not None:
             params.append(ProviderParameter(name, kind, draw(st.booleans())))
     kinds = _OPTIONAL_KINDS if positional_only else tuple(k for k in _OPTIONAL_KINDS if k is not _POSITIONAL_ONLY)
     for name in _OPTIONAL_NAMES:
-        kind = draw(_sampled(tuple(k for k in kinds if k in _BY_NAME) if name in must_name else kinds))
+        kind = draw(sampled(tuple(k for k in kinds if k in _BY_NAME) if name in must_name else kinds))
         if kind is not None:
             params.append(ProviderParameter(name, kind, True))
     return ProviderSpec(
         params=_valid_order(draw(st.permutations(params))),
         var_positional=draw(st.booleans()),
         var_keyword=var_keyword,
-        form=draw(_sampled(_FORMS)),
-        error=draw(_sampled(_ERROR_TYPES)) if failing else None,
+        form=draw(sampled(_FORMS)),
+        error=draw(sampled(_ERROR_TYPES)) if failing else None,
     )
-
-
-@functools.cache
-def _sampled(values: tuple[Any, ...]) -> st.SearchStrategy[Any]:
-    """One ``sampled_from`` strategy per tuple of values: hypothesis validates a strategy object on its first draw,
-    and one built inside every draw is validated every time; the same strategy draws the same values from the same
-    choices."""
-    return st.sampled_from(values)
 
 
 def _valid_order(params: Iterable[ProviderParameter]) -> tuple[ProviderParameter, ...]:

@@ -14,12 +14,11 @@ import torch
 from hypothesis import strategies as st
 
 from harness.contracts.populations import DTYPES, GRAD_BUFFERS, GRAD_KINDS, LAYOUTS, FakeParameter, Population
+from harness.contracts.strategy_cache import sampled
 
 _DTYPES = (torch.float32, torch.bfloat16, torch.float16)
-_SPEC_DTYPES = st.sampled_from(_DTYPES)
-"""Strategies drawn from again and again are built once: hypothesis validates each strategy object on its first
-draw, and a ``sampled_from`` or composite built inside a draw is a new object every time (about a sixth of what
-drawing a population costs). The same strategy, built once, draws the same values from the same choices."""
+_SPEC_DTYPES = sampled(_DTYPES)
+"""Strategies drawn from in every example are built once (:mod:`harness.contracts.strategy_cache`)."""
 
 
 @dataclass(frozen=True)
@@ -153,6 +152,7 @@ are read, from 0.14 on); or none or every one (0.13 writes back under the last c
 other chunks' params do not have)."""
 
 
+@functools.cache
 @st.composite
 def _fsdp_chunks(draw: st.DrawFn, chunks: int, order: str) -> int:
     """How many trailing chunks have FSDP on: one example in three draws some, and shrinking turns FSDP off."""
@@ -162,23 +162,11 @@ def _fsdp_chunks(draw: st.DrawFn, chunks: int, order: str) -> int:
 
 
 _GRAD_SIZES = _grad_sizes()
-_PARAM_DTYPES = st.sampled_from(sorted(DTYPES))
+_PARAM_DTYPES = sampled(tuple(sorted(DTYPES)))
 _CHUNK_DTYPES = st.one_of(st.none(), _PARAM_DTYPES)
-_LEAVES = st.sampled_from(_PARAM_LEAVES)
-_GRAD_KIND_NAMES = st.sampled_from(GRAD_KINDS)
-_GRAD_BUFFER_NAMES = st.sampled_from(GRAD_BUFFERS)
-
-
-@functools.cache
-def _sampled(values: tuple[str, ...]) -> st.SearchStrategy[str]:
-    """One ``sampled_from`` strategy per tuple of values (the layouts and group kinds a family asks for)."""
-    return st.sampled_from(values)
-
-
-@functools.cache
-def _fsdp_chunk_counts(chunks: int, order: str) -> st.SearchStrategy[int]:
-    """One :func:`_fsdp_chunks` strategy per chunk count and order."""
-    return _fsdp_chunks(chunks, order)
+_LEAVES = sampled(_PARAM_LEAVES)
+_GRAD_KIND_NAMES = sampled(GRAD_KINDS)
+_GRAD_BUFFER_NAMES = sampled(GRAD_BUFFERS)
 
 
 @st.composite
@@ -198,7 +186,7 @@ def fake_module_populations(
     :data:`GROUPS`); each grad laid out as one of ``layouts``, half of them contiguous.
     """
     chunks = []
-    layout_names = _sampled(("contiguous", *layouts))
+    layout_names = sampled(("contiguous", *layouts))
     for _ in range(draw(st.integers(1, 2))):
         count = draw(st.integers(1, max_params))
         # Half the chunks hold one dtype, as most models' grads do (and as neighbours in one grad buffer must).
@@ -224,9 +212,9 @@ def fake_module_populations(
         sequence_parallel=draw(st.booleans()),
         qk_layernorm=draw(st.booleans()),
         seed=draw(st.integers(0, 2**20)),
-        group=draw(_sampled(tuple(groups))),
+        group=draw(sampled(tuple(groups))),
         grad_buffer=draw(_GRAD_BUFFER_NAMES),
-        fsdp_chunks=draw(_fsdp_chunk_counts(len(chunks), fsdp)),
+        fsdp_chunks=draw(_fsdp_chunks(len(chunks), fsdp)),
     )
 
 

@@ -48,17 +48,17 @@ def settled(call: Callable[[], None]) -> Work:
 TRIES = 3
 """tracemalloc counts the allocations of every thread: on an xdist worker, execnet's thread unpickles what the
 controller sends (more files, or the shutdown once the queue is empty) whenever it arrives, into whichever measure
-is running then (a few hundred bytes, seen once at the end of a CI run). Two measures that must agree are taken
+is running then (a few hundred bytes, seen once at the end of a CI run). Measures that must agree are taken
 again, up to this many times, before a difference counts; a measure that really differs differs every time."""
 
 
-def agree(first: Callable[[], Work], second: Callable[[], Work]) -> tuple[Work, Work]:
-    """The two measures, taken again while they differ (at most :data:`TRIES` times)."""
+def agree(*measures: Callable[[], Work]) -> list[Work]:
+    """The measures, all taken again while any differs (at most :data:`TRIES` times)."""
     for _ in range(TRIES):
-        a, b = first(), second()
-        if a == b:
+        works = [measure() for measure in measures]
+        if all(work == works[0] for work in works):
             break
-    return a, b
+    return works
 
 
 def growth(function: Callable[[int], None], n: int) -> tuple[float, float]:
@@ -69,8 +69,10 @@ def growth(function: Callable[[int], None], n: int) -> tuple[float, float]:
 def test_counts_repeat_exactly() -> None:
     for function in (idle, copies_per_item, resums_per_item, appends):
         call = partial(function, 100)
-        settled_once, again = agree(partial(settled, call), partial(measure_work, call))
-        assert settled_once == again, function.__name__
+        settled_once, again, once_more = agree(
+            partial(settled, call), partial(measure_work, call), partial(measure_work, call)
+        )
+        assert settled_once == again == once_more, function.__name__
 
 
 def test_the_tracer_itself_allocates_nothing_per_instruction() -> None:
