@@ -382,15 +382,20 @@ def measure_all(models: list[dict[str, Any]], subject: Any, budget: int | None) 
         yield {**found, "layout": layout(model)}
 
 
-def main(argv: list[str]) -> int:
-    """``python -m harness.contracts.scale <request.json>``: ``{"models": [...] (default: DEFAULT_MODELS), "subject":
-    spec or null, "budget": bytes or null}``; one JSON line per model on stdout."""
+def measured_lines(request: dict[str, Any]) -> Iterator[str]:
+    """One JSON line per model of ``request``: ``{"models": [...] (default: DEFAULT_MODELS), "subject": spec or null,
+    "budget": bytes or null}``."""
     from harness.subjects.loading import load_subject
 
-    request = json.loads(Path(argv[0]).read_text())
     subject = load_subject(request["subject"]) if request.get("subject") else None
     for found in measure_all(request.get("models") or list(DEFAULT_MODELS), subject, request.get("budget")):
-        print(json.dumps(found), flush=True)
+        yield json.dumps(found)
+
+
+def main(argv: list[str]) -> int:
+    """``python -m harness.contracts.scale <request.json>``: :func:`measured_lines` of the request, on stdout."""
+    for line in measured_lines(json.loads(Path(argv[0]).read_text())):
+        print(line, flush=True)
     return 0
 
 

@@ -3,22 +3,28 @@ on this target once the cases are done, and each verdict is recorded as a findin
 ``summary.json``, read by the report). It is a finding, never a red.
 
 The measurement builds models under Megatron's parallel state on torch's ``fake`` process group, which must not
-touch the session's own state (its rank pools, the warm run's fork server): it runs in a fresh interpreter of the
-target venv, ``python -m harness.contracts.scale``. A run narrowed to some cases (a repro line) skips it.
+touch the session's own state (its rank pools, the warm run's fork server): in a session it runs in a process forked
+from the fork server the ranks start from, which has imported torch and Megatron and nothing of the session's
+(a fresh interpreter of the target venv, ``python -m harness.contracts.scale``, spent about 4 s of a 5 s measurement
+importing them again). Measured from another interpreter (``nox -s scale``, the tests) it runs in that target venv's
+interpreter. A run narrowed to some cases (a repro line) skips it.
 """
 
 from __future__ import annotations
 
 import json
+import multiprocessing.connection
+import os
 import subprocess
-import sys
 import tempfile
+import warnings
 from pathlib import Path
 from typing import Any
 
 from harness import REPO_ROOT
 from harness.formats.scale_findings import finding
 from harness.plugin.records import append_record
+from harness.ranks.fork_server import die_with_parent, rank_context
 from harness.subjects.declaration import Declaration
 
 SCALE_TIMEOUT_S = 600
@@ -31,9 +37,22 @@ def scale_request(declaration: Declaration, subject: str) -> dict[str, Any]:
     return {"models": list(declaration.scale["models"]), "subject": subject, "budget": declaration.scale.get("budget")}
 
 
-def measure_in_target(request: dict[str, Any], python: str = sys.executable) -> list[dict[str, Any]]:
-    """Each model's result, measured by ``python -m harness.contracts.scale``; a run that printed nothing gives one
-    result naming why, for every model."""
+def measure_in_target(request: dict[str, Any], python: str | None = None) -> list[dict[str, Any]]:
+    """Each model's result, measured by ``python -m harness.contracts.scale`` in the interpreter ``python``, or where
+    it is None, in a process forked from this session's fork server; a measurement that gave nothing gives one result
+    naming why, for every model."""
+    output, why = _measured_in_fork(request) if python is None else _measured_by(request, python)
+    results = [json.loads(line) for line in output.splitlines() if line.startswith("{")]
+    if results:
+        return results
+    return [
+        {"model": m.get("name") or m.get("preset") or "model", "megatron": "?", "layout": "", "error": why}
+        for m in request["models"]
+    ]
+
+
+def _measured_by(request: dict[str, Any], python: str) -> tuple[str, str]:
+    """What ``python -m harness.contracts.scale`` printed, and why it printed nothing (its last line of stderr)."""
     with tempfile.TemporaryDirectory() as folder:
         path = Path(folder) / "request.json"
         path.write_text(json.dumps(request))
@@ -45,16 +64,49 @@ def measure_in_target(request: dict[str, Any], python: str = sys.executable) -> 
                 text=True,
                 timeout=SCALE_TIMEOUT_S,
             )
-            output, why = done.stdout, (done.stderr.strip().splitlines() or [f"exit status {done.returncode}"])[-1]
         except subprocess.TimeoutExpired:
-            output, why = "", f"the measurement took over {SCALE_TIMEOUT_S} s"
-    results = [json.loads(line) for line in output.splitlines() if line.startswith("{")]
-    if results:
-        return results
-    return [
-        {"model": m.get("name") or m.get("preset") or "model", "megatron": "?", "layout": "", "error": why}
-        for m in request["models"]
-    ]
+            return "", f"the measurement took over {SCALE_TIMEOUT_S} s"
+    return done.stdout, (done.stderr.strip().splitlines() or [f"exit status {done.returncode}"])[-1]
+
+
+def _measured_in_fork(request: dict[str, Any]) -> tuple[str, str]:
+    """What :func:`_measure_and_send` sent back from a process forked from the fork server (spawned where there is
+    none), and why it sent nothing: the error it raised, its exit status, or the timeout."""
+    context = rank_context()
+    receiver, sender = context.Pipe(duplex=False)
+    process = context.Process(target=_measure_and_send, args=(request, sender, os.getpid()), daemon=True)
+    process.start()
+    sender.close()
+    try:
+        if not receiver.poll(SCALE_TIMEOUT_S):
+            return "", f"the measurement took over {SCALE_TIMEOUT_S} s"
+        return receiver.recv()
+    except EOFError:
+        process.join()
+        return "", f"the measuring process ended with exit status {process.exitcode} before it sent anything"
+    finally:
+        receiver.close()
+        if process.is_alive():
+            process.kill()
+        process.join()
+
+
+def _measure_and_send(request: dict[str, Any], sender: multiprocessing.connection.Connection, parent: int) -> None:
+    """The forked process's body: what ``python -m harness.contracts.scale`` would print, sent as one string with the
+    error that stopped it ("" where none did). Warnings are not shown, as the fresh interpreter's stderr was not."""
+    die_with_parent(parent)
+    from harness.contracts.scale import measured_lines
+
+    lines: list[str] = []
+    why = ""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        try:
+            lines.extend(measured_lines(request))
+        except Exception as err:  # the whole measurement's failure: every model without a line says why
+            why = " ".join(f"{type(err).__name__}: {err}".split())
+    sender.send(("\n".join(lines), why or "the measurement printed nothing"))
+    sender.close()
 
 
 def record_scale_findings(report_dir: Path, declaration: Declaration | None, subject: str, narrowed: bool) -> None:

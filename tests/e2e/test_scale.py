@@ -113,3 +113,35 @@ def test_a_subject_that_flattens_everything_is_judged_by_its_buffer_not_its_mess
     assert reduction["subject_bytes"] == 1 << 20 and reduction["subject_collectives"] == 6
     assert reduction["subject_buffer"] == reduction["upstream_bytes"] == LLAMA_70B_NORMS
     assert found["verdict"] == CHANGES_NOTHING
+
+
+FROM_THE_FORK_SERVER = """
+import json, sys
+from harness.plugin.scale_estimate import measure_in_target
+print(json.dumps(measure_in_target(json.loads(sys.argv[1]))))
+"""
+
+
+def test_the_session_s_fork_measures_what_a_fresh_interpreter_does() -> None:
+    """In a session the estimate runs in a process forked from the fork server (torch and Megatron imported once);
+    its results are the fresh interpreter's, field for field, the subject's included."""
+    request = {
+        "models": [{"preset": "llama-70b", "tp": 8, "sp": True}, {"preset": "no-such-preset"}],
+        "subject": str(ROOT / "tests" / "frameworks" / "modernrl" / "megatron-conformance.toml"),
+        "budget": 1 << 20,
+    }
+    python = str(target_python("megatron-0.15"))
+    fresh = measure_in_target(request, python)
+    done = subprocess.run(
+        [python, "-c", FROM_THE_FORK_SERVER, json.dumps(request)],
+        cwd=ROOT,
+        env={**os.environ, "PYTHONPATH": str(ROOT)},
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    forked = json.loads(done.stdout.strip().splitlines()[-1])
+    assert forked == fresh
+    assert fresh[0]["reductions"][0]["subject_bytes"] <= 1 << 20 < fresh[0]["reductions"][0]["upstream_bytes"]
+    assert "no-such-preset" in fresh[1]["error"]

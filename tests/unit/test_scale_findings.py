@@ -7,6 +7,8 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
+import pytest
+
 from harness.formats.scale_findings import CHANGES_NOTHING, NO_PATCH, cell_text, finding, row_label, verdict_text
 from harness.plugin.scale_estimate import measure_in_target
 from harness.reports.findings import findings_table
@@ -106,10 +108,12 @@ def test_the_report_has_a_row_per_declared_model(tmp_path: Path) -> None:
     assert "- megatron-0.15: scale: megatron-core 0.15.3, at scale (deepseek-v3" in render_markdown(grid)
 
 
-def test_a_measurement_that_cannot_run_is_a_line_per_model_never_silence() -> None:
-    """This interpreter has no Megatron: the measuring interpreter fails, and every model says why."""
+@pytest.mark.parametrize("python", [sys.executable, None], ids=["interpreter", "fork"])
+def test_a_measurement_that_cannot_run_is_a_line_per_model_never_silence(python: str | None) -> None:
+    """This interpreter has no Megatron: the measuring interpreter, or the process forked from this one's fork server,
+    fails, and every model says why."""
     request = {"models": [{"preset": "llama-8b", "tp": 2}, {"name": "mine", "fields": {}}], "subject": None}
-    results = measure_in_target(request, sys.executable)
+    results = measure_in_target(request, python)
     assert [r["model"] for r in results] == ["llama-8b", "mine"]
     assert all("No module named 'megatron'" in r["error"] for r in results), results
     assert cell_text(finding(results[0])) == "not measured (see the notes)"
