@@ -138,6 +138,11 @@ def _render_markdown(document: dict[str, Any], gate: dict[str, Any] | None, comm
         f"| a case on the warm rank pool (model-parallel groups built and destroyed) | "
         f"{overhead['pool_per_case_s'] * 1000:.0f} ms |",
         f"| one task round trip on the warm pool | {overhead['pool_per_task_s'] * 1000:.2f} ms |",
+        *(
+            f"| one all-reduce of 64 fp32 on {size} warm gloo ranks (every collective a subject makes pays it) | "
+            f"{seconds * 1000:.2f} ms |"
+            for size, seconds in overhead.get("small_allreduce_s", {}).items()
+        ),
         "",
     ]
     return "\n".join(lines)

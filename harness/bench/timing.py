@@ -295,6 +295,34 @@ def _noop_task(rank: int, world_size: int) -> None:
     return None
 
 
+def _small_allreduces_task(rank: int, world_size: int, count: int) -> float:
+    """Seconds per all-reduce of 64 fp32 over the whole world, ``count`` in a row between two barriers."""
+    import torch
+    import torch.distributed as dist
+
+    tensor = torch.ones(64)
+    dist.barrier()
+    started = time.perf_counter()
+    for _ in range(count):
+        dist.all_reduce(tensor)
+    dist.barrier()
+    return (time.perf_counter() - started) / count
+
+
+def _measure_small_allreduce(world_sizes: tuple[int, ...] = (2, 4), count: int = 500) -> dict[str, float]:
+    """What one collective costs on this machine's gloo ranks, whatever it carries: the floor under a subject that
+    reduces in many small pieces (every such piece pays it once). Keyed by world size."""
+    latency = {}
+    for world_size in world_sizes:
+        pool = RankPool(world_size, "gloo")
+        try:
+            pool.run(_small_allreduces_task, count // 10)
+            latency[str(world_size)] = max(pool.run(_small_allreduces_task, count))
+        finally:
+            pool.close()
+    return latency
+
+
 def _measure_pool_overhead(world_size: int = 2, repeats: int = 3, tasks: int = 200) -> dict[str, float]:
     """What a case pays for its ranks: a fresh pool per case (spawn, import, rendezvous, model-parallel groups) vs a
     warm pool (model-parallel groups per case, then a task round trip)."""
@@ -326,6 +354,7 @@ def _measure_pool_overhead(world_size: int = 2, repeats: int = 3, tasks: int = 2
         "spawn_per_case_s": statistics.median(spawn),
         "pool_per_case_s": statistics.median(per_case),
         "pool_per_task_s": per_task,
+        "small_allreduce_s": _measure_small_allreduce(),
     }
 
 

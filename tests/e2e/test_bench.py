@@ -115,6 +115,10 @@ def test_table_and_plot_are_written(small_bench: Path) -> None:
     assert "| 2 | 32 | 64 | floor flat |" in text and "| 2 | 32 | 64 | field 4 MiB |" in text
     assert "| upstream s (peak allocated MiB) | floor / upstream | 4 MiB | 8 MiB |" in text
     assert "| 16 MiB | not run | ≤ 0.63x | n/a |" in text, "a goal not measured must say so, not pass"
+    latency = json.loads((small_bench / "bench.json").read_text())["pool_overhead"]["small_allreduce_s"]
+    assert sorted(latency) == ["2", "4"] and all(seconds > 0 for seconds in latency.values()), latency
+    for size in latency:
+        assert f"| one all-reduce of 64 fp32 on {size} warm gloo ranks" in text
     assert image.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and image.stat().st_size > 10_000
 
 
