@@ -22,8 +22,10 @@ import contextlib
 import dataclasses
 import importlib
 import inspect
+import io
 import json
 import sys
+import warnings
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -390,6 +392,21 @@ def measured_lines(request: dict[str, Any]) -> Iterator[str]:
     subject = load_subject(request["subject"]) if request.get("subject") else None
     for found in measure_all(request.get("models") or list(DEFAULT_MODELS), subject, request.get("budget")):
         yield json.dumps(found)
+
+
+def measured_output(request: dict[str, Any]) -> tuple[str, str]:
+    """:func:`measured_lines` as ``python -m harness.contracts.scale`` prints them, and why there may be none (the
+    error that stopped it): what a session's forked process sends back. What the subject or Megatron print or warn
+    meanwhile is not kept, as the fresh interpreter's output other than its lines was not."""
+    lines: list[str] = []
+    why = "the measurement printed nothing"
+    with warnings.catch_warnings(), contextlib.redirect_stdout(io.StringIO()):
+        warnings.simplefilter("ignore")
+        try:
+            lines.extend(measured_lines(request))
+        except Exception as err:  # the whole measurement's failure: every model without a line says why
+            why = " ".join(f"{type(err).__name__}: {err}".split())
+    return "\n".join(lines), why
 
 
 def main(argv: list[str]) -> int:

@@ -13,18 +13,15 @@ interpreter. A run narrowed to some cases (a repro line) skips it.
 from __future__ import annotations
 
 import json
-import multiprocessing.connection
-import os
 import subprocess
 import tempfile
-import warnings
 from pathlib import Path
 from typing import Any
 
 from harness import REPO_ROOT
 from harness.formats.scale_findings import finding
 from harness.plugin.records import append_record
-from harness.ranks.fork_server import die_with_parent, rank_context
+from harness.ranks.forked_call import ForkedCallError, call_in_fork
 from harness.subjects.declaration import Declaration
 
 SCALE_TIMEOUT_S = 600
@@ -39,8 +36,8 @@ def scale_request(declaration: Declaration, subject: str) -> dict[str, Any]:
 
 def measure_in_target(request: dict[str, Any], python: str | None = None) -> list[dict[str, Any]]:
     """Each model's result, measured by ``python -m harness.contracts.scale`` in the interpreter ``python``, or where
-    it is None, in a process forked from this session's fork server; a measurement that gave nothing gives one result
-    naming why, for every model."""
+    it is None, in a process forked from this session's fork server (:mod:`harness.ranks.forked_call`); a measurement
+    that gave nothing gives one result naming why, for every model."""
     output, why = _measured_in_fork(request) if python is None else _measured_by(request, python)
     results = [json.loads(line) for line in output.splitlines() if line.startswith("{")]
     if results:
@@ -70,43 +67,12 @@ def _measured_by(request: dict[str, Any], python: str) -> tuple[str, str]:
 
 
 def _measured_in_fork(request: dict[str, Any]) -> tuple[str, str]:
-    """What :func:`_measure_and_send` sent back from a process forked from the fork server (spawned where there is
-    none), and why it sent nothing: the error it raised, its exit status, or the timeout."""
-    context = rank_context()
-    receiver, sender = context.Pipe(duplex=False)
-    process = context.Process(target=_measure_and_send, args=(request, sender, os.getpid()), daemon=True)
-    process.start()
-    sender.close()
+    """:func:`harness.contracts.scale.measured_output` of the request, from a process forked from the fork server;
+    where it gave nothing, why."""
     try:
-        if not receiver.poll(SCALE_TIMEOUT_S):
-            return "", f"the measurement took over {SCALE_TIMEOUT_S} s"
-        return receiver.recv()
-    except EOFError:
-        process.join()
-        return "", f"the measuring process ended with exit status {process.exitcode} before it sent anything"
-    finally:
-        receiver.close()
-        if process.is_alive():
-            process.kill()
-        process.join()
-
-
-def _measure_and_send(request: dict[str, Any], sender: multiprocessing.connection.Connection, parent: int) -> None:
-    """The forked process's body: what ``python -m harness.contracts.scale`` would print, sent as one string with the
-    error that stopped it ("" where none did). Warnings are not shown, as the fresh interpreter's stderr was not."""
-    die_with_parent(parent)
-    from harness.contracts.scale import measured_lines
-
-    lines: list[str] = []
-    why = ""
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        try:
-            lines.extend(measured_lines(request))
-        except Exception as err:  # the whole measurement's failure: every model without a line says why
-            why = " ".join(f"{type(err).__name__}: {err}".split())
-    sender.send(("\n".join(lines), why or "the measurement printed nothing"))
-    sender.close()
+        return call_in_fork("harness.contracts.scale:measured_output", request, timeout_s=SCALE_TIMEOUT_S)
+    except ForkedCallError as err:
+        return "", str(err)
 
 
 def record_scale_findings(report_dir: Path, declaration: Declaration | None, subject: str, narrowed: bool) -> None:

@@ -1,7 +1,8 @@
 """The scale estimate against what a real step does: on the tiny CPU GPT, the bytes each coalesced reduction
 flattens on the meta device equal those the real step flattens, byte for byte; counting elements instead of bytes
-is caught; a second coalesced reduction seeded into Megatron shows in the table; and every preset builds and is
-measured on every target, the dense one equal to its hand calculation."""
+is caught; a second coalesced reduction seeded into Megatron shows in the table; every preset builds and is
+measured on every target, the dense one equal to its hand calculation; and a session's fork of its fork server
+measures what a fresh interpreter does."""
 
 from __future__ import annotations
 
@@ -122,7 +123,7 @@ print(json.dumps(measure_in_target(json.loads(sys.argv[1]))))
 """
 
 
-def test_the_session_s_fork_measures_what_a_fresh_interpreter_does() -> None:
+def test_a_fork_of_the_fork_server_measures_what_a_fresh_interpreter_does() -> None:
     """In a session the estimate runs in a process forked from the fork server (torch and Megatron imported once);
     its results are the fresh interpreter's, field for field, the subject's included."""
     request = {
