@@ -394,19 +394,13 @@ def measured_lines(request: dict[str, Any]) -> Iterator[str]:
         yield json.dumps(found)
 
 
-def measured_output(request: dict[str, Any]) -> tuple[str, str]:
-    """:func:`measured_lines` as ``python -m harness.contracts.scale`` prints them, and why there may be none (the
-    error that stopped it): what a session's forked process sends back. What the subject or Megatron print or warn
-    meanwhile is not kept, as the fresh interpreter's output other than its lines was not."""
-    lines: list[str] = []
-    why = "the measurement printed nothing"
+def measured_output(request: dict[str, Any]) -> str:
+    """:func:`measured_lines` as ``python -m harness.contracts.scale`` prints them: what a session's forked process
+    sends back. What the subject or Megatron print or warn meanwhile is not kept, as the fresh interpreter's output
+    other than its lines was not; an error that stops the measurement is the forked call's to report."""
     with warnings.catch_warnings(), contextlib.redirect_stdout(io.StringIO()):
         warnings.simplefilter("ignore")
-        try:
-            lines.extend(measured_lines(request))
-        except Exception as err:  # the whole measurement's failure: every model without a line says why
-            why = " ".join(f"{type(err).__name__}: {err}".split())
-    return "\n".join(lines), why
+        return "\n".join(measured_lines(request))
 
 
 def main(argv: list[str]) -> int:

@@ -67,12 +67,13 @@ def _measured_by(request: dict[str, Any], python: str) -> tuple[str, str]:
 
 
 def _measured_in_fork(request: dict[str, Any]) -> tuple[str, str]:
-    """:func:`harness.contracts.scale.measured_output` of the request, from a process forked from the fork server;
-    where it gave nothing, why."""
+    """:func:`harness.contracts.scale.measured_output` of the request, from a process forked from the fork server,
+    and why it may have given nothing (the error that stopped it, the timeout, the child's early exit)."""
     try:
-        return call_in_fork("harness.contracts.scale:measured_output", request, timeout_s=SCALE_TIMEOUT_S)
+        output = call_in_fork("harness.contracts.scale:measured_output", request, timeout_s=SCALE_TIMEOUT_S)
     except ForkedCallError as err:
         return "", str(err)
+    return output, "the measurement printed nothing"
 
 
 def record_scale_findings(report_dir: Path, declaration: Declaration | None, subject: str, narrowed: bool) -> None:
