@@ -14,6 +14,7 @@ them replaces the default ``cases`` directory, which is what the repro lines pri
 
 from __future__ import annotations
 
+import atexit
 import json
 import os
 import shutil
@@ -34,6 +35,8 @@ from harness.formats.environment import (  # noqa: E402
     REPORTS_ENV_VAR,
     launcher,
 )
+from harness.formats.generator_error import GATE_ERROR_STATUS, NOT_A_VERDICT  # noqa: E402
+from harness.formats.generator_error import PREFIX as GATE_ERROR_PREFIX  # noqa: E402
 from harness.formats.scale_findings import DEFAULT_MODELS  # noqa: E402
 from harness.formats.scale_findings import finding as scale_finding  # noqa: E402
 from harness.formats.summary import FILE_NAME as SUMMARY_FILE  # noqa: E402
@@ -186,13 +189,44 @@ def _make_target_session(target: Target) -> None:
             workers=workers,
             subjects=several,
         )
-        session.run(*command, external=python != "python")
+        try:
+            session.run(*command, external=python != "python")
+        except nox.command.CommandFailed as err:
+            if err.return_code == GATE_ERROR_STATUS:
+                _end_with_gate_error(session, target, report_dir)
+            raise
 
     run_target.__doc__ = f"Gate on {target.description}."
     if not _python_available(target.python):
         _register_missing_python(target.session, target.python, run_target.__doc__, ["targets"])
         return
     nox.session(name=target.session, python=target.python, tags=["targets"])(run_target)
+
+
+_GATE_ERRORS: list[str] = []
+"""Target sessions of this nox run that ended with the gate's own error."""
+
+
+def _end_with_gate_error(session: nox.Session, target: Target, report_dir: Path) -> None:
+    """End a target session whose cases the gate's own example generator broke, saying so in one line, and make the
+    nox run leave with the gate's status (:func:`_leave_with_gate_status`), whatever the other sessions did."""
+    if not _GATE_ERRORS:
+        atexit.register(_leave_with_gate_status)
+    _GATE_ERRORS.append(target.session)
+    try:
+        errors = read_summary(report_dir).gate_errors
+    except (OSError, SummaryError):
+        errors = []
+    line = errors[0]["text"] if errors else f"{GATE_ERROR_PREFIX} ({report_dir} names the case); {NOT_A_VERDICT}"
+    session.error(f"target {target.session}: {line} (exit {GATE_ERROR_STATUS})")
+
+
+def _leave_with_gate_status() -> None:
+    """nox ends a run with a failed session with 1, a red's status; a run in which the gate itself failed leaves with
+    the gate's own, once nox has printed its summary (exit functions run after it)."""
+    for stream in (sys.stdout, sys.stderr):
+        stream.flush()
+    os._exit(GATE_ERROR_STATUS)
 
 
 def _register_missing_python(name: str, version: str, doc: str, tags: list[str]) -> None:

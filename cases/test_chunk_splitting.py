@@ -19,9 +19,8 @@ from types import ModuleType
 import pytest
 import torch
 from hypothesis import given
-from hypothesis import strategies as st
 
-from harness.contracts.population_strategies import TensorSpec, budgets_for, gpt_layer_specs, populations
+from harness.contracts.population_strategies import TensorSpec, gpt_layer_specs, split_examples
 from harness.contracts.work import Work, measure_work, settled_heap
 from harness.formats.budget_units import budget_words, effective_budget
 from harness.plugin.failure import contract_failure
@@ -47,13 +46,7 @@ def split(subject: ModuleType, params: list, grads: list, budget: int) -> list[t
     return chunks
 
 
-@st.composite
-def population_and_budget(draw: st.DrawFn) -> tuple[list[TensorSpec], int]:
-    specs = draw(populations())
-    return specs, draw(budgets_for(specs))
-
-
-@given(population_and_budget())
+@given(split_examples())
 def test_partition(subject: ModuleType, target: Target, case: tuple[list[TensorSpec], int]) -> None:
     """Every grad exactly once, each with its own param: what ``finalize_model_grads`` reduces. In what order the
     chunks hold them changes no value a rank computes, so order is an advisory of its own (:func:`test_order`)."""
@@ -81,7 +74,7 @@ def test_partition(subject: ModuleType, target: Target, case: tuple[list[TensorS
 
 
 @pytest.mark.advisory
-@given(population_and_budget())
+@given(split_examples())
 def test_order(subject: ModuleType, target: Target, case: tuple[list[TensorSpec], int]) -> None:
     """The chunks concatenated are the input in its order: what upstream's one buffer holds. Another order reduces
     the same values, so this is an advisory (a splitter that groups grads by dtype first is correct)."""
@@ -98,7 +91,7 @@ def test_order(subject: ModuleType, target: Target, case: tuple[list[TensorSpec]
     )
 
 
-@given(population_and_budget())
+@given(split_examples())
 def test_alignment(subject: ModuleType, target: Target, case: tuple[list[TensorSpec], int]) -> None:
     specs, budget = case
     params, grads = materialise(specs)
@@ -119,7 +112,7 @@ def test_alignment(subject: ModuleType, target: Target, case: tuple[list[TensorS
             )
 
 
-@given(population_and_budget())
+@given(split_examples())
 def test_budget_and_oversize_alone(subject: ModuleType, target: Target, case: tuple[list[TensorSpec], int]) -> None:
     specs, budget = case
     params, grads = materialise(specs)
@@ -142,7 +135,7 @@ def test_budget_and_oversize_alone(subject: ModuleType, target: Target, case: tu
 
 
 @pytest.mark.advisory
-@given(population_and_budget())
+@given(split_examples())
 def test_no_empty_chunks(subject: ModuleType, target: Target, case: tuple[list[TensorSpec], int]) -> None:
     specs, budget = case
     params, grads = materialise(specs)
@@ -164,7 +157,7 @@ def test_no_empty_chunks(subject: ModuleType, target: Target, case: tuple[list[T
 
 
 @pytest.mark.advisory
-@given(population_and_budget())
+@given(split_examples())
 def test_greedy_tightness(subject: ModuleType, target: Target, case: tuple[list[TensorSpec], int]) -> None:
     specs, budget = case
     params, grads = materialise(specs)

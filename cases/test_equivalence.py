@@ -15,12 +15,11 @@ from pathlib import Path
 
 import pytest
 from hypothesis import Phase, example, given, settings
-from hypothesis import strategies as st
 
 from harness.contracts.allocations import AllocationSummary
 from harness.contracts.equivalence import compare_task
 from harness.contracts.gpt_step import gpt_finalize_task
-from harness.contracts.population_strategies import budgets_for_population, fake_module_populations
+from harness.contracts.population_strategies import equivalence_examples
 from harness.contracts.populations import (
     GAPPED,
     LARGEST_BUFFER,
@@ -64,14 +63,6 @@ PLACEMENTS = ["gloo", "cuda-gloo", "nccl"]
 """Generated modules run on CPU tensors, on CUDA tensors with the ranks sharing the GPUs, and on NCCL
 (:mod:`harness.ranks.placement`); the other cases on CPU tensors and on CUDA however the machine can."""
 CPU_AND_CUDA = ["gloo", CUDA]
-
-
-@st.composite
-def population_and_budget(
-    draw: st.DrawFn, groups: tuple[str, ...] = ("implicit",), fsdp: str = "off", layouts: tuple[str, ...] = LAYOUTS
-) -> tuple[Population, int]:
-    population = draw(fake_module_populations(groups=groups, fsdp=fsdp, layouts=layouts))
-    return population, draw(budgets_for_population(population))
 
 
 def fsdp_order() -> str:
@@ -148,7 +139,7 @@ def test_matches_upstream_on_generated_modules(
             differing.append(sum(r.non_bitwise_elements for r in reports))
 
         groups, fsdp = group_kinds(world_size, tensor_parallel), fsdp_order()
-        check = given(population_and_budget(groups, fsdp))(check)
+        check = given(equivalence_examples(groups, fsdp))(check)
         for population in model_like_populations(fsdp, groups):
             check = example((population, MODEL_LIKE_BUDGET))(check)
         check = settings(max_examples=max(FEWEST_EXAMPLES, round(settings.default.max_examples * share)))(check)
@@ -173,7 +164,7 @@ def test_matches_upstream_on_grads_with_gaps(target: Target, subject_ref: Subjec
     layout."""
     with model_parallel(get_pool(2, "gloo"), 2) as pool:
 
-        @given(population_and_budget(layouts=(*LAYOUTS, GAPPED)))
+        @given(equivalence_examples(layouts=(*LAYOUTS, GAPPED)))
         @settings(max_examples=FEWEST_EXAMPLES, phases=(Phase.explicit, Phase.reuse, Phase.generate))
         def check(case: tuple[Population, int]) -> None:
             population, budget = case

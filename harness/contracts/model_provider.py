@@ -23,6 +23,7 @@ from typing import Any
 import torch
 from hypothesis import strategies as st
 
+from harness.contracts.gate_strategies import composite
 from harness.contracts.strategy_cache import sampled
 from harness.targets.matrix import ALWAYS_PASSED
 from harness.targets.megatron_names import TINY_GPT
@@ -276,7 +277,7 @@ class InnerProvider:
         return made_up if invented else problems
 
 
-@st.composite
+@composite
 def provider_specs(
     draw: st.DrawFn,
     failing: bool = False,
@@ -359,7 +360,7 @@ def parameter_tree(names: Iterable[str]) -> torch.nn.Module:
     return root
 
 
-@st.composite
+@composite
 def _name_fragment(draw: st.DrawFn) -> str:
     """A run of dotted components of a real parameter name, anchored where it starts or ends the name."""
     parts = draw(st.sampled_from(GPT_PARAMETER_NAMES)).split(".")

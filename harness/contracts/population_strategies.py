@@ -13,6 +13,7 @@ from dataclasses import dataclass
 import torch
 from hypothesis import strategies as st
 
+from harness.contracts.gate_strategies import composite
 from harness.contracts.populations import DTYPES, GRAD_BUFFERS, GRAD_KINDS, LAYOUTS, FakeParameter, Population
 from harness.contracts.strategy_cache import sampled
 
@@ -43,7 +44,7 @@ class TensorSpec:
         return torch.empty(self.shape, dtype=self.dtype)
 
 
-@st.composite
+@composite
 def _random_specs(draw: st.DrawFn, max_tensors: int = 24) -> list[TensorSpec]:
     """Unstructured populations: 0-3 dims, zero-size dims, mixed dtypes, some non-contiguous views."""
     count = draw(st.integers(0, max_tensors))
@@ -89,7 +90,7 @@ def gpt_layer_specs(num_layers: int, hidden: int, dtype: torch.dtype, qk_head_di
     return specs
 
 
-@st.composite
+@composite
 def _gpt_like_specs(draw: st.DrawFn) -> list[TensorSpec]:
     """A GPT-like population with drawn depth, width, dtype and qk-layernorm head size."""
     return gpt_layer_specs(
@@ -106,7 +107,14 @@ def populations() -> st.SearchStrategy[list[TensorSpec]]:
     return st.one_of(_random_specs(), _gpt_like_specs())
 
 
-@st.composite
+@composite
+def split_examples(draw: st.DrawFn) -> tuple[list[TensorSpec], int]:
+    """A chunk-splitting example: a population and a budget for it."""
+    specs = draw(populations())
+    return specs, draw(budgets_for(specs))
+
+
+@composite
 def budgets_for(draw: st.DrawFn, specs: list[TensorSpec]) -> int:
     """A positive budget: on or next to a size, two neighbours' sum or a running sum, or anywhere past the total."""
     sizes = [s.nbytes() for s in specs]
@@ -134,7 +142,7 @@ _PARAM_LEAVES = (
 )
 
 
-@st.composite
+@composite
 def _grad_sizes(draw: st.DrawFn) -> int:
     """Element counts of one grad: mostly a few dozen; one grad in twenty has none at all, one in twenty holds 1-4 MiB
     of fp32 (so a grad alone outgrows the budget and the bounds see real sizes)."""
@@ -153,7 +161,7 @@ other chunks' params do not have)."""
 
 
 @functools.cache
-@st.composite
+@composite
 def _fsdp_chunks(draw: st.DrawFn, chunks: int, order: str) -> int:
     """How many trailing chunks have FSDP on: one example in three draws some, and shrinking turns FSDP off."""
     if order == "off" or draw(st.integers(0, 2)) < 2:
@@ -169,7 +177,7 @@ _GRAD_KIND_NAMES = sampled(GRAD_KINDS)
 _GRAD_BUFFER_NAMES = sampled(GRAD_BUFFERS)
 
 
-@st.composite
+@composite
 def fake_module_populations(
     draw: st.DrawFn,
     max_params: int = 12,
@@ -218,7 +226,7 @@ def fake_module_populations(
     )
 
 
-@st.composite
+@composite
 def budgets_for_population(draw: st.DrawFn, population: Population) -> int:
     """The smallest budget allowed, around one grad's size, or beyond the whole population; never 0 (an empty grad has
     no bytes, and a budget of 0 is no budget).
@@ -238,8 +246,19 @@ def budgets_for_population(draw: st.DrawFn, population: Population) -> int:
     element = max([*elements, torch.empty((), dtype=coalesced).element_size()])
     smallest = max(element, -(-max(sizes, default=1) // SLICES_PER_GRAD))
     at_least = [size for size in sizes if size >= smallest] or [smallest]
-    return draw(st.one_of(st.just(smallest), st.sampled_from(at_least), st.integers(smallest, 2 * sum(sizes) + 1)))
+    # Empty grads whose coalesced dtype is wider than their own have fewer bytes, all told, than the smallest budget.
+    beyond = max(smallest, 2 * sum(sizes) + 1)
+    return draw(st.one_of(st.just(smallest), st.sampled_from(at_least), st.integers(smallest, beyond)))
 
 
 SLICES_PER_GRAD = 64
 """The most budget-sized slices a generated example asks of its largest grad (see ``budgets_for_population``)."""
+
+
+@composite
+def equivalence_examples(
+    draw: st.DrawFn, groups: tuple[str, ...] = ("implicit",), fsdp: str = "off", layouts: tuple[str, ...] = LAYOUTS
+) -> tuple[Population, int]:
+    """An equivalence example: model chunks (see :func:`fake_module_populations`) and a budget for them."""
+    population = draw(fake_module_populations(groups=groups, fsdp=fsdp, layouts=layouts))
+    return population, draw(budgets_for_population(population))

@@ -55,6 +55,9 @@ class SessionSummary:
     a required family without its role): each also a red of every family it blocked."""
     not_run: dict[str, str] = field(default_factory=dict)
     """Every family that checked nothing in this session, and why (blocked, skipped, not selected)."""
+    gate_errors: list[Record] = field(default_factory=list)
+    """Each case the gate's own example generator broke (``case``, ``text``): an error of the gate, not a verdict on
+    the subject; the session then ended with the gate's own status."""
 
     def write(self, directory: Path) -> Path:
         """Write ``directory/summary.json``; returns its path."""

@@ -18,9 +18,10 @@ from typing import Any
 import pytest
 
 from harness.formats.environment import DEFAULT_MATRIX, MATRIX_ENV_VAR, SUBJECT_ENV_VAR, TARGET_ENV_VAR
+from harness.formats.generator_error import GATE_ERROR_STATUS
 from harness.formats.not_declared import not_declared_reason
 from harness.formats.red_section import RedSection
-from harness.plugin import expected_failures, hypothesis_profiles, session_state, verdicts
+from harness.plugin import expected_failures, generator_failures, hypothesis_profiles, session_state, verdicts
 from harness.plugin.blockers import (
     BLOCKERS,
     Blocker,
@@ -61,6 +62,8 @@ def pytest_addoption(parser: pytest.Parser) -> None:
 _STARTED = pytest.StashKey[float]()
 _STALE = pytest.StashKey[list]()
 _NOT_RUN = pytest.StashKey[dict]()
+_gate_errors: dict[str, str] = {}
+"""Each case the gate's own example generator broke this session, with its line (the controller's view)."""
 _family_seconds: dict[str, float] = {}
 """Seconds of setup, call and teardown per family this session, summed over its cases (under xdist the controller
 sees every worker's reports); cases outside the families count under ``other``."""
@@ -84,6 +87,7 @@ def pytest_configure(config: pytest.Config) -> None:
     config.stash[_STARTED] = time.monotonic()
     config.stash[_STALE] = []
     _family_seconds.clear()
+    _gate_errors.clear()
     if not hasattr(config, "workerinput"):
         clear_records(session_state.report_dir_of(config))
     try:
@@ -130,6 +134,9 @@ def _required_but_missing(declaration: Declaration) -> list[Blocker]:
 
 
 def pytest_runtest_logreport(report: pytest.TestReport) -> None:
+    line = generator_failures.line_of(report)
+    if line is not None:
+        _gate_errors[report.nodeid] = line
     owner = family_of_case(report.nodeid)
     name = owner.name if owner else "other"
     _family_seconds[name] = _family_seconds.get(name, 0.0) + report.duration
@@ -267,7 +274,10 @@ def pytest_runtest_call(item: pytest.Item) -> Generator[None, Any, None]:
 def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) -> Any:
     outcome = yield
     report = outcome.get_result()
-    if report.failed and hasattr(report.longrepr, "addsection"):
+    error = generator_failures.generator_error(call) if report.failed else None
+    if error is not None:
+        generator_failures.mark(report, error, verdicts.repro_command(item.config, report.nodeid))
+    elif report.failed and hasattr(report.longrepr, "addsection"):
         verdicts.judge(item, report)
 
 
@@ -283,9 +293,11 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
     not_run = config.stash[_NOT_RUN] = families_not_run(stats, config.stash.get(BLOCKERS, []))
     if nothing_checked(not_run) and session.exitstatus == pytest.ExitCode.OK:
         session.exitstatus = pytest.ExitCode.TESTS_FAILED
+    if _gate_errors:
+        session.exitstatus = GATE_ERROR_STATUS
     stale = [prefix for _, prefix in config.stash[_STALE]]
     summary = session_summary(
-        config, stats, int(session.exitstatus), config.stash[_STARTED], stale, _family_seconds, not_run
+        config, stats, int(session.exitstatus), config.stash[_STARTED], stale, _family_seconds, not_run, _gate_errors
     )
     summary.write(session_state.report_dir_of(config))
 
@@ -297,4 +309,5 @@ def pytest_terminal_summary(terminalreporter: Any, config: pytest.Config) -> Non
             session_state.report_dir_of(config),
             config.stash.get(_STALE, []),
             config.stash.get(_NOT_RUN, {}),
+            _gate_errors,
         )

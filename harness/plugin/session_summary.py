@@ -11,6 +11,7 @@ import pytest
 
 from harness import REPO_ROOT
 from harness.formats.environment import is_default_matrix
+from harness.formats.generator_error import GATE_ERROR_STATUS
 from harness.formats.summary import COUNTED, SessionSummary
 from harness.plugin import session_state
 from harness.plugin.blockers import BLOCKERS, Blocker
@@ -76,6 +77,7 @@ def session_summary(
     stale: list[str],
     family_seconds: dict[str, float],
     not_run: dict[str, str],
+    gate_errors: dict[str, str],
 ) -> SessionSummary:
     """What this session records about itself, from pytest's terminal statistics and the session's records."""
     target = session_state.configured_target(config)
@@ -109,14 +111,19 @@ def session_summary(
         family_seconds={name: round(seconds, 2) for name, seconds in sorted(family_seconds.items())},
         blocked=[blocker.what for blocker in config.stash.get(BLOCKERS, [])],
         not_run=not_run,
+        gate_errors=[{"case": case, "text": text} for case, text in gate_errors.items()],
     )
 
 
 def write_terminal_sections(
-    terminalreporter: Any, report_dir: Path, stale: list[tuple[str, str]], not_run: dict[str, str]
+    terminalreporter: Any,
+    report_dir: Path,
+    stale: list[tuple[str, str]],
+    not_run: dict[str, str],
+    gate_errors: dict[str, str],
 ) -> None:
     """The closing sections: what the declaration waived, findings, advisories with their repro lines, stale
-    expected failures, and last the families that did not run."""
+    expected failures, the families that did not run, and last the gate's own errors, which decide the status."""
     waivers = read_records(report_dir, "waivers")
     if waivers:
         terminalreporter.write_sep("-", "effects the subject's declaration waived")
@@ -151,6 +158,10 @@ def write_terminal_sections(
             terminalreporter.write_line(f"{NOT_SELECTED}: {', '.join(unselected)}", yellow=True)
         if nothing_checked(not_run):
             terminalreporter.write_line(f"{NOTHING_CHECKED} (exit 1)", red=True, bold=True)
+    if gate_errors:
+        terminalreporter.write_sep("-", f"the gate's own errors (exit {GATE_ERROR_STATUS})", red=True)
+        for case, line in gate_errors.items():
+            terminalreporter.write_line(f"{case}: {line}", red=True, bold=True)
 
 
 def selection(config: pytest.Config) -> list[str] | None:

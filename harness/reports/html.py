@@ -13,15 +13,14 @@ from collections.abc import Iterable
 
 from harness.formats.markdown import breakable
 from harness.reports.comparison import compare
+from harness.reports.failures import KINDS, Failure
 from harness.reports.findings import findings_table
 from harness.reports.grouping import grouped
 from harness.reports.html_overview import comparison_html, findings_html, summary_heading, summary_html
 from harness.reports.results import (
     INSTALLED,
-    KINDS,
     Advisory,
     Cell,
-    Failure,
     ResultGrid,
     Row,
     SubjectMatrix,

@@ -12,15 +12,14 @@ import html
 
 from harness.formats.markdown import breakable_code, code_block, code_span, table_row
 from harness.reports.comparison import compare
+from harness.reports.failures import KINDS, Failure
 from harness.reports.findings import findings_table
 from harness.reports.grouping import grouped
 from harness.reports.markdown_overview import ADVISORY, MARKS, comparison_markdown, findings_markdown, summary_markdown
 from harness.reports.results import (
     INSTALLED,
-    KINDS,
     Advisory,
     Cell,
-    Failure,
     ResultGrid,
     Row,
     SubjectMatrix,

@@ -19,15 +19,15 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
-from xml.etree.ElementTree import Element, ParseError
+from xml.etree.ElementTree import ParseError
 
-from harness.formats import red_section
 from harness.formats.environment import launcher, repro_environment
 from harness.formats.junit import JUnitCase, read_cases
 from harness.formats.not_declared import is_not_declared
 from harness.formats.summary import FILE_NAME as SUMMARY_FILE
 from harness.formats.summary import SessionSummary, SummaryError, read_summary
 from harness.plugin.families import family_of_case
+from harness.reports.failures import Failure, parse_failure
 from harness.subjects.declaration import DeclarationFileError, read_declaration_file
 from harness.targets.matrix import Target
 
@@ -35,24 +35,9 @@ _STATUSES = ("failed", "xfailed", "passed", "undeclared", "skipped")
 """Cell statuses, worst first: a cell shows the colour of the first one present."""
 WORDS = {"failed": "failed", "xfailed": "xfail", "passed": "passed", "undeclared": "not declared", "skipped": "skipped"}
 """What each status is called in a cell, in both renderings."""
-KINDS = {
-    "failure": "failed",
-    "error": "error (setup, teardown or collection)",
-    "xpass": "passed though listed as an expected failure (strict)",
-}
-"""What each kind of red is called in its failure entry, in both renderings."""
 INSTALLED = ("megatron-core", "torch", "numpy", "python")
 """The installed versions a target's column header shows, in this order."""
 _COLLECTION = "(collection)"
-_MESSAGE_LINES = 4
-_LINE_CHARS = 300
-_EXAMPLE_LINES = 40
-_FIXTURE_ARGUMENTS = ("subject", "target")
-"""Fixtures every case takes: the same in all examples of a session (the target's repr alone runs to 25 lines)."""
-
-_BLOB = re.compile(r"@reproduce_failure\([^)]*\)")
-_EXAMPLE = re.compile(r"^(?:E\s+)?((?:Falsifying example|Failing test case): .*)$")
-_TRUNCATED = re.compile(r"^\[\+\d+ more lines; full report in element text\]$")
 
 
 NO_SUBJECT = "subject not recorded (no readable summary.json)"
@@ -61,22 +46,6 @@ NO_SUBJECT = "subject not recorded (no readable summary.json)"
 
 class ReportError(RuntimeError):
     """There is nothing to report; the message says where the target sessions were looked for."""
-
-
-@dataclass(frozen=True)
-class Failure:
-    """One red (failure, error or strict XPASS) on one target, with what is needed to replay it."""
-
-    target: str
-    nodeid: str
-    kind: str
-    message: tuple[str, ...]
-    repro: str
-    anchor: str
-    contract: str | None = None
-    symbol: str | None = None
-    blob: str | None = None
-    example: tuple[str, ...] = ()
 
 
 _ADVISORY_KEYS = ("family", "case", "text", "repro")
@@ -343,77 +312,6 @@ def natural_key(name: str) -> list[Any]:
     return [int(part) if part.isdigit() else part for part in re.split(r"(\d+)", name)]
 
 
-def _message_lines(message: str) -> tuple[str, ...]:
-    """The first lines of the assertion message, up to hypothesis' example (shown on its own)."""
-    lines = []
-    for line in message.splitlines():
-        if _EXAMPLE.match(line):
-            break
-        if line.strip() and not _TRUNCATED.match(line.strip()):
-            lines.append(line.rstrip())
-    return tuple(line if len(line) <= _LINE_CHARS else line[: _LINE_CHARS - 1] + "…" for line in lines[:_MESSAGE_LINES])
-
-
-def _example(text: str) -> tuple[str, ...]:
-    """Hypothesis' falsifying example as it printed it (pytest's ``E`` prefix removed), until its call closes."""
-    lines = text.splitlines()
-    for start, line in enumerate(lines):
-        header = _EXAMPLE.match(line)
-        if not header:
-            continue
-        prefix = line[: header.start(1)]
-        block = [header.group(1)]
-        depth = block[0].count("(") - block[0].count(")")
-        for follower in lines[start + 1 :]:
-            if depth <= 0:
-                break
-            follower = follower.removeprefix(prefix).rstrip()
-            block.append(follower)
-            depth += follower.count("(") - follower.count(")")
-        return _without_fixtures(block)[:_EXAMPLE_LINES]
-    return ()
-
-
-def _without_fixtures(block: list[str]) -> tuple[str, ...]:
-    """The example's call without the arguments that are the same for every example of a session."""
-    kept, skipping = [block[0]], False
-    for line in block[1:]:
-        argument = re.match(r"^ {4}(\w+)=", line)
-        if argument:
-            skipping = argument.group(1) in _FIXTURE_ARGUMENTS
-        elif not line.startswith(" "):
-            skipping = False
-        if not skipping:
-            kept.append(line)
-    return tuple(kept)
-
-
-def _parse_failure(
-    element: Element, session: str, nodeid: str, environment: Mapping[str, str], anchor: str, target_session: str
-) -> Failure:
-    """A ``<failure>`` or ``<error>`` element read into a :class:`Failure`; a red the gate plugin could not annotate
-    (strict XPASS, collection) gets the repro line the plugin would have printed, on the target's session."""
-    text = element.text or ""
-    message = element.get("message") or text
-    kind = "xpass" if message.startswith("[XPASS(strict)]") else element.tag
-    section, repro = red_section.parse(text)
-    if repro is None:
-        repro = red_section.repro_line(target_session, nodeid, environment)
-    blob = _BLOB.search(text)
-    return Failure(
-        target=session,
-        nodeid=nodeid,
-        kind=kind,
-        message=_message_lines(message),
-        repro=repro,
-        anchor=anchor,
-        contract=section.contract if section else None,
-        symbol=section.symbol if section else None,
-        blob=blob.group(0) if blob else None,
-        example=_example(text),
-    )
-
-
 _SUBJECT_FOLDER = re.compile(r"^\d+-")
 
 
@@ -449,7 +347,7 @@ def _case_results(
         failure = None
         if case.verdict == "failed" and case.detail is not None:
             anchor = f"fail-{_slug(session)}-{next(numbers)}"
-            failure = _parse_failure(case.detail, session, nodeid, environment, anchor, target_session)
+            failure = parse_failure(case.detail, session, nodeid, environment, anchor, target_session)
         reason = _undeclared_reason(case)
         status = "undeclared" if reason is not None else case.verdict
         results.append(CaseResult(module, function, nodeid, status, failure, reason))
@@ -499,6 +397,9 @@ def load_target(
         notes.append("no junit.xml: no verdicts (did the install fail? see the session's log)")
     if recorded.exit_status not in (0, None) and not any(r.failure for r in results):
         notes.append(f"pytest exited with status {recorded.exit_status} without a failing test: see the session's log")
+    notes += [
+        f"the gate's own error, not a verdict: {error['case']}: {error['text']}" for error in recorded.gate_errors
+    ]
     notes += [f"stale expected failure: {prefix!r} matches no test" for prefix in recorded.stale_expected_failures]
     notes += [f"waived by the subject's declaration: {waiver_text(w)}" for w in recorded.waivers]
     notes += [f"did not run: {name}: {why}" for name, why in recorded.not_run.items() if not why.startswith("blocked")]
