@@ -297,9 +297,9 @@ def _run_target_sessions(session: nox.Session, targets: list[str]) -> None:
         session.error(f"target sessions not green: {', '.join(failed)}; replay each with: nox -s {' '.join(failed)}")
 
 
-def tests(session: nox.Session) -> None:
-    """The harness's own tests: -- unit (no target venv, a minute) or -- e2e; both by default, the end-to-end suite
-    after running megatron-0.13, -0.15 and -0.16 through the newest target."""
+def _run_tests(session: nox.Session, narrowing: list[str]) -> None:
+    """Install the tools, build and run the targets the end-to-end suite drives (unless the selection is the unit
+    suite alone), then pytest over the selection, narrowed by ``narrowing``."""
     selection = _test_selection(session.posargs)
     torch_pin = f"torch{HARNESS_TARGET.torch}"
     tools = ["nox[uv]", "pip", "ruff", "check-jsonschema", "matplotlib", "markdown-it-py"]
@@ -312,17 +312,31 @@ def tests(session: nox.Session) -> None:
         env["MEGATRON_CONFORMANCE_BROWSER"] = _ensure_browser(session)
         _run_target_sessions(session, [t for t in TESTS_TARGETS if t in KNOWN])
     workers = os.environ.get("MEGATRON_CONFORMANCE_WORKERS", "auto")
-    narrowing = []
-    if os.environ.get("CI", "").lower() == "true":
-        session.log("CI: end-to-end checks repeated on every target or framework run on one or two (every_target)")
-        narrowing = ["-m", "not every_target"]
     # The slowest tests are listed at the end: where the suite's time goes is read from every run, CI's included.
     # Files go to the workers in collection order (the end-to-end modules, each minutes of warm runs, then the unit
     # modules, seconds each, which fill the end): xdist's default order, most tests first, put unit modules first
     # and could leave a two-minute module for last on one worker while the other waited (up to 80 s of a CI run).
     options = ["-n", workers, "--dist", "loadfile", "--no-loadscope-reorder", "--durations=20", "--durations-min=5"]
-    options += narrowing
-    session.run("python", "-m", "pytest", *options, *selection, env=env)
+    session.run("python", "-m", "pytest", *options, *narrowing, *selection, env=env)
+
+
+EVERY_TARGET_DESELECTED = ["-m", "not every_target"]
+"""What ``tests`` leaves to ``tests-all``: the whole-gate checks repeated on more targets or frameworks."""
+
+
+def tests(session: nox.Session) -> None:
+    """The harness's own tests, the same selection everywhere (this README command, CI, a developer's run): --
+    unit (no target venv, a minute) or -- e2e; both by default, the end-to-end suite after running megatron-0.13,
+    -0.15 and -0.16 through the newest target. Whole-gate checks repeated on every target run on one or two here;
+    a test id named after -- runs whatever its marks."""
+    named = any("::" in part for part in _test_selection(session.posargs))
+    _run_tests(session, [] if named else EVERY_TARGET_DESELECTED)
+
+
+def tests_all(session: nox.Session) -> None:
+    """Everything ``tests`` runs, and the whole-gate checks it runs on one or two targets repeated on every target
+    or framework (the tests marked every_target)."""
+    _run_tests(session, [])
 
 
 def lint(session: nox.Session) -> None:
@@ -335,6 +349,7 @@ def lint(session: nox.Session) -> None:
 # The installed gate ships no tests/: its command lists only the sessions a framework can run.
 if (ROOT / "tests").is_dir():
     nox.session(python=HARNESS_TARGET.python)(tests)
+    nox.session(name="tests-all", python=HARNESS_TARGET.python)(tests_all)
     nox.session(python=HARNESS_TARGET.python)(lint)
 
 
@@ -378,16 +393,21 @@ def _print_drift(session: nox.Session, pythons: dict[str, Path], fatal: bool = T
 
 @nox.session(venv_backend="none")
 def report(session: nox.Session) -> None:
-    """Merge every target's reports/<session>/ into reports/compatibility.md (PR comment) and .html:
-    -- [targets] [--baseline <subject label>]."""
+    """Merge every target's reports/<session>/ into reports/compatibility.md (PR comment) and .html, or those of the
+    targets named alone: -- [targets] [--baseline <subject label>]."""
     names, baseline = _report_arguments(session)
     unknown = [name for name in names if name not in KNOWN]
     if unknown:
         session.error(f"no target named {', '.join(unknown)} in {MATRIX.path.name} (known: {', '.join(KNOWN)})")
-    # The targets a run asked for: a run narrowed to two of them is not "2 of 7 targets ran".
+    # The targets a run asked for: a run narrowed to two of them is not "2 of 7 targets ran", and merges those alone.
     expected = {name: KNOWN[name] for name in names} or KNOWN
+    if names and REPORTS.is_dir():
+        sessions = [p for p in REPORTS.iterdir() if p.name in KNOWN or (p / "junit.xml").is_file()]
+        left_out = sorted(p.name for p in sessions if p.name not in names)
+        if left_out:
+            session.log(f"merging {', '.join(names)} only; left out of this report: {', '.join(left_out)}")
     try:
-        matrix, markdown, page = write_reports(REPORTS, expected, baseline)
+        matrix, markdown, page = write_reports(REPORTS, expected, baseline, only=bool(names))
     except ReportError as err:
         session.error(str(err))
     session.log(headline(matrix))

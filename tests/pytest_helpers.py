@@ -28,10 +28,10 @@ from harness.targets.matrix import load_matrix, venv_python
 ROOT = REPO_ROOT
 
 
-def on_one_target_in_ci(values: Sequence[str], kept: Sequence[str]) -> list[Any]:
-    """``values`` as parameters, those not in ``kept`` marked ``every_target``: a CI job (``CI=true``) deselects them,
-    so the repetition of a whole-gate check on every target runs on a developer's machine and the CI job stays
-    within its time; ``nox -s tests`` elsewhere runs them all."""
+def on_one_target(values: Sequence[str], kept: Sequence[str]) -> list[Any]:
+    """``values`` as parameters, those not in ``kept`` marked ``every_target``: ``nox -s tests`` (the README's
+    command, and CI's) runs a whole-gate check on the one or two targets ``kept``; ``nox -s tests-all`` repeats it on
+    every target or framework."""
     return [value if value in kept else pytest.param(value, marks=pytest.mark.every_target) for value in values]
 
 

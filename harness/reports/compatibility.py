@@ -28,12 +28,12 @@ __all__ = ["ReportError", "headline", "write_reports"]
 
 
 def write_reports(
-    reports: Path, expected: Mapping[str, Target] | None = None, baseline: str | None = None
+    reports: Path, expected: Mapping[str, Target] | None = None, baseline: str | None = None, only: bool = False
 ) -> tuple[ResultGrid, Path, Path]:
-    """Collect ``reports`` (with the matrix's targets by session, so that one that left nothing still shows its pins)
-    and write ``compatibility.md`` and ``compatibility.html`` beside the session folders; several subjects are each
-    compared with ``baseline`` (a subject's label), else with the first."""
-    grid = collect(reports, expected)
+    """Collect ``reports`` (with the matrix's targets by session, so that one that left nothing still shows its pins;
+    with ``only``, those targets alone) and write ``compatibility.md`` and ``compatibility.html`` beside the session
+    folders; several subjects are each compared with ``baseline`` (a subject's label), else with the first."""
+    grid = collect(reports, expected, only)
     baseline_of(grid, baseline)
     markdown, page = reports / "compatibility.md", reports / "compatibility.html"
     markdown.write_text(render_markdown(grid, baseline=baseline))

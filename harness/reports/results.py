@@ -507,8 +507,9 @@ def _is_target_folder(folder: Path, expected: Mapping[str, Target]) -> bool:
         return False
 
 
-def collect(reports: Path, expected: Mapping[str, Target] | None = None) -> ResultGrid:
-    """The grid of every target session under ``reports``, plus a column for each ``expected`` one that left none.
+def collect(reports: Path, expected: Mapping[str, Target] | None = None, only: bool = False) -> ResultGrid:
+    """The grid of every target session under ``reports``, plus a column for each ``expected`` one that left none;
+    with ``only``, of the ``expected`` ones alone (the targets a run named), whatever else ``reports`` holds.
 
     A target whose install failed leaves no folder (and in CI no artifact); passing the matrix's targets (session to
     entry) keeps it in the report as a column that was not run, with its pins. Contract names come from the families
@@ -516,9 +517,12 @@ def collect(reports: Path, expected: Mapping[str, Target] | None = None) -> Resu
     """
     expected = expected or {}
     found = {p.name for p in (reports.iterdir() if reports.is_dir() else ()) if _is_target_folder(p, expected)}
+    if only:
+        found &= set(expected)
     if not found:
+        named = f" of {', '.join(expected)}" if only else ""
         raise ReportError(
-            f"no target session in {reports}: expected <session>/junit.xml or <session>/{SUMMARY_FILE} there; "
+            f"no target session{named} in {reports}: expected <session>/junit.xml or <session>/{SUMMARY_FILE} there; "
             f"run a target first ({launcher()} -s megatron-0.15) or download the gate's artifacts into it"
         )
     sessions = sorted(found | set(expected), key=natural_key)

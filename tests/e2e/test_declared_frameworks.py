@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 
 from harness.targets.matrix import load_matrix
-from tests.pytest_helpers import ROOT, RunVerdicts, SharedRuns, on_one_target_in_ci, run_target_cases
+from tests.pytest_helpers import ROOT, RunVerdicts, SharedRuns, on_one_target, run_target_cases
 
 FRAMEWORKS = ROOT / "tests" / "frameworks"
 TARGETS = ("megatron-0.13", "megatron-0.15", "megatron-0.16", "megatron-0.19")
@@ -54,7 +54,7 @@ def both_forms(tmp_path_factory: pytest.TempPathFactory) -> SharedRuns:
     return SharedRuns(plan, lambda: tmp_path_factory.mktemp("forms"))
 
 
-@pytest.mark.parametrize("session", on_one_target_in_ci(TARGETS, ["megatron-0.16"]))
+@pytest.mark.parametrize("session", on_one_target(TARGETS, ["megatron-0.16"]))
 def test_the_new_form_is_green_with_its_advisories_listed(session: str, both_forms: SharedRuns) -> None:
     run = both_forms.run(session, ALL_CASES, MODERN)
     assert run.returncode == 0, f"modernrl on {session}: {run.failed() or run.output[-3000:]}"
@@ -77,7 +77,7 @@ def test_the_new_form_is_green_with_its_advisories_listed(session: str, both_for
     assert "budget 1,073,741,824 B (1 GiB) (the value of GRAD_COALESCE_CHUNK_BYTES after import)" in scale["llama-70b"]
 
 
-@pytest.mark.parametrize("session", on_one_target_in_ci(TARGETS, ["megatron-0.16"]))
+@pytest.mark.parametrize("session", on_one_target(TARGETS, ["megatron-0.16"]))
 def test_the_old_form_is_red_exactly_on_its_import_and_newer_provider_shapes(
     session: str, both_forms: SharedRuns
 ) -> None:
@@ -121,7 +121,7 @@ def _freeze_parameters(model, args):
 '''
 
 
-@pytest.mark.parametrize("session", on_one_target_in_ci(["megatron-0.13", "megatron-0.16"], ["megatron-0.16"]))
+@pytest.mark.parametrize("session", on_one_target(["megatron-0.13", "megatron-0.16"], ["megatron-0.16"]))
 def test_a_wrapper_that_unfreezes_when_applied_twice_is_red_behind_a_signature_red(
     session: str, tmp_path: Path
 ) -> None:

@@ -18,7 +18,7 @@ import pytest
 
 from tests.e2e.framework_verdicts import EXPECTED, TARGETS
 from tests.framework_table import declaration, observed
-from tests.pytest_helpers import ROOT, SharedRuns, on_one_target_in_ci, run_target_cases, selected_parameters
+from tests.pytest_helpers import ROOT, SharedRuns, on_one_target, run_target_cases, selected_parameters
 
 NEW = ("tern", "finch", "petrel")
 IN_CI = ("finch", "petrel")
@@ -38,8 +38,8 @@ def runs(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactor
     return SharedRuns(plan, lambda: tmp_path_factory.mktemp("frameworks"))
 
 
-@pytest.mark.parametrize("session", on_one_target_in_ci(TARGETS, [SESSION]))
-@pytest.mark.parametrize("name", on_one_target_in_ci(NEW, IN_CI))
+@pytest.mark.parametrize("session", on_one_target(TARGETS, [SESSION]))
+@pytest.mark.parametrize("name", on_one_target(NEW, IN_CI))
 def test_a_framework_gets_the_verdict_written_for_it(name: str, session: str, runs: SharedRuns) -> None:
     run = runs.run(session, ALL_CASES, declaration(name))
     assert run.report_dir is not None

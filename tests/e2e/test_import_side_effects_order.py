@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.pytest_helpers import on_one_target_in_ci, run_target_cases
+from tests.pytest_helpers import on_one_target, run_target_cases
 
 IMPORT_FAMILY = "cases/test_import_side_effects.py"
 GPT_FIRST = "cases/test_model_provider.py::test_real_gpt_model_through_the_wrapper"
@@ -26,7 +26,7 @@ def gpt_importing_subject(tmp_path: Path) -> Path:
     return subject
 
 
-@pytest.mark.parametrize("session", on_one_target_in_ci(["megatron-0.15", "megatron-0.19"], ["megatron-0.15"]))
+@pytest.mark.parametrize("session", on_one_target(["megatron-0.15", "megatron-0.19"], ["megatron-0.15"]))
 def test_three_orders_give_the_same_verdicts(session: str, tmp_path: Path) -> None:
     subject = gpt_importing_subject(tmp_path)
     alone = run_target_cases(session, [IMPORT_FAMILY], tmp_path / "alone", subject=subject)

@@ -16,7 +16,7 @@ import pytest
 from harness.formats.scale_findings import CHANGES_NOTHING, DEFAULT_MODELS
 from harness.plugin.scale_estimate import measure_in_target
 from harness.reports.scale_table import scale_markdown
-from tests.pytest_helpers import ROOT, on_one_target_in_ci, target_python
+from tests.pytest_helpers import ROOT, on_one_target, target_python
 
 TARGETS = ("megatron-0.13", "megatron-0.15", "megatron-0.16", "megatron-0.19")
 UPSTREAM = "_allreduce_non_tensor_model_parallel_grads"
@@ -38,7 +38,7 @@ def scale_check(session: str, mode: str) -> dict:
     return json.loads(done.stdout.strip().splitlines()[-1])
 
 
-@pytest.mark.parametrize("session", on_one_target_in_ci(TARGETS, ["megatron-0.15"]))
+@pytest.mark.parametrize("session", on_one_target(TARGETS, ["megatron-0.15"]))
 def test_meta_bytes_equal_the_real_steps_byte_for_byte(session: str) -> None:
     checked = scale_check(session, "plain")
     assert checked["problems"] == []
@@ -59,7 +59,7 @@ def test_a_second_coalesced_reduction_shows_in_the_table() -> None:
     assert "| &nbsp;&nbsp;`_allreduce_seeded_extra_grads` | 896 B in 1 |" in table
 
 
-@pytest.mark.parametrize("session", on_one_target_in_ci(TARGETS, ["megatron-0.19"]))
+@pytest.mark.parametrize("session", on_one_target(TARGETS, ["megatron-0.19"]))
 def test_every_preset_is_measured_on_every_target(session: str, tmp_path: Path) -> None:
     request = {"models": list(DEFAULT_MODELS), "subject": "harness.reference", "budget": 4 << 20}
     results = {r["model"]: r for r in measure_in_target(request, str(target_python(session)))}

@@ -17,7 +17,7 @@ from harness.contracts.api_fingerprint.framework_scan import scan_framework
 from harness.contracts.api_fingerprint.starter import ROLE_REPLACEMENT, megatron_trees, starter_declaration
 from harness.subjects.declaration import read_declaration_file
 from harness.targets.megatron_names import ALIAS_NAME, FINALIZE_MODULE, UPSTREAM_NAME
-from tests.pytest_helpers import ROOT, SharedRuns, on_one_target_in_ci, selected_parameters, target_python
+from tests.pytest_helpers import ROOT, SharedRuns, on_one_target, selected_parameters, target_python
 
 FRAMEWORKS = sorted(path.parent.name for path in (ROOT / "tests" / "frameworks").glob("*/megatron-conformance.toml"))
 """The frameworks declared so far (a framework committed before its declaration form exists has none yet)."""
@@ -97,7 +97,7 @@ SAME_VERDICTS_IN_CI = ("tern", "finch", "petrel", "lark")
 
 
 @pytest.mark.parametrize(
-    "name", on_one_target_in_ci([name for name in FRAMEWORKS if name not in SCAN_MISSES], SAME_VERDICTS_IN_CI)
+    "name", on_one_target([name for name in FRAMEWORKS if name not in SCAN_MISSES], SAME_VERDICTS_IN_CI)
 )
 def test_the_edited_starter_gets_the_same_verdicts(name: str, fingerprints: tuple[SharedRuns, dict[str, Path]]) -> None:
     runs, scanned = fingerprints

@@ -4,7 +4,11 @@ length (a newcomer reads it in five minutes), and that every relative link of it
 
 from __future__ import annotations
 
+import ast
+import os
 import re
+import subprocess
+import sys
 from pathlib import Path
 from urllib.parse import unquote
 
@@ -154,3 +158,38 @@ def test_anchors_follow_githubs_slug_rules() -> None:
     """The anchors must be the ones GitHub renders, or a link that passes here is dead on the repository page."""
     page = '# The `report`\'s screenshots!\n\n## Same\n\n## Same\n\n### matrix.yaml\n\n<a id="kept"></a>\n'
     assert anchors(page) == {"the-reports-screenshots", "same", "same-1", "matrixyaml", "kept"}
+
+
+NOXFILE = ast.parse((REPO_ROOT / "noxfile.py").read_text())
+
+
+def _noxfile_constant(name: str) -> object:
+    """A constant of ``noxfile.py`` (nox's file, not importable here), read from its source."""
+    for node in NOXFILE.body:
+        if isinstance(node, ast.Assign) and any(getattr(t, "id", None) == name for t in node.targets):
+            return ast.literal_eval(node.value)
+    raise AssertionError(f"noxfile.py defines no {name}")
+
+
+def _collected(environment: dict[str, str]) -> list[str]:
+    narrowing = _noxfile_constant("EVERY_TARGET_DESELECTED")
+    command = [sys.executable, "-m", "pytest", "--collect-only", "-q", "-p", "no:cacheprovider", *narrowing, "tests"]
+    collected = subprocess.run(command, cwd=REPO_ROOT, env=environment, capture_output=True, text=True, timeout=300)
+    assert collected.returncode == 0, collected.stdout[-3000:] + collected.stderr[-3000:]
+    return [line for line in collected.stdout.splitlines() if "::" in line]
+
+
+def test_the_readme_command_selects_the_same_tests_with_ci_set_or_not() -> None:
+    """What CI runs is what the README promises a newcomer: the tests sessions never read ``CI``, and the tests
+    collected under their selection are the same with ``CI=true`` and without it."""
+    unset = {key: value for key, value in os.environ.items() if key != "CI"}
+    in_ci = _collected({**unset, "CI": "true"})
+    assert in_ci and in_ci == _collected(unset)
+    reads_ci = [
+        node.name
+        for node in ast.walk(NOXFILE)
+        if isinstance(node, ast.FunctionDef) and node.name in ("tests", "tests_all", "_run_tests", "_test_selection")
+        for inner in ast.walk(node)
+        if isinstance(inner, ast.Constant) and inner.value == "CI"
+    ]
+    assert reads_ci == [], f"the tests sessions read CI: {reads_ci}"

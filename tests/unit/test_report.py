@@ -218,12 +218,19 @@ def test_report_session_writes_both_files(synthetic: Path) -> None:
     assert (synthetic / "compatibility.html").read_text().startswith("<!DOCTYPE html>")
 
 
-def test_a_run_narrowed_to_some_targets_expects_only_those(synthetic: Path) -> None:
+def test_a_run_narrowed_to_some_targets_merges_only_those(synthetic: Path) -> None:
+    """``report -- <targets>`` merges the targets named alone: the other sessions in the folder (an earlier run's) are
+    left out of it, and the log names them."""
     completed = report_session(synthetic, "megatron-0.13", "megatron-0.14")
     assert completed.returncode == 0, completed.stdout + completed.stderr
-    assert "4 of 5 targets ran" in completed.stderr, "0.14 was asked for and left nothing; 0.15-0.9 ran anyway"
-    headers, _ = tables((synthetic / "compatibility.md").read_text())[SEEDED]
-    assert not any(h.startswith(("megatron-0.17", "megatron-0.18", "megatron-0.19")) for h in headers), headers
+    assert "1 of 2 targets ran" in completed.stderr, "0.14 was asked for and left nothing; 0.15-0.9 were not asked for"
+    assert "left out of this report: megatron-0.15, megatron-0.16, megatron-0.9" in completed.stderr
+    markdown = (synthetic / "compatibility.md").read_text()
+    headers = [h for matrix in tables(markdown).values() for h in matrix[0]]
+    assert sorted(h.split("<br>")[0] for h in headers) == ["megatron-0.13", "megatron-0.14"], headers
+    assert "megatron-0.15" not in markdown and "megatron-0.9" not in markdown
+    with pytest.raises(ReportError, match=r"no target session of megatron-0.17 in "):
+        collect(synthetic, {"megatron-0.17": seven_targets()["megatron-0.17"]}, only=True)
     unknown = report_session(synthetic, "megatron-9.9")
     assert unknown.returncode != 0 and "no target named megatron-9.9 in matrix.yaml" in unknown.stderr
 
