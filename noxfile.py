@@ -14,6 +14,7 @@ them replaces the default ``cases`` directory, which is what the repro lines pri
 
 from __future__ import annotations
 
+import argparse
 import atexit
 import json
 import os
@@ -53,6 +54,8 @@ from harness.sensitivity.mutate import MutationError  # noqa: E402
 from harness.sensitivity.report import summary_line  # noqa: E402
 from harness.sensitivity.report import write_report as write_sensitivity_report  # noqa: E402
 from harness.sensitivity.runner import run_sensitivity  # noqa: E402
+from harness.sensitivity.soak import soak as run_soak  # noqa: E402
+from harness.sensitivity.soak import write_report as write_soak_report  # noqa: E402
 from harness.subjects.declaration import DeclarationFileError  # noqa: E402
 from harness.subjects.loading import SubjectError, resolve_subject, subject_spec, subject_specs  # noqa: E402
 from harness.subjects.requirements import RequirementsError, declared_requirements, requirements_python  # noqa: E402
@@ -493,6 +496,29 @@ def sensitivity(session: nox.Session) -> None:
         listed = "; ".join(f"{o.verdict}: {o.mutant} on {o.target}" for o in failures)
         session.error(f"{summary_line(results)}: {listed}")
     session.log(summary_line(results))
+
+
+@nox.session(venv_backend="none")
+def soak(session: nox.Session) -> None:
+    """The reference subject and the correct variants under fresh random seeds, counting false reds (built targets):
+    -- megatron-0.15 [more targets] [--runs 20] [--seeds N ...]."""
+    parser = argparse.ArgumentParser(prog="nox -s soak --", description=soak.__doc__)
+    parser.add_argument("targets", nargs="*", default=list(DEFAULT_TARGETS), metavar="SESSION")
+    parser.add_argument("--runs", type=int, default=20)
+    parser.add_argument("--seeds", type=int, nargs="+", default=None, help="replay these seeds, one run each")
+    options = parser.parse_args(session.posargs)
+    runs = len(options.seeds) if options.seeds else options.runs
+    if runs < 1:
+        session.error("nox -s soak: --runs must be at least 1")
+    result = run_soak(_built_target_pythons(session, options.targets), runs, session.log, options.seeds)
+    path = write_soak_report(result, REPORTS / "soak")
+    session.log(f"wrote {path}")
+    for outcome in result.not_green():
+        session.warn(f"{outcome.verdict} on {outcome.target}, seed {outcome.seed}: {outcome.subject} {outcome.red}")
+        session.warn(f"    replay: {outcome.replay}")
+    if result.not_green():
+        session.error(result.summary())
+    session.log(result.summary())
 
 
 def _nested_nox(session: nox.Session, arguments: list[str], matrix: Path | None = None, check: bool = True) -> int:

@@ -6,7 +6,8 @@ per-example timing meaningless) and prints the ``@reproduce_failure`` blob; ``de
 line tracer to annotate which arguments mattered: on a rank task that is a slow re-run for a comment; ``thorough``
 keeps it.
 ``fail-fast`` is ``ci`` without shrinking: the sensitivity session only needs to know that a mutant turns a case red,
-and shrinking an example that fails on every draw re-runs a rank task dozens of times.
+and shrinking an example that fails on every draw re-runs a rank task dozens of times. ``soak`` is ``dev`` without an
+example database: each run of the soak (:mod:`harness.sensitivity.soak`) draws only from its own seed.
 
 An advisory that fails is a finding, not a red: it keeps its repro line and the example that failed, but is neither
 shrunk nor explained (:func:`advisory_settings`). Shrinking a failing advisory, and hypothesis' explain phase that
@@ -34,6 +35,7 @@ _PROFILES = {
     "dev": {"max_examples": 50, "phases": _UNEXPLAINED},
     "thorough": {"max_examples": 2000},
     "fail-fast": {"max_examples": 200, "derandomize": True, "phases": (Phase.explicit, Phase.generate)},
+    "soak": {"max_examples": 50, "phases": _UNEXPLAINED, "database": None},
 }
 
 
