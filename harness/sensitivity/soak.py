@@ -95,6 +95,11 @@ def _plan() -> list[tuple[tuple[str, ...], list[str]]]:
     return plan
 
 
+def subject_name(subject: str) -> str:
+    """A subject as a line names it: a variant by its file's stem, the reference by its module."""
+    return Path(subject).stem if subject.endswith(".py") else subject
+
+
 def _replay(target: str, subject: str, selection: tuple[str, ...], seed: int) -> str:
     subject_part = "" if subject == REFERENCE_SUBJECT else f"MEGATRON_CONFORMANCE_SUBJECT={subject} "
     return (
@@ -135,7 +140,7 @@ def soak(pythons: dict[str, Path], runs: int, log: Callable[[str], None], seeds:
                     outcomes.append(outcome)
             result.outcomes += outcomes
             bad = [o for o in outcomes if o.status != 0]
-            words = "all green" if not bad else "; ".join(f"{o.verdict}: {Path(o.subject).stem}" for o in bad)
+            words = "all green" if not bad else "; ".join(f"{o.verdict}: {subject_name(o.subject)}" for o in bad)
             log(
                 f"[{index + 1}/{runs}] {target} seed {seed}: {len(outcomes)} subject sessions, {words} "
                 f"({time.monotonic() - run_started:.0f} s)"
