@@ -510,7 +510,11 @@ def soak(session: nox.Session) -> None:
     runs = len(options.seeds) if options.seeds else options.runs
     if runs < 1:
         session.error("nox -s soak: --runs must be at least 1")
-    result = run_soak(_built_target_pythons(session, options.targets), runs, session.log, options.seeds)
+    pythons = _built_target_pythons(session, options.targets)
+    try:
+        result = run_soak(pythons, KNOWN, runs, session.log, options.seeds)
+    except CatalogueError as err:
+        session.error(str(err))
     path = write_soak_report(result, REPORTS / "soak")
     session.log(f"wrote {path}")
     for outcome in result.not_green():

@@ -3,10 +3,11 @@
 A user's laptop runs the ``dev`` profile, which is not derandomized: each run draws new examples, and one draw in a
 thousand that turns a right subject red (or breaks the gate's own generator) is a gate a user stops trusting. CI
 replays the same derandomized examples every time and never meets such a draw; the soak does. Each run draws a
-seed, runs the reference subject on every case and each correct variant (``harness/sensitivity/correct/``) on the
-case file of the family it varies, under the ``soak`` profile (``dev`` without an example database, so that a red in
-one run is not replayed first in the next), and records every subject's status. Any status but 0 is a false red (or
-the gate's own error, or a broken run), listed with its seed and the command that replays it.
+seed, runs the reference subject on every case and each correct variant of the mutant catalogue
+(``harness/sensitivity/correct/``) on the case file of the family it varies, on the targets the catalogue names,
+under the ``soak`` profile (``dev`` without an example database, so that a red in one run is not replayed first in
+the next), and records every subject's status. Any status but 0 is a false red (or the gate's own error, or a broken
+run), listed with its seed and the command that replays it.
 """
 
 from __future__ import annotations
@@ -15,7 +16,7 @@ import json
 import random
 import tempfile
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
@@ -24,19 +25,25 @@ from harness.formats.environment import REFERENCE_SUBJECT
 from harness.formats.generator_error import GATE_ERROR_STATUS
 from harness.plugin.command import case_command, subject_runs
 from harness.plugin.families import FAMILIES
+from harness.sensitivity.catalogue import CATALOGUE, load_catalogue
 
 CORRECT = REPO_ROOT / "harness" / "sensitivity" / "correct"
 PROFILE = "soak"
 _RUN_TIMEOUT_S = 1800
 
 
-def correct_variants() -> dict[str, str]:
-    """Each correct variant's file, with the case file of the family it varies (named by its file's prefix)."""
+def correct_variants(known_targets: Iterable[str]) -> dict[str, tuple[str, tuple[str, ...]]]:
+    """Each correct variant of the mutant catalogue (a subject under ``correct/`` that must stay green), with the case
+    file of the family it varies (named by its file's prefix) and the targets the catalogue runs it on: a variant
+    that replaces a symbol some release lacks is a right subject only where the symbol exists."""
     found = {}
-    for path in sorted(CORRECT.glob("*.py")):
+    for mutant in load_catalogue(CATALOGUE, known_targets):
+        if mutant.kind != "subject" or not mutant.equivalent or mutant.subject is None:
+            continue
+        path = Path(mutant.subject)
         owner = next((f for f in FAMILIES if path.stem.startswith(f.name.replace("-", "_") + "_")), None)
-        if owner is not None:
-            found[str(path)] = owner.case_file
+        if path.parent == CORRECT and owner is not None:
+            found[str(path)] = (owner.case_file, mutant.targets)
     return found
 
 
@@ -85,13 +92,15 @@ class SoakResult:
         )
 
 
-def _plan() -> list[tuple[tuple[str, ...], list[str]]]:
-    """What one run runs: the reference on every case, then the variants of each case file together."""
+def _plan(target: str, variants: dict[str, tuple[str, tuple[str, ...]]]) -> list[tuple[tuple[str, ...], list[str]]]:
+    """What one run on ``target`` runs: the reference on every case, then the variants of each case file that apply
+    to ``target``, together."""
     plan: list[tuple[tuple[str, ...], list[str]]] = [(("cases",), [REFERENCE_SUBJECT])]
     by_file: dict[str, list[str]] = {}
-    for variant, case_file in correct_variants().items():
-        by_file.setdefault(case_file, []).append(variant)
-    plan += [((case_file,), variants) for case_file, variants in by_file.items()]
+    for variant, (case_file, targets) in variants.items():
+        if target in targets:
+            by_file.setdefault(case_file, []).append(variant)
+    plan += [((case_file,), names) for case_file, names in by_file.items()]
     return plan
 
 
@@ -108,14 +117,22 @@ def _replay(target: str, subject: str, selection: tuple[str, ...], seed: int) ->
     )
 
 
-def soak(pythons: dict[str, Path], runs: int, log: Callable[[str], None], seeds: list[int] | None = None) -> SoakResult:
-    """``runs`` soak runs on each target of ``pythons`` (session to venv interpreter), each under a fresh seed (or
-    the given ``seeds``, for a replay), saying each run's outcome as it ends."""
+def soak(
+    pythons: dict[str, Path],
+    known_targets: Iterable[str],
+    runs: int,
+    log: Callable[[str], None],
+    seeds: list[int] | None = None,
+) -> SoakResult:
+    """``runs`` soak runs on each target of ``pythons`` (session to venv interpreter; ``known_targets``: every
+    target of the matrix, which the catalogue names), each under a fresh seed (or the given ``seeds``, for a
+    replay), saying each run's outcome as it ends."""
     result = SoakResult(runs)
     started = time.monotonic()
-    plan = _plan()
+    variants = correct_variants(known_targets)
     draw = random.SystemRandom()
     for target, python in pythons.items():
+        plan = _plan(target, variants)
         for index in range(runs):
             seed = seeds[index] if seeds else draw.randrange(2**32)
             run_started = time.monotonic()
