@@ -82,12 +82,11 @@ class SoakResult:
 
     def summary(self) -> str:
         targets = sorted({o.target for o in self.outcomes})
-        subjects = len({(o.subject, o.selection) for o in self.outcomes})
         verdicts = [o.verdict for o in self.outcomes]
         broken = sum(1 for verdict in verdicts if verdict.startswith("broken"))
         return (
-            f"soak: {self.runs} run(s) on {', '.join(targets)}, {subjects} subject session(s) a run, "
-            f"{len(self.outcomes)} sessions under fresh seeds: {verdicts.count('false red')} false red(s), "
+            f"soak: {self.runs} run(s) on each of {', '.join(targets)}, "
+            f"{len(self.outcomes)} subject sessions under fresh seeds: {verdicts.count('false red')} false red(s), "
             f"{verdicts.count('gate error')} gate error(s), {broken} broken, in {self.seconds:.0f} s"
         )
 
