@@ -300,10 +300,13 @@ def _run_target_sessions(session: nox.Session, targets: list[str]) -> None:
         session.error(f"target sessions not green: {', '.join(failed)}; replay each with: nox -s {' '.join(failed)}")
 
 
-def _run_tests(session: nox.Session, narrowing: list[str]) -> None:
+def _run_tests(session: nox.Session, every_target: bool) -> None:
     """Install the tools, build and run the targets the end-to-end suite drives (unless the selection is the unit
-    suite alone), then pytest over the selection, narrowed by ``narrowing``."""
+    suite alone), then pytest over the selection: without ``every_target``, less the tests marked so, unless the
+    selection names test ids."""
     selection = _test_selection(session.posargs)
+    named = any("::" in part for part in selection)
+    narrowing = [] if every_target or named else EVERY_TARGET_DESELECTED
     torch_pin = f"torch{HARNESS_TARGET.torch}"
     tools = ["nox[uv]", "pip", "ruff", "check-jsonschema", "matplotlib", "markdown-it-py"]
     session.install(
@@ -332,14 +335,13 @@ def tests(session: nox.Session) -> None:
     unit (no target venv, a minute) or -- e2e; both by default, the end-to-end suite after running megatron-0.13,
     -0.15 and -0.16 through the newest target. Whole-gate checks repeated on every target run on one or two here;
     a test id named after -- runs whatever its marks."""
-    named = any("::" in part for part in _test_selection(session.posargs))
-    _run_tests(session, [] if named else EVERY_TARGET_DESELECTED)
+    _run_tests(session, every_target=False)
 
 
 def tests_all(session: nox.Session) -> None:
     """Everything ``tests`` runs, and the whole-gate checks it runs on one or two targets repeated on every target
     or framework (the tests marked every_target)."""
-    _run_tests(session, [])
+    _run_tests(session, every_target=True)
 
 
 def lint(session: nox.Session) -> None:
@@ -404,15 +406,12 @@ def report(session: nox.Session) -> None:
         session.error(f"no target named {', '.join(unknown)} in {MATRIX.path.name} (known: {', '.join(KNOWN)})")
     # The targets a run asked for: a run narrowed to two of them is not "2 of 7 targets ran", and merges those alone.
     expected = {name: KNOWN[name] for name in names} or KNOWN
-    if names and REPORTS.is_dir():
-        sessions = [p for p in REPORTS.iterdir() if p.name in KNOWN or (p / "junit.xml").is_file()]
-        left_out = sorted(p.name for p in sessions if p.name not in names)
-        if left_out:
-            session.log(f"merging {', '.join(names)} only; left out of this report: {', '.join(left_out)}")
     try:
         matrix, markdown, page = write_reports(REPORTS, expected, baseline, only=bool(names))
     except ReportError as err:
         session.error(str(err))
+    if matrix.left_out:
+        session.log(f"merging {', '.join(names)} only; left out of this report: {', '.join(matrix.left_out)}")
     session.log(headline(matrix))
     session.log(f"wrote {markdown} and {page}")
 

@@ -21,8 +21,7 @@ class GeneratorError(Exception):
 
     def __init__(self, strategy: str, error: BaseException) -> None:
         self.strategy = strategy
-        self.error_text = f"{type(error).__name__}: {error}"
-        super().__init__(generator_line(strategy, self.error_text))
+        super().__init__(generator_line(strategy, f"{type(error).__name__}: {error}"))
 
 
 def generator_line(strategy: str, error_text: str) -> str:

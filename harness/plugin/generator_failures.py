@@ -13,7 +13,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from harness.formats.generator_error import GeneratorError, generator_line
+from harness.formats.generator_error import GeneratorError
 
 PROPERTY = "gate-error"
 """The ``user_properties`` key that carries the line of a case the gate's generator broke."""
@@ -37,7 +37,7 @@ def generator_error(call: pytest.CallInfo[None]) -> GeneratorError | None:
 
 def mark(report: pytest.TestReport, error: GeneratorError, repro: str) -> None:
     """Tell ``report`` apart as the gate's error: its line in ``user_properties`` and a section ending in ``repro``."""
-    line = generator_line(error.strategy, error.error_text)
+    line = str(error)
     report.user_properties.append((PROPERTY, line))
     if hasattr(report.longrepr, "addsection"):
         report.longrepr.addsection(SECTION_TITLE, f"{line}\n\nreplay: {repro}")

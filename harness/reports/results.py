@@ -272,6 +272,8 @@ class ResultGrid:
 
     targets: list[TargetRun]
     matrices: list[SubjectMatrix]
+    left_out: list[str] = field(default_factory=list)
+    """Target sessions found under the reports folder and left out because the run named other targets."""
 
     @property
     def failures(self) -> list[Failure]:
@@ -517,6 +519,7 @@ def collect(reports: Path, expected: Mapping[str, Target] | None = None, only: b
     """
     expected = expected or {}
     found = {p.name for p in (reports.iterdir() if reports.is_dir() else ()) if _is_target_folder(p, expected)}
+    left_out = sorted(found - set(expected), key=natural_key) if only else []
     if only:
         found &= set(expected)
     if not found:
@@ -531,7 +534,7 @@ def collect(reports: Path, expected: Mapping[str, Target] | None = None, only: b
     labels = subject_labels(list(dict.fromkeys(subject for ran, subject in recorded.values() if ran)) or [None])
     named = {folder: labels.get(subject) if ran else None for folder, (ran, subject) in recorded.items()}
     targets = _load_all(reports, sessions, expected, named)
-    return ResultGrid(targets, _matrices(targets, labels))
+    return ResultGrid(targets, _matrices(targets, labels), left_out)
 
 
 def _session_folders(reports: Path, session: str) -> list[Path]:
