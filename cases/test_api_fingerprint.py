@@ -59,6 +59,7 @@ from harness.contracts.api_fingerprint.replacement_fit import (
     dropped_keywords,
     returned_count,
 )
+from harness.contracts.api_fingerprint.session_source import SessionSource, session_verdicts
 from harness.contracts.api_fingerprint.source_scan import SourceScan, scan_sources, subject_files, undeclared_uses
 from harness.contracts.api_fingerprint.symbol_table import (
     BODY_HASHES_NAME,
@@ -515,4 +516,91 @@ def test_upstream_bodies_are_what_each_copy_was_taken_from(
     write_json(report_dir / "copies.json", {"target": target.session, "copies": records})
     assert not findings, contract_failure(
         target, FAMILY.name, "upstream changed functions the subject's copies were taken from", findings
+    )
+
+
+FROM_SOURCE = pytest.mark.from_source
+
+
+@pytest.fixture(scope="module")
+def from_source(
+    request: pytest.FixtureRequest, target: Target, subject_ref: SubjectRef, report_dir: Path, record_finding
+) -> SessionSource:
+    """The replaced symbols of the declared framework: those the live checks above checked applied, and each other
+    one read from the framework's source and Megatron's (:mod:`harness.contracts.api_fingerprint.session_source`),
+    with why. Each symbol's line is a finding of the session; all are in ``replaced_symbols.json``."""
+    declaration = subject_ref.declaration
+    if declaration is None:
+        pytest.skip("a module subject's replaced symbols are checked applied: nothing is read from source")
+    applied, why, because = _checked_applied(request, bool(declaration.megatron_symbols))
+    versions = installed_versions()
+    found = session_verdicts(
+        declaration.source_root,
+        declaration.megatron_symbols,
+        versions["megatron-core"] or "0",
+        versions["torch"] or "0",
+        applied,
+        why,
+        because,
+    )
+    found.write(report_dir / "replaced_symbols.json", target.session)
+    for line in found.lines():
+        record_finding(FAMILY.name, line)
+    return found
+
+
+def _checked_applied(request: pytest.FixtureRequest, declared: bool) -> tuple[dict[str, int], dict[str, str], str]:
+    """The symbols the live checks checked applied (with their call-site counts), why each other declared one was
+    not, and why the rest are read from source."""
+    if not declared:
+        return {}, {}, "no [megatron_symbols] declared: nothing is checked applied"
+    try:
+        subject = request.getfixturevalue("subject")
+        checked = request.getfixturevalue("megatron_calls")
+        replacements = request.getfixturevalue("replacements")
+    except (Exception, pytest.fail.Exception, pytest.skip.Exception) as err:
+        return {}, {}, f"the live checks could not run here: {_first_line(err)}"
+    applied = {each.symbol: len(each.calls) for each in checked}
+    applied.update(dict.fromkeys(getattr(subject, "REPLACED_ON_INSTANCES", ()), 0))
+    why = {s: f"not checked applied: {problem}" for s, (_, _, problem) in replacements.items() if problem}
+    return applied, why, "not declared in [megatron_symbols], or not a function the live checks could have"
+
+
+def _first_line(error: BaseException) -> str:
+    text = str(error).strip().splitlines()
+    return f"{type(error).__name__}: {text[0] if text else ''}"
+
+
+@FROM_SOURCE
+def test_replaced_symbols_read_from_source_fit_megatrons_calls(target: Target, from_source: SessionSource) -> None:
+    """Every replaced symbol not checked applied, judged by the live checks' rules from its definition: a call site
+    it cannot bind, an unpacking of another count, a call of the original the target's no longer takes, a by-value
+    binding Megatron calls, a replaced name the framework reads that Megatron here does not define."""
+    problems = [
+        f"{v.symbol} (from source: {v.why}): {finding}" for v in from_source.of("red") for finding in v.findings
+    ]
+    assert not problems, contract_failure(
+        target, FAMILY.name, "replaced symbols read from source do not fit Megatron's own calls", problems
+    )
+
+
+@FROM_SOURCE
+@pytest.mark.advisory
+def test_replaced_symbols_read_from_source_keep_what_megatron_passes(
+    target: Target, from_source: SessionSource
+) -> None:
+    """Keywords a call site passes that the replacement takes in ``**kwargs`` and never reads, by-value bindings
+    Megatron never calls, unpacked counts the source does not decide."""
+    notes = [f"{v.symbol} (from source): {finding}" for v in from_source.of("advisory") for finding in v.findings]
+    assert not notes, contract_failure(target, FAMILY.name, "replaced symbols read from source drop or hide", notes)
+
+
+@FROM_SOURCE
+@pytest.mark.advisory
+def test_replaced_symbols_read_from_source_are_decided(target: Target, from_source: SessionSource) -> None:
+    """A replaced symbol with no call site found (a ``backward`` autograd calls, a class bound in a module) or a
+    replacement that is no function of the source: checked by nothing, and said so, never a fit."""
+    undecided = [f"{v.symbol} (from source): {'; '.join(v.findings)}" for v in from_source.of("undecided")]
+    assert not undecided, contract_failure(
+        target, FAMILY.name, "what Megatron does with replaced symbols read from source could not be decided", undecided
     )

@@ -15,6 +15,7 @@ import importlib
 import multiprocessing
 import multiprocessing.connection
 import os
+import re
 import traceback
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -34,6 +35,26 @@ MEGATRON_MODULES = ("megatron.core", FINALIZE_MODULE)
 BLOCKERS = pytest.StashKey[list["Blocker"]]()
 
 
+CUDA_ONLY_MODULES = (
+    "transformer_engine",
+    "apex",
+    "amp_C",
+    "flash_attn",
+    "flash_attn_interface",
+    "flash_attn_3",
+    "deep_ep",
+    "deep_gemm",
+    "grouped_gemm",
+    "mamba_ssm",
+    "causal_conv1d",
+    "fused_weight_gradient_mlp_cuda",
+)
+"""Modules only a CUDA machine has: a subject that cannot be loaded for want of one is not wrong, it cannot run
+here."""
+
+_MISSING_MODULE = re.compile(r"(?:No module named|needs module|cannot import name \S+ from) '([\w.]+)'")
+
+
 @dataclass(frozen=True)
 class Blocker:
     """Why some families cannot run: one line (``what``) and the families it blocks (``None``: every one)."""
@@ -42,11 +63,27 @@ class Blocker:
     families: tuple[str, ...] | None = None
     subject_free: bool = True
     """Whether it blocks the families that need no subject too (smoke): a Megatron that cannot be imported does."""
+    machine_bound: bool = False
+    """The subject needs what only a CUDA machine has: its families are skipped saying so, not red."""
 
     def blocks(self, owner: Family) -> bool:
         if owner.name == "smoke" and not self.subject_free:
             return False
         return self.families is None or owner.name in self.families
+
+    def blocks_case(self, item: pytest.Item) -> bool:
+        """A case that reads only source (``from_source``) runs where the subject cannot be loaded."""
+        return self.subject_free or item.get_closest_marker("from_source") is None
+
+
+def cuda_only_module(line: str) -> str | None:
+    """The CUDA-only module a load error names (``No module named 'transformer_engine'``, a name Megatron binds only
+    with Transformer Engine), else None."""
+    for match in _MISSING_MODULE.finditer(line):
+        top = match.group(1).split(".")
+        if any(part in CUDA_ONLY_MODULES for part in top):
+            return match.group(1)
+    return None
 
 
 def _exception_line(error: BaseException) -> str:
@@ -73,6 +110,14 @@ def megatron_blocker() -> Blocker | None:
 def subject_blocker(error: BaseException | str) -> Blocker:
     """The blocker for a subject whose loading raised ``error`` (a declaration's key is in its message)."""
     what = error if isinstance(error, str) else _exception_line(error)
+    missing = cuda_only_module(what)
+    if missing is not None:
+        return Blocker(
+            f"the subject cannot be loaded on this machine: {what} ({missing} is on CUDA machines only); its replaced "
+            "Megatron symbols are checked from source",
+            subject_free=False,
+            machine_bound=True,
+        )
     return Blocker(f"the subject cannot be loaded: {what}", subject_free=False)
 
 
@@ -118,11 +163,14 @@ class BlockedFamily(pytest.Item):
     """The one case a blocked family runs: it fails with why the family could not check anything (its red section
     already in the text: the repro line re-runs the family's case file, not this case)."""
 
-    def __init__(self, *, reason: str, **kwargs: object) -> None:
+    def __init__(self, *, reason: str, skipped: str | None = None, **kwargs: object) -> None:
         super().__init__(**kwargs)
         self.reason = reason
+        self.skipped = skipped
 
     def runtest(self) -> None:
+        if self.skipped is not None:
+            pytest.skip(self.skipped)
         raise BlockedError(self.reason)
 
     def repr_failure(self, excinfo: pytest.ExceptionInfo[BaseException], style: object = None) -> str:
@@ -143,7 +191,7 @@ def replace_blocked(items: list[pytest.Item], blockers: list[Blocker], wording: 
     done: set[str] = set()
     for item in items:
         owner = family_of_case(item.nodeid)
-        blocker = next((b for b in blockers if owner is not None and b.blocks(owner)), None)
+        blocker = next((b for b in blockers if owner is not None and b.blocks(owner) and b.blocks_case(item)), None)
         if blocker is None or owner is None:
             kept.append(item)
             continue
@@ -152,5 +200,6 @@ def replace_blocked(items: list[pytest.Item], blockers: list[Blocker], wording: 
         done.add(owner.name)
         module = item.getparent(pytest.Module)
         name = f"{owner.name.replace('-', '_')}_could_not_run"
-        kept.append(BlockedFamily.from_parent(module, name=name, reason=wording(owner, blocker.what)))
+        skipped = blocker.what if blocker.machine_bound else None
+        kept.append(BlockedFamily.from_parent(module, name=name, reason=wording(owner, blocker.what), skipped=skipped))
     items[:] = kept

@@ -77,6 +77,11 @@ def pytest_configure(config: pytest.Config) -> None:
         "strict. forecast=True: about what other targets do, never a red on this one",
     )
     config.addinivalue_line("markers", "role(name): the declared role a case needs besides its family's")
+    config.addinivalue_line(
+        "markers",
+        "from_source: a case that reads the framework's source and Megatron's, never the loaded subject: it runs where "
+        "the subject cannot be loaded, and without its family's declared role",
+    )
     hypothesis_profiles.load_default(config)
     name = config.getoption("--target")
     if not name:
@@ -243,7 +248,7 @@ def _undeclared_role(declaration: Declaration, item: pytest.Item) -> str | None:
     """``not declared: ...`` when the case needs a role the declaration does not declare; such a case never runs and
     never counts as green."""
     owner = family_of_case(item.nodeid)
-    roles = [owner.missing_role(declaration)] if owner else []
+    roles = [owner.missing_role(declaration)] if owner and not item.get_closest_marker("from_source") else []
     roles += [marker.args[0] for marker in item.iter_markers("role") if not getattr(declaration, marker.args[0])]
     role = next((r for r in roles if r), None)
     if role is None:

@@ -214,7 +214,7 @@ class MegatronSource:
         """The class ``name`` defined in ``module``."""
         return next((c for c in self.classes.get(name, []) if c.module == module), None)
 
-    def _reaches(self, owner: _ClassInfo, method: str, classes: list[_ClassInfo]) -> bool:
+    def reaches(self, owner: _ClassInfo, method: str, classes: list[_ClassInfo]) -> bool:
         """Whether a lookup of ``method`` along ``classes`` (an MRO) finds what the patch binds on ``owner``: the
         patch binds the name on the owner, whether the owner defined it or inherited it."""
         return next((c for c in classes if c == owner or method in self.methods(c)), None) == owner
@@ -222,9 +222,9 @@ class MegatronSource:
     def _method_calls(self, owner: _ClassInfo, method: str, reads: bool = False) -> list[MegatronCall]:
         callers: list[tuple[_ClassInfo, str, bool]] = []
         for info in self.descendants(owner):
-            if self._reaches(owner, method, self.mro(info)):
+            if self.reaches(owner, method, self.mro(info)):
                 callers += [(info, name, False) for name in self.methods(info)]
-            if info != owner and self._reaches(owner, method, self.mro(info)[1:]):
+            if info != owner and self.reaches(owner, method, self.mro(info)[1:]):
                 callers += [(info, name, True) for name in self.methods(info)]
         for base in self.mro(owner)[1:]:
             callers += [(base, name, False) for name in self.methods(base) if self.definer(owner, name) == base]
@@ -238,20 +238,20 @@ class MegatronSource:
                 calls += _reads_in(function, self.file_of(info.module), caller, method)
                 continue
             matches = _is_super_call(method) if through_super else _is_self_call(method)
-            calls += _calls_in(function, self.file_of(info.module), caller, matches)
+            calls += calls_in(function, self.file_of(info.module), caller, matches)
         return calls if reads else calls + self._class_calls(owner, method)
 
     def _class_calls(self, owner: _ClassInfo, method: str) -> list[MegatronCall]:
         """Calls of ``method`` on the class by name (``Owner.method(...)``, or a subclass's name that inherits it),
         wherever Megatron makes them."""
-        names = {info.name for info in self.descendants(owner) if self._reaches(owner, method, self.mro(info))}
+        names = {info.name for info in self.descendants(owner) if self.reaches(owner, method, self.mro(info))}
         calls = []
         for module, (_, text) in self.texts.items():
             if not any(f"{name}.{method}(" in text for name in names):
                 continue
             tree = self.tree(module)
-            for function, qualname in _functions(tree) if tree is not None else ():
-                found = _calls_in(function, self.file_of(module), f"{module}:{qualname}", _is_named_on(method, names))
+            for function, qualname in functions_of(tree) if tree is not None else ():
+                found = calls_in(function, self.file_of(module), f"{module}:{qualname}", _is_named_on(method, names))
                 calls += [replace(call, through_class=True) for call in found]
         return calls
 
@@ -268,14 +268,35 @@ class MegatronSource:
         calls = []
         for other, names, modules, bindings in self._function_names(module, name):
             tree = self.tree(other)
-            for function, qualname in _functions(tree) if tree is not None else ():
-                found = _calls_in(
+            for function, qualname in functions_of(tree) if tree is not None else ():
+                found = calls_in(
                     function, self.file_of(other), f"{other}:{qualname}", _is_named_call(name, names, modules)
                 )
                 calls += [
                     replace(call, bound_at=bindings[call.name]) if call.name in bindings else call for call in found
                 ]
         return calls
+
+    def exporters(self, module: str, name: str) -> set[str]:
+        """``module`` and the packages that re-export its ``name`` at module level (``from .config import
+        TransformerConfig`` in ``megatron/core/transformer/__init__.py``): an import of the name from any of them
+        binds the same object."""
+        found = {module}
+        for _ in range(3):
+            added = set()
+            for other, (path, text) in self.texts.items():
+                if other in found or name not in text or path.name != "__init__.py":
+                    continue
+                tree = self.tree(other)
+                for node in tree.body if tree is not None else ():
+                    if isinstance(node, ast.ImportFrom) and (node.module is not None or node.level):
+                        source = _absolute(node, other, True)
+                        if source in found and any(a.name == name and a.asname is None for a in node.names):
+                            added.add(other)
+            if not added:
+                break
+            found |= added
+        return found
 
     def bindings_of(self, symbol: str) -> list[ValueBinding]:
         """Where Megatron binds a replaced module-level function to another name by value (``from x import f`` in
@@ -295,6 +316,7 @@ class MegatronSource:
         and of those names the ones bound by value, with where."""
         found = []
         parent, _, last = module.rpartition(".")
+        exporters = self.exporters(module, name)
         for other, (_, text) in self.texts.items():
             if name not in text:
                 continue
@@ -313,7 +335,7 @@ class MegatronSource:
                 if isinstance(node, ast.ImportFrom) and (node.module is not None or node.level):
                     source = _absolute(node, other, self.is_package(other))
                     for alias in node.names:
-                        if source == module and alias.name == name:
+                        if source in exporters and alias.name == name:
                             names.add(alias.asname or name)
                             bindings[alias.asname or name] = f"{self.file_of(other)}:{node.lineno}"
                         elif source == parent and alias.name == last:
@@ -345,7 +367,7 @@ def calls_in_replacement(function: Any, method: str, caller: str) -> list[Megatr
     except (OSError, TypeError, SyntaxError):
         return []
     ast.increment_lineno(tree, start - 1)
-    return _calls_in(tree, Path(file).name, caller, _is_self_call(method))
+    return calls_in(tree, Path(file).name, caller, _is_self_call(method))
 
 
 def _absolute(node: ast.ImportFrom, module: str, is_package: bool) -> str:
@@ -357,7 +379,7 @@ def _absolute(node: ast.ImportFrom, module: str, is_package: bool) -> str:
     return ".".join([*package, *([node.module] if node.module else [])])
 
 
-def _functions(tree: ast.Module) -> list[tuple[ast.FunctionDef | ast.AsyncFunctionDef, str]]:
+def functions_of(tree: ast.Module) -> list[tuple[ast.FunctionDef | ast.AsyncFunctionDef, str]]:
     """Every function of a module with its qualname (nested ones under their enclosing function's)."""
     found = []
     stack: list[tuple[ast.AST, str]] = [(tree, "")]
@@ -431,7 +453,7 @@ def _is_named_call(name: str, names: set[str], modules: set[str]):
     return matches
 
 
-def _calls_in(function: ast.AST, file: str, caller: str, matches) -> list[MegatronCall]:
+def calls_in(function: ast.AST, file: str, caller: str, matches) -> list[MegatronCall]:
     """The matching calls in ``function``'s body (nested functions included: they run on its behalf)."""
     unpacked: dict[int, int] = {}
     for node in ast.walk(function):

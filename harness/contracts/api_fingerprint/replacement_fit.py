@@ -5,6 +5,9 @@ in ``**kwargs`` and never reads.
 The returned count is read from the replacement's source: decided where every ``return`` of the function itself
 (not of functions nested in it) is a tuple of the same length, undecided otherwise, and an undecided count is never
 taken for a fit.
+
+A replacement is a live object (what a declared apply bound) or a :class:`ReadFunction`, its definition read from
+the framework's source where it cannot be had here: the same rules judge both, from the same definition.
 """
 
 from __future__ import annotations
@@ -12,11 +15,57 @@ from __future__ import annotations
 import ast
 import inspect
 import textwrap
+from dataclasses import dataclass
 from typing import Any
 
 from harness.contracts.api_fingerprint.call_sites import MegatronCall
 from harness.contracts.api_fingerprint.patch_effects import KIND_WORDS
 from harness.contracts.api_fingerprint.source_scan import own_returns
+
+
+@dataclass(frozen=True)
+class ReadFunction:
+    """A replacement known from its definition in source, never run: what its signature binds is read from the
+    parameters as written (a default's value is never needed, only that there is one)."""
+
+    node: ast.FunctionDef | ast.AsyncFunctionDef
+    bound: bool = False
+    """Bound to an instance before it is set (``self.method``): its first parameter is taken."""
+
+    def signature(self) -> inspect.Signature:
+        arguments = self.node.args
+        positional = [*arguments.posonlyargs, *arguments.args]
+        defaults = [None] * (len(positional) - len(arguments.defaults)) + list(arguments.defaults)
+        skip = 1 if self.bound and positional else 0
+        parameters = [
+            inspect.Parameter(
+                a.arg,
+                inspect.Parameter.POSITIONAL_ONLY
+                if i < len(arguments.posonlyargs)
+                else inspect.Parameter.POSITIONAL_OR_KEYWORD,
+                default=inspect.Parameter.empty if d is None else ast.unparse(d),
+            )
+            for i, (a, d) in enumerate(zip(positional, defaults, strict=True))
+            if i >= skip
+        ]
+        if arguments.vararg is not None:
+            parameters.append(inspect.Parameter(arguments.vararg.arg, inspect.Parameter.VAR_POSITIONAL))
+        parameters += [
+            inspect.Parameter(
+                a.arg, inspect.Parameter.KEYWORD_ONLY, default=inspect.Parameter.empty if d is None else ast.unparse(d)
+            )
+            for a, d in zip(arguments.kwonlyargs, arguments.kw_defaults, strict=True)
+        ]
+        if arguments.kwarg is not None:
+            parameters.append(inspect.Parameter(arguments.kwarg.arg, inspect.Parameter.VAR_KEYWORD))
+        return inspect.Signature(parameters)
+
+
+def signature_of(replacement: Any) -> inspect.Signature:
+    """The signature a call binds to: read from source, or inspected (``TypeError``/``ValueError`` where none)."""
+    if isinstance(replacement, ReadFunction):
+        return replacement.signature()
+    return inspect.signature(callable_of(replacement))
 
 
 def callable_of(replacement: Any) -> Any:
@@ -37,7 +86,7 @@ def binding_problem(replacement: Any, call: MegatronCall, kind: str) -> str | No
     if not call.read and kind == "property":
         return "it calls a method, and the patch binds a property there: the call calls the property's value"
     try:
-        signature = inspect.signature(callable_of(replacement))
+        signature = signature_of(replacement)
     except (TypeError, ValueError):
         return "the replacement has no inspectable signature"
     implicit = kind in ("classmethod", "property") or (kind == "method" and not call.through_class)
@@ -52,6 +101,8 @@ def binding_problem(replacement: Any, call: MegatronCall, kind: str) -> str | No
 
 
 def _definition(function: Any) -> ast.FunctionDef | ast.AsyncFunctionDef | None:
+    if isinstance(function, ReadFunction):
+        return function.node
     try:
         source = textwrap.dedent(inspect.getsource(inspect.unwrap(callable_of(function))))
         tree = ast.parse(source)
@@ -93,7 +144,7 @@ def dropped_keywords(function: Any, calls: list[MegatronCall]) -> dict[str, list
     try:
         named = {
             p.name
-            for p in inspect.signature(callable_of(function)).parameters.values()
+            for p in signature_of(function).parameters.values()
             if p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY)
         }
     except (TypeError, ValueError):

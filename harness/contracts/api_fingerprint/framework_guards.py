@@ -1,0 +1,331 @@
+"""Whether a framework's own checks let one of its patches be made on a target, read from its source.
+
+Frameworks patch behind their own version checks (``if version.parse(megatron.core.__version__) < "0.16.2":``, an
+early ``return`` when torch or Megatron is not the release a fix is for, ``try: from megatron... import f`` with the
+patch in the ``except ImportError``). A patch such a check skips on a target is not a missing or failed patch there:
+it is reported as not applied, naming the check. The conditions are read in the function that makes the assignment
+(or the module body): the ``if`` blocks around it, the early exits before it, the ``try`` it sits in. What the
+reading understands: Megatron's and torch's ``__version__`` (the target's), version parsing and comparison,
+``hasattr`` and ``from megatron... import`` against Megatron's source, names assigned from those before the patch,
+and the device the framework trains on (a CUDA machine: ``torch.cuda.is_available()`` true, an NPU check false). A
+condition it cannot read leaves the patch applied, and the verdict says which check was taken so.
+"""
+
+from __future__ import annotations
+
+import ast
+import re
+from collections.abc import Callable
+from dataclasses import dataclass
+
+UNKNOWN = object()
+"""A value the reading cannot decide."""
+
+DEVICE_CALLS = {"is_available": True, "is_torch_npu_available": False, "is_npu_available": False}
+"""Device checks, as on the CUDA machine a framework trains on (the name of the function called)."""
+
+DEVICE_FLAGS = {"is_npu_available": False, "is_cuda_available": True, "is_torch_npu_available": False}
+"""Module-level flags frameworks keep the same checks in (``is_npu_available = is_torch_npu_available()``)."""
+
+VERSION_TEXT = re.compile(r"^v?\d+(\.\d+)+")
+
+
+@dataclass(frozen=True)
+class Guard:
+    """What the framework's checks say about one patch on one target."""
+
+    applied: bool
+    place: str | None = None
+    """``file:line`` of the check that skips it (or that could not be read)."""
+    unread: bool = False
+    """A check around the patch could not be read; the patch is taken as applied."""
+
+
+@dataclass(frozen=True)
+class Versions:
+    """What the checks compare against: the target's releases, and which Megatron names exist there."""
+
+    megatron: str
+    torch: str
+    defines: Callable[[str], bool]
+    """Whether Megatron on the target defines a dotted path (a module, or a name in one)."""
+
+
+def release(text: str) -> tuple[int, ...]:
+    """The release numbers of a version string (``2.13.0+cpu`` -> ``(2, 13, 0)``), for comparison."""
+    numbers = re.match(r"\d+(?:\.\d+)*", text.strip().lstrip("v"))
+    if numbers is None:
+        return ()
+    parts = [int(p) for p in numbers.group(0).split(".")]
+    while parts and parts[-1] == 0:
+        parts.pop()
+    return tuple(parts)
+
+
+@dataclass(frozen=True)
+class _Version:
+    text: str
+
+    def key(self) -> tuple[int, ...]:
+        return release(self.text)
+
+
+def guard_of(
+    chain: tuple[ast.AST, ...], module_body: list[ast.stmt], place_of, names: dict[str, str], versions: Versions
+) -> Guard:
+    """The verdict of the checks around ``chain[-1]`` (the patch statement), ``chain[:-1]`` its enclosing
+    definitions. ``place_of(node)`` words a node's place, ``names`` resolves a dotted name's first part."""
+    functions = [n for n in chain[:-1] if isinstance(n, ast.FunctionDef | ast.AsyncFunctionDef)]
+    body = functions[-1].body if functions else module_body
+    statement = chain[-1]
+    reader = _Reader(body, statement, names, versions, module_body)
+    unread_at = None
+    for condition, wanted, node in _conditions(body, statement):
+        value = reader.value(condition)
+        if value is UNKNOWN:
+            unread_at = unread_at or place_of(node)
+            continue
+        if bool(value) != wanted:
+            return Guard(False, place_of(node))
+    return Guard(True, unread_at, unread_at is not None)
+
+
+def _conditions(body: list[ast.stmt], target: ast.stmt) -> list[tuple[ast.expr, bool, ast.stmt]]:
+    """The conditions on the way to ``target`` in ``body``: (test, the value it must have, the statement)."""
+    for index, node in enumerate(body):
+        if node is target:
+            return _exits(body[:index])
+        inner = _path_inside(node, target)
+        if inner is not None:
+            return _exits(body[:index]) + inner
+    return []
+
+
+def _exits(before: list[ast.stmt]) -> list[tuple[ast.expr, bool, ast.stmt]]:
+    """``if <test>: return`` (or raise) before the patch: the patch runs only where the test is false."""
+    return [
+        (node.test, False, node)
+        for node in before
+        if isinstance(node, ast.If)
+        and node.body
+        and isinstance(node.body[-1], ast.Return | ast.Raise)
+        and not node.orelse
+    ]
+
+
+def _contains(nodes: list[ast.stmt], target: ast.stmt) -> bool:
+    return any(node is target or _path_inside(node, target) is not None for node in nodes)
+
+
+def _path_inside(node: ast.stmt, target: ast.stmt) -> list[tuple[ast.expr, bool, ast.stmt]] | None:
+    if isinstance(node, ast.If):
+        if _contains(node.body, target):
+            return [(node.test, True, node), *_conditions(node.body, target)]
+        if _contains(node.orelse, target):
+            return [(node.test, False, node), *_conditions(node.orelse, target)]
+    elif isinstance(node, ast.Try):
+        if _contains(node.body, target):
+            imports = [_Import(s) for s in node.body if isinstance(s, ast.ImportFrom)]
+            return [(i.test, True, node) for i in imports] + _conditions(node.body, target)
+        for handler in node.handlers:
+            if _contains(handler.body, target) and _catches_import_error(handler):
+                imports = [_Import(s) for s in node.body if isinstance(s, ast.ImportFrom)]
+                return [(ast.BoolOp(ast.And(), [i.test for i in imports]), False, node)] if imports else []
+        for block in (node.orelse, node.finalbody):
+            if _contains(block, target):
+                return _conditions(block, target)
+    elif isinstance(node, ast.With | ast.For | ast.While):
+        if _contains(node.body, target):
+            return _conditions(node.body, target)
+    return None
+
+
+def _catches_import_error(handler: ast.ExceptHandler) -> bool:
+    names = [handler.type] if not isinstance(handler.type, ast.Tuple) else handler.type.elts
+    return handler.type is None or any(
+        getattr(n, "id", None) in ("ImportError", "ModuleNotFoundError", "Exception") for n in names
+    )
+
+
+class _Import:
+    """``from m import a, b`` as a test: true where every name imports."""
+
+    def __init__(self, node: ast.ImportFrom) -> None:
+        paths = [f"{node.module}.{alias.name}" for alias in node.names]
+        self.test = ast.Call(ast.Name("__imports__"), [ast.Constant(p) for p in paths], [])
+
+
+PRESENT = object()
+"""What a name bound by an import that went through holds: not None."""
+
+
+def _fallbacks(module: list[ast.stmt]) -> dict[str, ast.expr]:
+    """Module-level names bound by an import or else to ``None`` (``try: from m import f`` / ``except ImportError:
+    f = None``; ``if cond: from m import f`` / ``else: f = None``): name -> the test under which the import binds it."""
+    found: dict[str, ast.expr] = {}
+    for node in module:
+        if isinstance(node, ast.Try):
+            imports = [_Import(s).test for s in node.body if isinstance(s, ast.ImportFrom)]
+            handlers = [s for h in node.handlers if _catches_import_error(h) for s in h.body]
+            test = ast.BoolOp(ast.And(), imports) if imports else None
+            branches = [(node.body, handlers, test)]
+        elif isinstance(node, ast.If):
+            branches = [(node.body, node.orelse, node.test)]
+        else:
+            continue
+        for imported, fallback, test in branches:
+            if test is None:
+                continue
+            bound = {a.asname or a.name for s in imported if isinstance(s, ast.ImportFrom) for a in s.names}
+            for statement in fallback:
+                if (
+                    isinstance(statement, ast.Assign)
+                    and isinstance(statement.value, ast.Constant)
+                    and statement.value.value is None
+                ):
+                    found.update({t.id: test for t in statement.targets if isinstance(t, ast.Name) and t.id in bound})
+    return found
+
+
+class _Reader:
+    def __init__(
+        self, body: list[ast.stmt], target: ast.stmt, names: dict[str, str], versions: Versions, module: list[ast.stmt]
+    ) -> None:
+        self.names = names
+        self.versions = versions
+        self.assigned: dict[str, ast.expr] = {}
+        for node in ast.walk(ast.Module(body=body, type_ignores=[])):
+            if node is target:
+                break
+            if isinstance(node, ast.Assign) and len(node.targets) == 1 and isinstance(node.targets[0], ast.Name):
+                self.assigned.setdefault(node.targets[0].id, node.value)
+        for node in module:
+            if isinstance(node, ast.Assign) and len(node.targets) == 1 and isinstance(node.targets[0], ast.Name):
+                self.assigned.setdefault(node.targets[0].id, node.value)
+        self.fallbacks = _fallbacks(module)
+
+    def dotted(self, node: ast.expr) -> str | None:
+        parts = []
+        while isinstance(node, ast.Attribute):
+            parts.append(node.attr)
+            node = node.value
+        if not isinstance(node, ast.Name):
+            return None
+        head = self.names.get(node.id, node.id).lstrip("=")
+        return ".".join([head, *reversed(parts)])
+
+    def value(self, node: ast.expr, depth: int = 0) -> object:
+        if depth > 20:
+            return UNKNOWN
+        if isinstance(node, ast.Constant):
+            return node.value
+        if isinstance(node, ast.Tuple | ast.List | ast.Set):
+            values = [self.value(e, depth + 1) for e in node.elts]
+            return UNKNOWN if UNKNOWN in values else tuple(values)
+        if isinstance(node, ast.UnaryOp) and isinstance(node.op, ast.Not):
+            inner = self.value(node.operand, depth + 1)
+            return UNKNOWN if inner is UNKNOWN else not inner
+        if isinstance(node, ast.BoolOp):
+            return self._bool(node, depth)
+        if isinstance(node, ast.Compare):
+            return self._compare(node, depth)
+        if isinstance(node, ast.Name) and node.id not in self.assigned:
+            resolved = self.names.get(node.id, "").lstrip("=")
+            if resolved.endswith("__version__"):
+                package = resolved.split(".")[0]
+                return {"megatron": self.versions.megatron, "torch": self.versions.torch}.get(package, UNKNOWN)
+            if resolved.rpartition(".")[2] in DEVICE_FLAGS and node.id not in self.fallbacks:
+                return DEVICE_FLAGS[resolved.rpartition(".")[2]]
+        if isinstance(node, ast.Name) and node.id in self.fallbacks:
+            imported = self.value(self.fallbacks[node.id], depth + 1)
+            return UNKNOWN if imported is UNKNOWN else PRESENT if imported else None
+        if isinstance(node, ast.Name) and node.id in self.assigned:
+            return self.value(self.assigned[node.id], depth + 1)
+        if isinstance(node, ast.Attribute):
+            return self._attribute(node, depth)
+        if isinstance(node, ast.Call):
+            return self._call(node, depth)
+        return UNKNOWN
+
+    def _bool(self, node: ast.BoolOp, depth: int) -> object:
+        values = [self.value(v, depth + 1) for v in node.values]
+        is_and = isinstance(node.op, ast.And)
+        known = [bool(v) for v in values if v is not UNKNOWN]
+        if is_and and False in known:
+            return False
+        if not is_and and True in known:
+            return True
+        return UNKNOWN if UNKNOWN in values else is_and
+
+    def _compare(self, node: ast.Compare, depth: int) -> object:
+        left = self.value(node.left, depth + 1)
+        for op, right_node in zip(node.ops, node.comparators, strict=True):
+            right = self.value(right_node, depth + 1)
+            if left is UNKNOWN or right is UNKNOWN:
+                return UNKNOWN
+            result = _compared(op, left, right)
+            if result is UNKNOWN or not result:
+                return result
+            left = right
+        return True
+
+    def _attribute(self, node: ast.Attribute, depth: int) -> object:
+        dotted = self.dotted(node)
+        if dotted is not None and dotted.endswith(".__version__"):
+            package = dotted.split(".")[0]
+            return {"megatron": self.versions.megatron, "torch": self.versions.torch}.get(package, UNKNOWN)
+        if node.attr == "base_version":
+            inner = self.value(node.value, depth + 1)
+            return ".".join(map(str, inner.key() or (0,))) if isinstance(inner, _Version) else UNKNOWN
+        if dotted is not None and dotted.split(".")[-1] in ("HAVE_TE", "HAVE_APEX"):
+            return True
+        return UNKNOWN
+
+    def _call(self, node: ast.Call, depth: int) -> object:
+        name = getattr(node.func, "attr", None) or getattr(node.func, "id", None)
+        arguments = [self.value(a, depth + 1) for a in node.args]
+        if name == "__imports__":
+            return all(self.versions.defines(str(a)) for a in arguments if str(a).startswith("megatron."))
+        if name in ("parse", "Version", "LooseVersion", "parse_version") and len(arguments) == 1:
+            text = arguments[0]
+            if isinstance(text, _Version):
+                return text
+            return _Version(text) if isinstance(text, str) else UNKNOWN
+        if name == "hasattr" and len(node.args) == 2 and isinstance(arguments[1], str):
+            owner = self.dotted(node.args[0])
+            if owner is not None and owner.startswith("megatron."):
+                return self.versions.defines(f"{owner}.{arguments[1]}")
+            return UNKNOWN
+        if name in DEVICE_CALLS and not node.args:
+            return DEVICE_CALLS[name]
+        return UNKNOWN
+
+
+def _compared(op: ast.cmpop, left: object, right: object) -> object:
+    if isinstance(op, ast.In | ast.NotIn):
+        if not isinstance(right, tuple | str):
+            return UNKNOWN
+        found = left in right
+        return found if isinstance(op, ast.In) else not found
+    ordering = isinstance(op, ast.Lt | ast.LtE | ast.Gt | ast.GtE)
+    versions = (
+        isinstance(left, str) and isinstance(right, str) and VERSION_TEXT.match(left) and VERSION_TEXT.match(right)
+    )
+    if isinstance(left, _Version) or isinstance(right, _Version) or (ordering and versions):
+        left = left.key() if isinstance(left, _Version) else release(str(left))
+        right = right.key() if isinstance(right, _Version) else release(str(right))
+    operations = {
+        ast.Lt: lambda a, b: a < b,
+        ast.LtE: lambda a, b: a <= b,
+        ast.Gt: lambda a, b: a > b,
+        ast.GtE: lambda a, b: a >= b,
+        ast.Eq: lambda a, b: a == b,
+        ast.NotEq: lambda a, b: a != b,
+        ast.Is: lambda a, b: a is b,
+        ast.IsNot: lambda a, b: a is not b,
+    }
+    operation = operations.get(type(op))
+    try:
+        return UNKNOWN if operation is None else operation(left, right)
+    except TypeError:
+        return UNKNOWN

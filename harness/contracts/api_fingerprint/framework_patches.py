@@ -1,0 +1,434 @@
+"""A framework's patches of Megatron read from its source without importing it: each assignment that re-binds a name
+on a Megatron module or class, the definition bound there, and the originals the framework captured before.
+
+Why a reader of its own beside :mod:`.source_scan`: the scan is built to find every use (a name is an alias when any
+binding of it binds Megatron), so ``state.loss.images = v`` in a framework that also imports an ``optimizer`` module
+looks like a patch there. Here a name is resolved in the scopes the assignment sees (the module's imports, then those
+of each enclosing function, where frameworks import Megatron lazily), and an assignment counts only where its owner
+is a Megatron module or a class Megatron's source defines. Patches on built instances (``model.forward = f``) need
+the object's class, which the source does not give: they are not read here.
+"""
+
+from __future__ import annotations
+
+import ast
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from harness.contracts.api_fingerprint.framework_scan import framework_files
+
+WRAPPERS = {"staticmethod": "staticmethod", "classmethod": "classmethod", "property": "property"}
+"""Calls around a replacement that change how a class binds it."""
+
+
+@dataclass(frozen=True)
+class Definition:
+    """A function the framework defines: its syntax tree and where it is."""
+
+    node: ast.FunctionDef | ast.AsyncFunctionDef
+    file: Path
+    module: str
+
+    @property
+    def place(self) -> str:
+        return f"{self.module.replace('.', '/')}.py:{self.node.lineno}"
+
+
+@dataclass(frozen=True)
+class SourcePatch:
+    """One assignment of the framework onto Megatron: ``path`` (dotted, as resolved) gets ``value``."""
+
+    path: str
+    value: str
+    """The bound expression as written."""
+    file: Path
+    module: str
+    line: int
+    scope: tuple[ast.AST, ...]
+    """The enclosing function definitions, outermost first (empty at module level), and the statement itself last."""
+    definition: Definition | None
+    """What the value names, where it is a function of the framework's own source."""
+    wrapper: str | None
+    """``staticmethod``, ``classmethod`` or ``property`` where the value is wrapped in one."""
+    originals: dict[str, str] = field(default_factory=dict)
+    """Names the replacement can see that hold a Megatron object captured before the patch: name -> dotted path."""
+    names: dict[str, str] = field(default_factory=dict)
+    """Every name the assignment sees bound by an import or an alias, the nearest scope's binding: name -> dotted."""
+    restores: bool = False
+    """The value is a Megatron object itself (a captured original put back): an undo, not a replacement."""
+    constant: bool = False
+    """The value is a literal (``Cls._patched = True``): a marker the framework leaves, not a replacement."""
+    bound: bool = False
+    """The value is a method bound to an instance (``self._get_param_groups``): its first parameter is taken."""
+    declared: bool = False
+    """Not an assignment found in the source: the declaration names the symbol and its replacement."""
+
+    @property
+    def place(self) -> str:
+        if self.declared:
+            return f"declared, replaced by {self.value}"
+        return f"{self.module.replace('.', '/')}.py:{self.line}"
+
+
+@dataclass
+class _Scope:
+    names: dict[str, str] = field(default_factory=dict)
+    """Name -> dotted path of what an import or an assignment bound to it."""
+    functions: dict[str, ast.FunctionDef | ast.AsyncFunctionDef] = field(default_factory=dict)
+    classes: dict[str, ast.ClassDef] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class CallStatement:
+    """A statement of the framework that calls one of its own functions: where a patching function is run from."""
+
+    called: str
+    """The callee as resolved (``verl.models.mcore.patch.apply_patch``, or ``self.method`` within a class)."""
+    module: str
+    chain: tuple[ast.AST, ...]
+    """Enclosing definitions, outermost first, and the statement last."""
+    names: dict[str, str]
+
+
+@dataclass
+class FrameworkSource:
+    """A framework's modules parsed once: its patches of Megatron and the calls of its own functions."""
+
+    root: Path
+    trees: dict[str, tuple[Path, ast.Module]]
+    patches: list[SourcePatch] = field(default_factory=list)
+    calls: dict[str, list[CallStatement]] = field(default_factory=dict)
+    """Last name of the callee -> the statements calling a function of that name."""
+
+    def callers(self, module: str, qualname: tuple[str, ...]) -> list[CallStatement]:
+        """The statements that call the framework function ``qualname`` of ``module`` (a method by ``self.``)."""
+        name = qualname[-1]
+        wanted = f"{module}.{'.'.join(qualname)}"
+        found = []
+        for call in self.calls.get(name, []):
+            inside = tuple(n.name for n in call.chain[:-1] if isinstance(n, ast.ClassDef))
+            if self.canonical(call.called) == wanted or (
+                call.module == module and call.called == name and len(qualname) == 1
+            ):
+                found.append(call)
+            elif (
+                len(qualname) == 2 and call.module == module and call.called == f"self.{name}" and qualname[0] in inside
+            ):
+                found.append(call)
+        return found
+
+    def canonical(self, dotted: str) -> str:
+        """``dotted`` with the framework's re-exports followed to the module that defines the name
+        (``swift.model.npu_patcher.apply_mindspeed_patches`` is ``swift.model.npu_patch.mindspeed...``)."""
+        for _ in range(5):
+            parts = dotted.split(".")
+            cut = next((i for i in range(len(parts) - 1, 0, -1) if ".".join(parts[:i]) in self.trees), None)
+            if cut is None:
+                return dotted
+            module, head = ".".join(parts[:cut]), parts[cut]
+            path, tree = self.trees[module]
+            origin = next(
+                (
+                    (_absolute(node, module, path.name == "__init__.py"), alias.name)
+                    for node in tree.body
+                    if isinstance(node, ast.ImportFrom)
+                    for alias in node.names
+                    if (alias.asname or alias.name) == head
+                ),
+                None,
+            )
+            if origin is None:
+                return dotted
+            dotted = ".".join([origin[0], origin[1], *parts[cut + 1 :]])
+        return dotted
+
+    def definition(self, module: str, qualname: str) -> Definition | None:
+        """The framework's function ``qualname`` of ``module`` (a method: ``Class.method``), read from its source."""
+        if module not in self.trees:
+            return None
+        path, tree = self.trees[module]
+        found = _qualified(tree, qualname.split("."))
+        return Definition(found, path, module) if found is not None else None
+
+    def place(self, module: str, line: int) -> str:
+        """``file:line`` below the framework's root."""
+        return f"{self.trees[module][0].relative_to(self.root).as_posix()}:{line}"
+
+
+def read_framework(root: Path, is_megatron_owner) -> FrameworkSource:
+    """Every patch assignment in the framework below ``root``, and the calls of its own functions;
+    ``is_megatron_owner(dotted)`` says whether a dotted path names a Megatron module or a class Megatron defines (the
+    owner a patch re-binds a name on)."""
+    modules = framework_files(root)
+    trees = {
+        name: (path, ast.parse(path.read_text(encoding="utf-8", errors="replace"))) for path, name in modules.items()
+    }
+    own = {
+        node.name
+        for _, tree in trees.values()
+        for node in ast.walk(tree)
+        if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef)
+    }
+    found = FrameworkSource(root, trees)
+    for module, (path, tree) in trees.items():
+        reader = _Reader(module, path, trees, is_megatron_owner, own)
+        reader.read(tree.body, [], [_module_scope(module, tree, path)])
+        found.patches += reader.patches
+        for call in reader.calls:
+            found.calls.setdefault(call.called.rpartition(".")[2], []).append(call)
+    return found
+
+
+def _module_scope(module: str, tree: ast.Module, path: Path) -> _Scope:
+    scope = _Scope()
+    _bind(scope, tree.body, module, path.name == "__init__.py")
+    return scope
+
+
+def _bind(scope: _Scope, body: list[ast.stmt], module: str, is_package: bool) -> None:
+    """What ``body`` binds in its own scope (imports, defs, classes, aliases), nested blocks included."""
+    for node in _statements(body):
+        if isinstance(node, ast.Import):
+            for alias in node.names:
+                if alias.asname:
+                    scope.names[alias.asname] = alias.name
+                else:
+                    top = alias.name.split(".")[0]
+                    scope.names.setdefault(top, top)
+        elif isinstance(node, ast.ImportFrom):
+            origin = _absolute(node, module, is_package)
+            for alias in node.names:
+                scope.names[alias.asname or alias.name] = f"{origin}.{alias.name}" if origin else alias.name
+        elif isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef):
+            scope.functions[node.name] = node
+        elif isinstance(node, ast.ClassDef):
+            scope.classes[node.name] = node
+        elif isinstance(node, ast.Assign) and len(node.targets) == 1 and isinstance(node.targets[0], ast.Name):
+            imported = _imported_by_call(node.value)
+            if imported is not None:
+                scope.names[node.targets[0].id] = imported
+                continue
+            dotted = _dotted(node.value)
+            if dotted is not None:
+                scope.names.setdefault(node.targets[0].id, f"={dotted}")
+
+
+def _imported_by_call(value: ast.expr) -> str | None:
+    """The module ``importlib.import_module("megatron...")`` names, as a name bound to it holds it."""
+    if (
+        isinstance(value, ast.Call)
+        and (getattr(value.func, "attr", None) or getattr(value.func, "id", None)) == "import_module"
+        and value.args
+        and isinstance(value.args[0], ast.Constant)
+        and isinstance(value.args[0].value, str)
+    ):
+        return value.args[0].value
+    return None
+
+
+def _statements(body: list[ast.stmt]) -> Iterator[ast.stmt]:
+    """The statements of a block and of the blocks nested in it (if, try, with, for), not of nested defs."""
+    for node in body:
+        yield node
+        if isinstance(node, ast.If | ast.For | ast.While | ast.With | ast.Try):
+            nested = [*node.body, *getattr(node, "orelse", []), *getattr(node, "finalbody", [])]
+            nested += [s for handler in getattr(node, "handlers", []) for s in handler.body]
+            yield from _statements(nested)
+
+
+def _absolute(node: ast.ImportFrom, module: str, is_package: bool) -> str:
+    if not node.level:
+        return node.module or ""
+    parts = module.split(".")
+    package = parts[: len(parts) - node.level + (1 if is_package else 0)]
+    return ".".join([*package, *([node.module] if node.module else [])])
+
+
+def _dotted(node: ast.expr) -> str | None:
+    """``a.b.c`` as written, for a chain of attributes on a name."""
+    parts = []
+    while isinstance(node, ast.Attribute):
+        parts.append(node.attr)
+        node = node.value
+    if not isinstance(node, ast.Name):
+        return None
+    return ".".join([node.id, *reversed(parts)])
+
+
+class _Reader:
+    def __init__(
+        self, module: str, path: Path, trees: dict[str, tuple[Path, ast.Module]], is_megatron_owner, own: set[str]
+    ) -> None:
+        self.module = module
+        self.path = path
+        self.trees = trees
+        self.is_megatron_owner = is_megatron_owner
+        self.own = own
+        self.patches: list[SourcePatch] = []
+        self.calls: list[CallStatement] = []
+
+    def resolve(self, dotted: str, scopes: list[_Scope]) -> str:
+        """``dotted`` with its first name replaced by what the nearest scope binds it to (aliases followed)."""
+        head, _, rest = dotted.partition(".")
+        for _ in range(5):
+            bound = next((s.names[head] for s in reversed(scopes) if head in s.names), None)
+            if bound is None:
+                break
+            bound = bound.lstrip("=")
+            dotted = f"{bound}.{rest}" if rest else bound
+            new_head, _, new_rest = dotted.partition(".")
+            if new_head == head:
+                break
+            head, rest = new_head, new_rest
+        return dotted
+
+    def read(self, body: list[ast.stmt], enclosing: list[ast.AST], scopes: list[_Scope]) -> None:
+        for node in _statements(body):
+            if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef):
+                scope = _Scope()
+                _bind(scope, node.body, self.module, self.path.name == "__init__.py")
+                self.read(node.body, [*enclosing, node], [*scopes, scope])
+            elif isinstance(node, ast.ClassDef):
+                self.read(node.body, [*enclosing, node], [*scopes, _Scope()])
+            elif isinstance(node, ast.Assign):
+                for target in node.targets:
+                    if isinstance(target, ast.Attribute):
+                        self.assigned(_dotted(target), node.value, node, enclosing, scopes)
+            elif isinstance(node, ast.Expr) and isinstance(node.value, ast.Call):
+                call = node.value
+                if getattr(call.func, "id", None) == "setattr" and len(call.args) == 3:
+                    owner, name, value = call.args
+                    if isinstance(name, ast.Constant) and isinstance(name.value, str) and _dotted(owner):
+                        self.assigned(f"{_dotted(owner)}.{name.value}", value, node, enclosing, scopes)
+            self.called(node, enclosing, scopes)
+
+    def called(self, node: ast.stmt, enclosing: list[ast.AST], scopes: list[_Scope]) -> None:
+        """Record the calls of the framework's own functions this statement makes (not in nested blocks: those are
+        statements of their own)."""
+        if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef):
+            return
+        heads = [node.test] if isinstance(node, ast.If | ast.While) else []
+        if isinstance(node, ast.With):
+            heads = [item.context_expr for item in node.items]
+        elif not isinstance(node, ast.If | ast.For | ast.While | ast.Try):
+            heads = [node]
+        names: dict[str, str] | None = None
+        for head in heads:
+            for call in (c for c in ast.walk(head) if isinstance(c, ast.Call)):
+                written = _dotted(call.func)
+                if written is None or written.rpartition(".")[2] not in self.own:
+                    continue
+                if names is None:
+                    names = {n: self.resolve(n, scopes) for n in {n for scope in scopes for n in scope.names}}
+                called = written if written.startswith("self.") else self.resolve(written, scopes)
+                self.calls.append(CallStatement(called, self.module, (*enclosing, node), names))
+
+    def assigned(
+        self, target: str | None, value: ast.expr, node: ast.stmt, enclosing: list[ast.AST], scopes: list[_Scope]
+    ) -> None:
+        if target is None:
+            return
+        owner, _, name = self.resolve(target, scopes).rpartition(".")
+        if not owner.startswith("megatron.") or not self.is_megatron_owner(owner):
+            return
+        wrapper = None
+        inner = value
+        if isinstance(value, ast.Call) and getattr(value.func, "id", None) in WRAPPERS and len(value.args) == 1:
+            wrapper, inner = WRAPPERS[value.func.id], value.args[0]
+        written = _dotted(inner)
+        definition = self.definition(written, scopes, enclosing) if written else None
+        resolved = self.resolve(written, scopes) if written else None
+        restores = definition is None and bool(resolved and resolved.startswith("megatron."))
+        if definition is not None and wrapper is None:
+            wrapper = _decorated(definition.node)
+        captured = {name for scope in scopes for name, bound in scope.names.items() if bound.startswith("=")}
+        originals = {name: path for name in captured if (path := self.resolve(name, scopes)).startswith("megatron.")}
+        self.patches.append(
+            SourcePatch(
+                f"{owner}.{name}",
+                ast.unparse(value),
+                self.path,
+                self.module,
+                node.lineno,
+                (*enclosing, node),
+                definition,
+                wrapper,
+                originals,
+                {name: self.resolve(name, scopes) for name in {n for scope in scopes for n in scope.names}},
+                restores,
+                isinstance(value, ast.Constant),
+                bool(written and written.split(".")[0] in ("self", "cls") and written.count(".") == 1),
+            )
+        )
+
+    def definition(self, written: str, scopes: list[_Scope], enclosing: list[ast.AST]) -> Definition | None:
+        """The function ``written`` names: a def in an enclosing scope, a method of a class of the framework
+        (``Cls.method``), or a function another module of the framework defines and this one imports."""
+        head, _, rest = written.partition(".")
+        local = self.local_definition(head, enclosing) if not rest else None
+        if local is not None:
+            return Definition(local, self.path, self.module)
+        owner = next((n for n in reversed(enclosing) if isinstance(n, ast.ClassDef)), None)
+        if head == "self" and owner is not None and "." not in rest:
+            method = _method(owner, rest)
+            return Definition(method, self.path, self.module) if method else None
+        for scope in reversed(scopes):
+            if not rest and head in scope.functions:
+                return Definition(scope.functions[head], self.path, self.module)
+            if rest and "." not in rest and head in scope.classes:
+                method = _method(scope.classes[head], rest)
+                return Definition(method, self.path, self.module) if method else None
+        dotted = self.resolve(written, scopes)
+        for cut in range(dotted.count("."), 0, -1):
+            parts = dotted.split(".")
+            module, qualname = ".".join(parts[:cut]), parts[cut:]
+            if module in self.trees:
+                path, tree = self.trees[module]
+                found = _qualified(tree, qualname)
+                return Definition(found, path, module) if found else None
+        return None
+
+    def local_definition(self, name: str, enclosing: list[ast.AST]) -> ast.FunctionDef | ast.AsyncFunctionDef | None:
+        """A def of ``name`` in the innermost enclosing function: it shadows an import of the same name (a fallback
+        defined in ``except ImportError``)."""
+        functions = [n for n in enclosing if isinstance(n, ast.FunctionDef | ast.AsyncFunctionDef)]
+        body = functions[-1].body if functions else []
+        return next(
+            (n for n in _statements(body) if isinstance(n, ast.FunctionDef | ast.AsyncFunctionDef) and n.name == name),
+            None,
+        )
+
+
+def _method(cls: ast.ClassDef, name: str) -> ast.FunctionDef | ast.AsyncFunctionDef | None:
+    return next((n for n in cls.body if isinstance(n, ast.FunctionDef | ast.AsyncFunctionDef) and n.name == name), None)
+
+
+def _qualified(tree: ast.Module, qualname: list[str]) -> ast.FunctionDef | ast.AsyncFunctionDef | None:
+    body: list[ast.stmt] = tree.body
+    for index, part in enumerate(qualname):
+        last = index == len(qualname) - 1
+        found = next(
+            (
+                n
+                for n in _statements(body)
+                if isinstance(n, ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef) and n.name == part
+            ),
+            None,
+        )
+        if found is None:
+            return None
+        if last:
+            return found if isinstance(found, ast.FunctionDef | ast.AsyncFunctionDef) else None
+        if not isinstance(found, ast.ClassDef):
+            return None
+        body = found.body
+    return None
+
+
+def _decorated(node: ast.FunctionDef | ast.AsyncFunctionDef) -> str | None:
+    for decorator in node.decorator_list:
+        name = getattr(decorator, "id", None)
+        if name in WRAPPERS:
+            return WRAPPERS[name]
+    return None

@@ -1,0 +1,414 @@
+"""A verdict for every Megatron symbol a framework replaces, read from the framework's source and Megatron's, with
+nothing of the framework run: what the gate says where the framework cannot be imported here, where its apply
+cannot run (Transformer Engine, a GPU), or where the symbol is reached through ``nn.Module.__call__``.
+
+The rules are the live checks' (:mod:`.replacement_fit`, :mod:`.call_sites`), applied to the replacement's
+definition as written:
+
+- red: a Megatron call site passes what the replacement cannot bind; a call site unpacks another number of values
+  than every ``return`` of the replacement gives; the replacement calls the original it captured with what the
+  target's original does not take; a Megatron module holds the function by value and calls it there;
+- advisory: keywords a call site passes that the replacement takes in a ``**kwargs`` it never reads; a by-value
+  binding Megatron never calls; an unpacking call whose count the replacement's source does not decide;
+- ``fits`` with the call sites it fits; ``undecided`` (never a fit) where no call site is found or the replacement is
+  not a function of the framework's source; ``skipped`` where the framework's own check leaves the patch out on this
+  target (:mod:`.framework_guards`), ``absent`` where Megatron here does not define what the patch replaces.
+"""
+
+from __future__ import annotations
+
+import ast
+import dataclasses
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from harness.contracts.api_fingerprint.call_sites import MegatronCall, MegatronSource, calls_in
+from harness.contracts.api_fingerprint.framework_guards import Versions, guard_of
+from harness.contracts.api_fingerprint.framework_patches import FrameworkSource, SourcePatch, read_framework
+from harness.contracts.api_fingerprint.framework_scan import defined, symbol_key
+from harness.contracts.api_fingerprint.module_calls import instance_calls, spec_constructions
+from harness.contracts.api_fingerprint.replacement_fit import (
+    ReadFunction,
+    binding_problem,
+    dropped_keywords,
+    returned_count,
+)
+
+SEVERITY = ("red", "advisory", "undecided", "fits", "skipped", "absent")
+"""Verdicts, most severe first: a symbol patched in several places takes its most severe."""
+
+
+@dataclass
+class SymbolVerdict:
+    """What the gate says about one replaced symbol on one target, and how it was checked."""
+
+    symbol: str
+    """``module:qualname`` in Megatron."""
+    verdict: str
+    findings: list[str] = field(default_factory=list)
+    """One line per red, advisory or reason, each naming the Megatron (or framework) file and line."""
+    calls: list[str] = field(default_factory=list)
+    """The call sites checked, ``file:line``."""
+    patched_at: list[str] = field(default_factory=list)
+    replacement: str = ""
+    how: str = "from source"
+    why: str = ""
+    """Why it was read from source and not checked applied (empty where the caller did not say)."""
+
+    def line(self) -> str:
+        """The verdict in one line, as the report and the terminal show it."""
+        where = f" (patched at {', '.join(self.patched_at)})" if self.patched_at else ""
+        if self.verdict == "fits":
+            sites = ", ".join(self.calls)
+            return f"{self.symbol}{where}: fits its {len(self.calls)} call site(s): {sites}"
+        return f"{self.symbol}{where}: {self.verdict}: {'; '.join(self.findings)}"
+
+
+def framework_verdicts(
+    root: Path,
+    source: MegatronSource,
+    versions: Versions,
+    declared: Mapping[str, str] | None = None,
+    live: Iterable[str] = (),
+) -> list[SymbolVerdict]:
+    """A verdict per Megatron symbol the framework under ``root`` replaces: each patch assignment its source makes,
+    and each symbol ``declared`` names with its replacement (``symbol -> module:qualname``, a method bound on
+    instances included, whose class the source does not give); those in ``live`` (checked applied) left out."""
+    tree = source.root
+    framework = read_framework(root, lambda dotted: _is_owner(dotted, tree))
+    keyed: dict[str, list[SourcePatch]] = {}
+    for patch in (p for p in framework.patches if not p.constant):
+        keyed.setdefault(megatron_key(patch.path, source), []).append(patch)
+    for symbol, replacement in (declared or {}).items():
+        if not any(not p.restores for p in keyed.get(symbol, [])):
+            keyed[symbol] = [_declared_patch(framework, symbol, replacement)]
+    replaced = {key for key, found in keyed.items() if any(not p.restores for p in found)}
+    verdicts = []
+    skipped = set(live)
+    for key, found in sorted(keyed.items()):
+        made = [p for p in found if not p.restores]
+        if key in skipped or not made:
+            continue
+        each = [_verdict(key, patch, source, versions, replaced, framework) for patch in made]
+        each = [v for v in each if v.verdict != "skipped"] or each
+        worst = min(each, key=lambda v: SEVERITY.index(v.verdict))
+        worst.patched_at = [p.place for p in made]
+        worst.findings = list(dict.fromkeys(f for v in each if v.verdict == worst.verdict for f in v.findings))
+        verdicts.append(worst)
+    return verdicts
+
+
+def _declared_patch(framework: FrameworkSource, symbol: str, replacement: str) -> SourcePatch:
+    """A replaced symbol the declaration names, as a patch of its declared replacement: where the source's own
+    assignment is not found (a method swapped on built instances, an owner reached through a helper)."""
+    module, _, qualname = replacement.partition(":")
+    definition = framework.definition(module, qualname)
+    value = f"{module}:{qualname}"
+    if definition is None:
+        return SourcePatch(symbol.replace(":", "."), value, framework.root, module, 0, (), None, None, declared=True)
+    return SourcePatch(
+        symbol.replace(":", "."),
+        value,
+        definition.file,
+        definition.module,
+        definition.node.lineno,
+        (definition.node,),
+        definition,
+        _decorated_kind(definition.node),
+        declared=True,
+    )
+
+
+def _is_owner(dotted: str, tree: Path) -> bool:
+    """A Megatron module, or what reads as a class of one (it need not exist on this target: then the patch is
+    ``absent`` here, not unseen)."""
+    if _module_exists(tree, dotted):
+        return True
+    last = dotted.rpartition(".")[2]
+    return dotted.startswith("megatron.") and last[:1].isupper()
+
+
+def _module_exists(tree: Path, module: str) -> bool:
+    base = tree.joinpath(*module.split("."))
+    return base.with_suffix(".py").is_file() or (base / "__init__.py").is_file()
+
+
+def megatron_key(path: str, source: MegatronSource) -> str:
+    """``module:qualname`` of a dotted path in Megatron, an owner class re-exported followed to its defining module
+    (``megatron.core.tensor_parallel.VocabParallelEmbedding.forward`` is ``megatron.core.tensor_parallel.layers:...``);
+    a module-level name itself stays where the patch re-binds it."""
+    key = symbol_key(path, [source.root]) or _unresolved_key(path)
+    if any(part[:1].isupper() for part in key.partition(":")[2].split(".")[1:]) and key.partition(":")[2][:1].islower():
+        key = _unresolved_key(path)
+    for _ in range(5):
+        module, _, qualname = key.partition(":")
+        head, _, rest = qualname.partition(".")
+        if not rest:
+            return key
+        tree = source.tree(module) if module in source.texts else None
+        origin = next(
+            (
+                _absolute_from(node, module, source.is_package(module))
+                for node in (tree.body if tree else [])
+                if isinstance(node, ast.ImportFrom) and any((a.asname or a.name) == head for a in node.names)
+            ),
+            None,
+        )
+        if origin is None or origin not in source.texts:
+            return key
+        name = next(
+            a.name for n in tree.body if isinstance(n, ast.ImportFrom) for a in n.names if (a.asname or a.name) == head
+        )
+        key = f"{origin}:{name}{'.' + rest if rest else ''}"
+    return key
+
+
+def _absolute_from(node: ast.ImportFrom, module: str, is_package: bool) -> str:
+    if not node.level:
+        return node.module or ""
+    parts = module.split(".")
+    package = parts[: len(parts) - node.level + (1 if is_package else 0)]
+    return ".".join([*package, *([node.module] if node.module else [])])
+
+
+def _defines(source: MegatronSource, key: str) -> bool:
+    """Whether Megatron here has ``key``: a module-level name, or a method its class defines or inherits from a
+    Megatron base."""
+    if defined(source.root, key):
+        return True
+    module, _, qualname = key.partition(":")
+    owner_name, _, method = qualname.rpartition(".")
+    owner = source.class_named(module, owner_name) if owner_name and module in source.texts else None
+    return owner is not None and (method == "__init__" or source.definer(owner, method) is not None)
+
+
+def _unresolved_key(path: str) -> str:
+    """``module:qualname`` for a path whose module this target lacks: the lower-case parts are the module."""
+    parts = path.split(".")
+    cut = next((i for i, part in enumerate(parts) if part[:1].isupper()), len(parts) - 1)
+    return f"{'.'.join(parts[:cut])}:{'.'.join(parts[cut:])}"
+
+
+def _verdict(
+    key: str,
+    patch: SourcePatch,
+    source: MegatronSource,
+    versions: Versions,
+    replaced: set[str],
+    framework: FrameworkSource,
+) -> SymbolVerdict:
+    result = SymbolVerdict(key, "fits", replacement=patch.definition.place if patch.definition else patch.value)
+    skipped_by = _skipped_by(framework, patch.module, patch.scope, patch.names, versions, depth=0)
+    if skipped_by is not None:
+        return _set(result, "skipped", f"not applied here by {skipped_by}")
+    if not _defines(source, key):
+        missing = f"megatron-core {versions.megatron} defines no {key.partition(':')[2]}"
+        read_at = _reads_original(patch, key, source)
+        if read_at is not None:
+            return _set(
+                result,
+                "red",
+                f"the framework reads the original at {read_at} before patching it, and {missing}"
+                f"{_defined_at(source, key)}: the apply raises AttributeError here",
+            )
+        return _set(result, "absent", f"{missing}: the patch adds a name Megatron does not call")
+    if patch.definition is None:
+        return _set(
+            result, "undecided", f"the replacement `{patch.value}` is not a function the framework's source defines"
+        )
+    replacement = ReadFunction(patch.definition.node, patch.bound)
+    module, _, qualname = key.partition(":")
+    method = "." in qualname
+    upstream = _upstream(source, module, qualname)
+    kind = patch.wrapper or ("method" if method else "function")
+    upstream_kind = _decorated_kind(upstream) if upstream is not None else None
+    if upstream_kind == "property":
+        calls = source.reads_of(key, replaced - {key})
+        kind = patch.wrapper or "method"
+    else:
+        calls = source.calls_of(key, replaced - {key})
+        if qualname.endswith(".__init__"):
+            calls += _constructions(source, key, replaced - {key})
+            if upstream is not None:
+                own = ReadFunction(upstream)
+                calls += spec_constructions(source, key, lambda call: binding_problem(own, call, "method") is None)
+        elif method and upstream is not None:
+            own = ReadFunction(upstream)
+            calls += instance_calls(
+                source, key, lambda call: binding_problem(own, call, upstream_kind or "method") is None
+            )
+    calls = list({(c.file, c.line, c.caller): c for c in calls}.values())
+    findings_red: list[str] = []
+    findings_advisory: list[str] = []
+    for call in calls:
+        problem = binding_problem(replacement, call, kind)
+        if problem is not None:
+            findings_red.append(
+                f"Megatron's call at {call.describe()} does not bind to {result.replacement}: {problem}"
+            )
+    count = returned_count(replacement)
+    for call in (c for c in calls if c.unpacks is not None):
+        if count is not None and call.unpacks != count:
+            findings_red.append(f"{call.place} unpacks {call.unpacks} values, {result.replacement} returns {count}")
+        elif count is None:
+            findings_advisory.append(
+                f"{call.place} unpacks {call.unpacks} values; how many the replacement returns is not decided"
+            )
+    findings_red += _original_calls(patch, key, source)
+    for call in (c for c in calls if c.bound_at is not None and f"{c.caller.split(':')[0]}:{c.name}" not in replaced):
+        findings_red.append(
+            f"{call.place} calls {call.name}, bound by value at {call.bound_at}: the patch does not reach this call"
+        )
+    for binding in source.bindings_of(key) if not method else ():
+        if not binding.called and f"{binding.module}:{binding.alias}" not in replaced:
+            findings_advisory.append(
+                f"bound by value at {binding.place} as {binding.module}.{binding.alias}, never called there"
+            )
+    for keyword, passing in dropped_keywords(replacement, calls).items():
+        places = ", ".join(c.place for c in passing)
+        findings_advisory.append(f"{keyword!r}, passed at {places}, is taken in **kwargs and never read")
+    result.calls = [c.place for c in calls]
+    if findings_red:
+        return _set(result, "red", *findings_red)
+    if findings_advisory:
+        return _set(result, "advisory", *findings_advisory)
+    if not calls:
+        where = "reached through nn.Module.__call__ or an object only known at run time" if method else "not called"
+        return _set(result, "undecided", f"no call of it found in Megatron's source ({where})")
+    return result
+
+
+CALLER_DEPTH = 3
+"""How many callers up a patching function's runs are followed (the patch's own function, its callers, theirs)."""
+
+
+def _skipped_by(
+    framework: FrameworkSource,
+    module: str,
+    chain: tuple[ast.AST, ...],
+    names: dict[str, str],
+    versions: Versions,
+    depth: int,
+) -> str | None:
+    """The framework file and line of the check that keeps ``chain[-1]`` from running on this target: one around it
+    in its function, or, where every call of that function is skipped so, the callers' (``None``: it runs). A
+    function nobody in the framework calls is an entry point: it runs."""
+    _, tree = framework.trees[module]
+    guard = guard_of(chain, tree.body, lambda node: framework.place(module, node.lineno), names, versions)
+    if not guard.applied:
+        return guard.place
+    functions = [n for n in chain[:-1] if isinstance(n, ast.FunctionDef | ast.AsyncFunctionDef)]
+    if not functions or depth >= CALLER_DEPTH:
+        return None
+    inner = functions[-1]
+    classes = [n.name for n in chain[: chain.index(inner)] if isinstance(n, ast.ClassDef)]
+    qualname = (*classes[-1:], inner.name)
+    callers = framework.callers(module, qualname)
+    if not callers:
+        return None
+    reasons = [_skipped_by(framework, c.module, c.chain, c.names, versions, depth + 1) for c in callers]
+    return reasons[0] if all(reasons) else None
+
+
+def _constructions(source: MegatronSource, key: str, replaced: set[str]) -> list[MegatronCall]:
+    """``Cls(...)`` wherever Megatron constructs the class, or a subclass that keeps its ``__init__``: calls of a
+    replaced ``__init__`` (the instance passed implicitly, as to a method)."""
+    module, _, qualname = key.partition(":")
+    owner = source.class_named(module, qualname.rpartition(".")[0])
+    if owner is None:
+        return []
+    classes = [info for info in source.descendants(owner) if source.reaches(owner, "__init__", source.mro(info))]
+    calls = [call for info in classes for call in source.calls_of(f"{info.module}:{info.name}", replaced)]
+    return [dataclasses.replace(call, bound_at=None) for call in calls]
+
+
+def _reads_original(patch: SourcePatch, key: str, source: MegatronSource) -> str | None:
+    """Where the patching function reads the attribute it replaces (``origin = Cls.method``) before the patch, as
+    ``file:line``; None where it does not."""
+    functions = [n for n in patch.scope[:-1] if isinstance(n, ast.FunctionDef | ast.AsyncFunctionDef)]
+    if not functions or patch.declared:
+        return None
+    names = {name for name, path in patch.originals.items() if megatron_key(path, source) == key}
+    for node in ast.walk(functions[-1]):
+        if isinstance(node, ast.Assign) and node.lineno < patch.line:
+            if any(isinstance(t, ast.Name) and t.id in names for t in node.targets):
+                return f"{patch.module.replace('.', '/')}.py:{node.lineno}"
+    return None
+
+
+def _defined_at(source: MegatronSource, key: str) -> str:
+    """`` (its class at <file>:<line>)`` for a method of a class Megatron defines here; empty otherwise."""
+    module, _, qualname = key.partition(":")
+    owner = source.class_named(module, qualname.rpartition(".")[0]) if "." in qualname else None
+    tree = source.tree(module) if owner is not None else None
+    node = (
+        next((n for n in ast.walk(tree) if isinstance(n, ast.ClassDef) and n.name == owner.name), None)
+        if tree
+        else None
+    )
+    return f" (its class at {source.file_of(module)}:{node.lineno})" if node is not None else ""
+
+
+def _set(result: SymbolVerdict, verdict: str, *findings: str) -> SymbolVerdict:
+    result.verdict = verdict
+    result.findings = list(findings)
+    return result
+
+
+def _upstream(source: MegatronSource, module: str, qualname: str) -> ast.FunctionDef | ast.AsyncFunctionDef | None:
+    """Megatron's definition of the replaced symbol on this target (an inherited method: the base's)."""
+    if "." in qualname:
+        owner_name, _, method = qualname.rpartition(".")
+        owner = source.class_named(module, owner_name)
+        definer = source.definer(owner, method) if owner is not None else None
+        return source.methods(definer).get(method) if definer is not None else None
+    tree = source.tree(module) if module in source.texts else None
+    return next(
+        (
+            n
+            for n in (tree.body if tree else [])
+            if isinstance(n, ast.FunctionDef | ast.AsyncFunctionDef) and n.name == qualname
+        ),
+        None,
+    )
+
+
+def _decorated_kind(node: ast.FunctionDef | ast.AsyncFunctionDef) -> str | None:
+    for decorator in node.decorator_list:
+        name = getattr(decorator, "id", None)
+        if name in ("staticmethod", "classmethod", "property"):
+            return name
+    return None
+
+
+def _original_calls(patch: SourcePatch, key: str, source: MegatronSource) -> list[str]:
+    """The replacement's calls of the original it captured (``origin = Cls.method`` before the patch), checked
+    against the target's original: a keyword it no longer takes is red."""
+    if patch.definition is None:
+        return []
+    names = {name for name, path in patch.originals.items() if megatron_key(path, source) == key}
+    if not names:
+        return []
+    module, _, qualname = key.partition(":")
+    upstream = _upstream(source, module, qualname)
+    if upstream is None:
+        return []
+    original = ReadFunction(upstream)
+    kind = _decorated_kind(upstream)
+    found = calls_in(
+        patch.definition.node,
+        patch.definition.place.rpartition(":")[0],
+        f"{patch.definition.module}:{patch.definition.node.name}",
+        lambda func: isinstance(func, ast.Name) and func.id in names,
+    )
+    problems = []
+    for call in found:
+        as_kind = "classmethod" if kind == "classmethod" else "function"
+        problem = binding_problem(original, call, "staticmethod" if as_kind == "function" else as_kind)
+        if problem is not None:
+            problems.append(
+                f"{patch.definition.module.replace('.', '/')}.py:{call.line} calls the original {key} with what "
+                f"megatron-core's own at {source.file_of(module)}:{upstream.lineno} does not take: {problem}"
+            )
+    return problems
