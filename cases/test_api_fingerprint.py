@@ -546,6 +546,9 @@ def from_source(
     found.write(report_dir / "replaced_symbols.json", target.session)
     for line in found.lines():
         record_finding(FAMILY.name, line)
+    if not found.verdicts:
+        left = "every replaced symbol was checked applied" if applied else "no patch of Megatron found in its source"
+        pytest.skip(f"nothing to read from source: {left}")
     return found
 
 

@@ -71,17 +71,27 @@ def _dist_info(version: str) -> str:
     return f"{MEGATRON_DISTRIBUTION.replace('-', '_')}-{version}.dist-info"
 
 
-def _fetch(version: str, destination: Path) -> None:
-    """Unpack the release's wheel into ``destination`` through a scratch folder, so that an interrupted fetch never
-    leaves a half-filled cache entry behind."""
+def distribution_source(name: str, version: str, package: str, cache: Path | None = None) -> Path:
+    """The folder holding the published ``name==version``'s packages (``package`` among them), its wheel unpacked
+    once into the cache without its dependencies: a framework's source, read without installing or importing it."""
+    cache = cache_dir() if cache is None else cache
+    unpacked = cache / "distributions" / f"{name}-{version}"
+    if not (unpacked / package).is_dir():
+        _fetch(version, unpacked, name, package)
+    return unpacked
+
+
+def _fetch(version: str, destination: Path, name: str = MEGATRON_DISTRIBUTION, package: str = "megatron") -> None:
+    """Unpack the wheel of ``name==version`` into ``destination`` through a scratch folder, so that an interrupted
+    fetch never leaves a half-filled cache entry behind."""
     uv = shutil.which("uv")
     if uv is None:
         raise ReleaseSourceError(
-            f"{MEGATRON_DISTRIBUTION} {version}: no target venv beside this one has it, and uv, which fetches its "
+            f"{name} {version}: no target venv beside this one has it, and uv, which fetches its "
             "wheel, is not on PATH (pip install uv, or build a target venv of that release)"
         )
     destination.parent.mkdir(parents=True, exist_ok=True)
-    requirement = f"{MEGATRON_DISTRIBUTION}=={version}"
+    requirement = f"{name}=={version}"
     said = []
     for python in (None, *_OTHER_PYTHONS):
         scratch_dir = tempfile.TemporaryDirectory(
@@ -94,19 +104,15 @@ def _fetch(version: str, destination: Path) -> None:
             try:
                 done = subprocess.run(command, capture_output=True, text=True, timeout=_FETCH_TIMEOUT_S)
             except subprocess.TimeoutExpired:
-                raise ReleaseSourceError(
-                    f"{MEGATRON_DISTRIBUTION} {version}: fetching its wheel took over {_FETCH_TIMEOUT_S} s"
-                ) from None
-            if done.returncode == 0 and (Path(scratch) / "megatron").is_dir():
+                raise ReleaseSourceError(f"{name} {version}: fetching its wheel took over {_FETCH_TIMEOUT_S} s") from None
+            if done.returncode == 0 and (Path(scratch) / package).is_dir():
                 try:
                     os.replace(scratch, destination)
                 except OSError:
-                    if not (destination / "megatron").is_dir():
+                    if not (destination / package).is_dir():
                         raise
                 return
             last = (done.stderr.strip().splitlines() or ["no output"])[-1]
             said.append(f"for Python {python or 'of this venv'}: {last}")
-    raise ReleaseSourceError(
-        f"{MEGATRON_DISTRIBUTION} {version}: no target venv beside this one has it, and no wheel of it could be "
-        f"fetched ({'; '.join(said)})"
-    )
+    looked = "no target venv beside this one has it, and " if name == MEGATRON_DISTRIBUTION else ""
+    raise ReleaseSourceError(f"{name} {version}: {looked}no wheel of it could be fetched ({'; '.join(said)})")

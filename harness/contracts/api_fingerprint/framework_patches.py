@@ -299,8 +299,8 @@ class _Reader:
                 call = node.value
                 if getattr(call.func, "id", None) == "setattr" and len(call.args) == 3:
                     owner, name, value = call.args
-                    if isinstance(name, ast.Constant) and isinstance(name.value, str) and _dotted(owner):
-                        self.assigned(f"{_dotted(owner)}.{name.value}", value, node, enclosing, scopes)
+                    for attribute in _names_of(name, node, enclosing) if _dotted(owner) else ():
+                        self.assigned(f"{_dotted(owner)}.{attribute}", value, node, enclosing, scopes)
             self.called(node, enclosing, scopes)
 
     def called(self, node: ast.stmt, enclosing: list[ast.AST], scopes: list[_Scope]) -> None:
@@ -398,6 +398,22 @@ class _Reader:
             (n for n in _statements(body) if isinstance(n, ast.FunctionDef | ast.AsyncFunctionDef) and n.name == name),
             None,
         )
+
+
+def _names_of(name: ast.expr, statement: ast.stmt, enclosing: list[ast.AST]) -> list[str]:
+    """The attribute names a ``setattr`` sets: a literal, or each string of the literal tuple a ``for`` loop around
+    it runs over (``for name in ("a", "b"): setattr(module, name, f)``)."""
+    if isinstance(name, ast.Constant) and isinstance(name.value, str):
+        return [name.value]
+    if not isinstance(name, ast.Name):
+        return []
+    functions = [n for n in enclosing if isinstance(n, ast.FunctionDef | ast.AsyncFunctionDef)]
+    for loop in (n for n in ast.walk(functions[-1]) if isinstance(n, ast.For)) if functions else ():
+        inside = any(s is statement for s in ast.walk(loop))
+        if inside and isinstance(loop.target, ast.Name) and loop.target.id == name.id:
+            items = loop.iter.elts if isinstance(loop.iter, ast.Tuple | ast.List) else []
+            return [e.value for e in items if isinstance(e, ast.Constant) and isinstance(e.value, str)]
+    return []
 
 
 def _method(cls: ast.ClassDef, name: str) -> ast.FunctionDef | ast.AsyncFunctionDef | None:

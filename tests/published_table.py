@@ -1,0 +1,154 @@
+"""``nox -s published -- [NAME ...] [--targets VERSION ...]``: the replaced Megatron symbols of frameworks as
+published on the package index, judged from source on every release of the matrix, against the verdicts written for
+them beforehand by readers of the framework's and Megatron's source alone (``tests/published/expected/``).
+
+The framework's wheel and each release's Megatron wheel are unpacked once into the cache
+(:mod:`harness.targets.release_source`); nothing is installed or imported, so all seven releases take seconds. A
+cell is the expected verdict and the gate's; a red or advisory also compares the Megatron line the table names
+first with the gate's findings. Writes ``docs/published.md``; exits 1 where a cell differs.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+from harness import REPO_ROOT
+from harness.contracts.api_fingerprint.call_sites import MegatronSource
+from harness.contracts.api_fingerprint.framework_guards import Versions
+from harness.contracts.api_fingerprint.from_source import defines
+from harness.contracts.api_fingerprint.source_verdicts import SymbolVerdict, framework_verdicts
+from harness.targets.matrix import load_matrix
+from harness.targets.release_source import distribution_source, release_source
+
+PUBLISHED = {"mcore-bridge": ("1.6.5", "mcore_bridge"), "ms-swift": ("4.6.0", "swift"), "verl": ("0.9.1", "verl")}
+"""Distribution -> (version, the top-level package its Megatron code lives in)."""
+
+EXPECTED = REPO_ROOT / "tests" / "published" / "expected"
+PAGE = REPO_ROOT / "docs" / "published.md"
+COMMAND = "nox -s published"
+
+
+@dataclass(frozen=True)
+class Cell:
+    """One symbol on one release: what the table expects, what the gate says, and whether they agree."""
+
+    expected: str
+    found: str
+    line_expected: str | None = None
+    line_found: bool = True
+
+    @property
+    def agrees(self) -> bool:
+        return self.expected == self.found and self.line_found
+
+
+def releases(only: list[str] | None = None) -> list[tuple[str, str]]:
+    """(megatron-core version, torch version) of every matrix target, oldest first."""
+    found = []
+    for target in load_matrix(REPO_ROOT / "matrix.yaml").targets:
+        megatron = target.megatron.location.partition("==")[2]
+        torch = str(target.torch).lstrip("=<>!~")
+        if megatron and (not only or megatron in only):
+            found.append((megatron, torch))
+    return found
+
+
+def gate_verdicts(name: str, megatron: str, torch: str) -> dict[str, SymbolVerdict]:
+    version, package = PUBLISHED[name]
+    root = distribution_source(name, version, package)
+    source = MegatronSource(release_source(megatron, venvs=REPO_ROOT / ".nox").root)
+    verdicts = framework_verdicts(root, source, Versions(megatron, torch, defines(source.root)))
+    return {v.symbol: v for v in verdicts}
+
+
+def compare(name: str, targets: list[tuple[str, str]]) -> dict[str, dict[str, Cell]]:
+    """Symbol -> release -> cell, over the table's symbols and the gate's."""
+    table = json.loads((EXPECTED / f"{name}.json").read_text())["symbols"]
+    rows: dict[str, dict[str, Cell]] = {}
+    for megatron, torch in targets:
+        found = gate_verdicts(name, megatron, torch)
+        for symbol in sorted(set(table) | set(found)):
+            wanted = table.get(symbol, {}).get("targets", {}).get(megatron, {})
+            expected = wanted.get("verdict", "-")
+            verdict = found.get(symbol)
+            lines = wanted.get("lines") or []
+            first = lines[0] if expected in ("red", "advisory") and lines else None
+            text = " ".join(verdict.findings) if verdict else ""
+            rows.setdefault(symbol, {})[megatron] = Cell(
+                expected, verdict.verdict if verdict else "-", first, first is None or first in text
+            )
+    return rows
+
+
+def page(results: dict[str, dict[str, dict[str, Cell]]], targets: list[tuple[str, str]]) -> str:
+    heads = [megatron for megatron, _ in targets]
+    out = [
+        "# Frameworks as published: replaced Megatron symbols",
+        "",
+        f"Made by `{COMMAND}`: each framework's wheel read from source, never imported, against every matrix release's",
+        "Megatron source, next to the verdicts written beforehand by readers who saw only the two sources",
+        "([`tests/published/expected/`](../tests/published/expected/), their brief in `PROMPT.md`). A cell is",
+        "`expected → gate` where they differ; `-` is a symbol one side does not list. A red or advisory also needs",
+        "the Megatron line the table names first among the gate's findings (else `line`).",
+        "",
+    ]
+    for name, rows in results.items():
+        cells = [cell for row in rows.values() for cell in row.values()]
+        agree = sum(cell.agrees for cell in cells)
+        undecided = sum(cell.found == "undecided" for cell in cells)
+        decided = [cell for cell in cells if cell.found != "-"]
+        out += [
+            f"## {name} {PUBLISHED[name][0]}",
+            "",
+            f"{agree} of {len(cells)} cells agree; the gate leaves {undecided} of {len(decided)} it reads undecided.",
+            "",
+            "| symbol | " + " | ".join(heads) + " |",
+            "|---|" + "---|" * len(heads),
+        ]
+        for symbol, row in rows.items():
+            shown = []
+            for head in heads:
+                cell = row.get(head)
+                if cell is None:
+                    shown.append("")
+                elif cell.agrees:
+                    shown.append(f"✅ {cell.found}")
+                else:
+                    line = "" if cell.line_found else f" (line {cell.line_expected})"
+                    shown.append(f"❌ {cell.expected} → {cell.found}{line}")
+            out.append(f"| `{symbol}` | " + " | ".join(shown) + " |")
+        out.append("")
+    return "\n".join(out)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog=COMMAND)
+    parser.add_argument("names", nargs="*", help=f"distributions (default: {', '.join(PUBLISHED)})")
+    parser.add_argument("--targets", nargs="*", help="megatron-core versions (default: every matrix target)")
+    options = parser.parse_args(argv)
+    targets = releases(options.targets)
+    unknown = [name for name in options.names if name not in PUBLISHED]
+    if unknown:
+        parser.error(f"no expected table for {', '.join(unknown)}: known are {', '.join(PUBLISHED)}")
+    results = {name: compare(name, targets) for name in options.names or list(PUBLISHED)}
+    PAGE.write_text(page(results, targets))
+    differing = [
+        f"{name} {symbol} on {release}: expected {cell.expected}, gate {cell.found}"
+        + ("" if cell.line_found else f" (without {cell.line_expected})")
+        for name, rows in results.items()
+        for symbol, row in rows.items()
+        for release, cell in row.items()
+        if not cell.agrees
+    ]
+    print(f"wrote {PAGE.relative_to(REPO_ROOT)}")
+    for line in differing:
+        print(line)
+    return 1 if differing else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
