@@ -218,65 +218,80 @@ def _verdict(
             result, "undecided", f"the replacement `{patch.value}` is not a function the framework's source defines"
         )
     replacement = ReadFunction(patch.definition.node, patch.bound)
+    calls, upstream_kind = megatron_calls_of(source, key, replaced - {key})
+    kind = patch.wrapper or ("method" if "." in key.partition(":")[2] or upstream_kind == "property" else "function")
+    verdict, findings = judge(source, key, replacement, result.replacement, calls, kind, replaced)
+    originals = _original_calls(patch, key, source)
+    result.calls = [c.place for c in calls]
+    if originals:
+        return _set(result, "red", *(findings if verdict == "red" else []), *originals)
+    return _set(result, verdict, *findings)
+
+
+def megatron_calls_of(source: MegatronSource, key: str, replaced: set[str]) -> tuple[list[MegatronCall], str | None]:
+    """Megatron's uses of ``key`` on this target, those inside ``replaced`` symbols left out: reads of a property;
+    calls by name, on ``self``, ``super()`` or the class; for a method, calls through attributes holding an instance
+    (``forward`` through ``nn.Module.__call__``); for ``__init__``, constructions. Also how Megatron defines it
+    (``property``, ``staticmethod``, ``classmethod``, else None)."""
     module, _, qualname = key.partition(":")
-    method = "." in qualname
     upstream = _upstream(source, module, qualname)
-    kind = patch.wrapper or ("method" if method else "function")
     upstream_kind = _decorated_kind(upstream) if upstream is not None else None
     if upstream_kind == "property":
-        calls = source.reads_of(key, replaced - {key})
-        kind = patch.wrapper or "method"
-    else:
-        calls = source.calls_of(key, replaced - {key})
-        if qualname.endswith(".__init__"):
-            calls += _constructions(source, key, replaced - {key})
-            if upstream is not None:
-                own = ReadFunction(upstream)
-                calls += spec_constructions(source, key, lambda call: binding_problem(own, call, "method") is None)
-        elif method and upstream is not None:
-            own = ReadFunction(upstream)
-            calls += instance_calls(
-                source, key, lambda call: binding_problem(own, call, upstream_kind or "method") is None
-            )
-    calls = list({(c.file, c.line, c.caller): c for c in calls}.values())
-    findings_red: list[str] = []
-    findings_advisory: list[str] = []
+        return source.reads_of(key, replaced), upstream_kind
+    calls = source.calls_of(key, replaced)
+    if upstream is not None and qualname.endswith(".__init__"):
+        own = ReadFunction(upstream)
+        calls += spec_constructions(source, key, lambda call: binding_problem(own, call, "method") is None)
+    if qualname.endswith(".__init__"):
+        calls += _constructions(source, key, replaced)
+    elif "." in qualname and upstream is not None:
+        own = ReadFunction(upstream)
+        kind = upstream_kind or "method"
+        calls += instance_calls(source, key, lambda call: binding_problem(own, call, kind) is None)
+    return list({(c.file, c.line, c.caller): c for c in calls}.values()), upstream_kind
+
+
+def judge(
+    source: MegatronSource,
+    key: str,
+    replacement: object,
+    name: str,
+    calls: list[MegatronCall],
+    kind: str,
+    replaced: set[str],
+) -> tuple[str, list[str]]:
+    """The live checks' rules on one replacement (a live object or a :class:`ReadFunction`) against Megatron's
+    ``calls`` of ``key``: its verdict and findings. The same function judges both paths, so they agree by
+    construction wherever they see the same calls."""
+    red: list[str] = []
+    advisory: list[str] = []
     for call in calls:
         problem = binding_problem(replacement, call, kind)
         if problem is not None:
-            findings_red.append(
-                f"Megatron's call at {call.describe()} does not bind to {result.replacement}: {problem}"
-            )
+            red.append(f"Megatron's call at {call.describe()} does not bind to {name}: {problem}")
     count = returned_count(replacement)
     for call in (c for c in calls if c.unpacks is not None):
         if count is not None and call.unpacks != count:
-            findings_red.append(f"{call.place} unpacks {call.unpacks} values, {result.replacement} returns {count}")
+            red.append(f"{call.place} unpacks {call.unpacks} values, {name} returns {count}")
         elif count is None:
-            findings_advisory.append(
-                f"{call.place} unpacks {call.unpacks} values; how many the replacement returns is not decided"
-            )
-    findings_red += _original_calls(patch, key, source)
+            advisory.append(f"{call.place} unpacks {call.unpacks} values; how many the replacement returns is not decided")
     for call in (c for c in calls if c.bound_at is not None and f"{c.caller.split(':')[0]}:{c.name}" not in replaced):
-        findings_red.append(
-            f"{call.place} calls {call.name}, bound by value at {call.bound_at}: the patch does not reach this call"
-        )
+        red.append(f"{call.place} calls {call.name}, bound by value at {call.bound_at}: the patch does not reach this call")
+    method = "." in key.partition(":")[2]
     for binding in source.bindings_of(key) if not method else ():
         if not binding.called and f"{binding.module}:{binding.alias}" not in replaced:
-            findings_advisory.append(
-                f"bound by value at {binding.place} as {binding.module}.{binding.alias}, never called there"
-            )
+            advisory.append(f"bound by value at {binding.place} as {binding.module}.{binding.alias}, never called there")
     for keyword, passing in dropped_keywords(replacement, calls).items():
         places = ", ".join(c.place for c in passing)
-        findings_advisory.append(f"{keyword!r}, passed at {places}, is taken in **kwargs and never read")
-    result.calls = [c.place for c in calls]
-    if findings_red:
-        return _set(result, "red", *findings_red)
-    if findings_advisory:
-        return _set(result, "advisory", *findings_advisory)
+        advisory.append(f"{keyword!r}, passed at {places}, is taken in **kwargs and never read")
+    if red:
+        return "red", red
+    if advisory:
+        return "advisory", advisory
     if not calls:
         where = "reached through nn.Module.__call__ or an object only known at run time" if method else "not called"
-        return _set(result, "undecided", f"no call of it found in Megatron's source ({where})")
-    return result
+        return "undecided", [f"no call of it found in Megatron's source ({where})"]
+    return "fits", []
 
 
 CALLER_DEPTH = 3

@@ -1,0 +1,205 @@
+"""Replaced Megatron symbols judged from source, where the framework cannot be imported or its apply cannot run:
+seeded breaks of each rule are red (or advisory) naming Megatron's line, correct variants fit, a patch the framework's
+own version check skips reads "not applied here", and a declared framework whose apply needs Transformer Engine
+gets those verdicts in its target session while the families that need it loaded are skipped, not red.
+
+Each seeded framework is a package written here whose patch module imports ``transformer_engine`` first: importing
+it raises on this machine, so nothing but its source can be read. Megatron's source is megatron-core 0.15.3's (the
+target venv, else its wheel from the cache).
+"""
+
+from __future__ import annotations
+
+import json
+import textwrap
+from pathlib import Path
+
+import pytest
+
+from harness.contracts.api_fingerprint.call_sites import MegatronSource
+from harness.contracts.api_fingerprint.framework_guards import Versions
+from harness.contracts.api_fingerprint.from_source import defines
+from harness.contracts.api_fingerprint.source_verdicts import SymbolVerdict, framework_verdicts
+from harness.targets.release_source import release_source
+from tests.pytest_helpers import ROOT, run_target_cases
+
+SESSION = "megatron-0.15"
+RELEASE = "0.15.3"
+LAYER_CALL = "megatron/core/transformer/transformer_layer.py:499"
+"""Where ``TransformerLayer`` calls its self-attention (``self.self_attention(...)``) with ``rotary_pos_cos_sin=``."""
+QKV_UNPACK = "megatron/core/transformer/multi_latent_attention.py:236"
+"""Where ``MultiLatentAttention.forward`` unpacks three values of ``get_query_key_value_tensors``."""
+MLA = "megatron.core.transformer.multi_latent_attention"
+FORWARD = f"{MLA}:MultiLatentAttention.forward"
+QKV = f"{MLA}:MLASelfAttention.get_query_key_value_tensors"
+
+HEAD = """\
+import transformer_engine  # only on CUDA machines: importing this module raises here
+import megatron.core
+from packaging import version
+from megatron.core.transformer.multi_latent_attention import MLASelfAttention, MultiLatentAttention
+"""
+FORWARD_PARAMETERS = (
+    "self, hidden_states, attention_mask, key_value_states=None, inference_context=None, rotary_pos_emb=None, "
+    "rotary_pos_cos=None, rotary_pos_sin=None, attention_bias=None, packed_seq_params=None, position_ids=None, "
+    "sequence_len_offset=None, *, inference_params=None"
+)
+SEEDS = {
+    "forward_missing_keyword": f"""
+def forward({FORWARD_PARAMETERS}):
+    return hidden_states, None
+
+def apply():
+    MultiLatentAttention.forward = forward
+""",
+    "forward_drops_keyword": f"""
+def forward({FORWARD_PARAMETERS}, **kwargs):
+    return hidden_states, None
+
+def apply():
+    MultiLatentAttention.forward = forward
+""",
+    "qkv_returns_two": """
+def get_query_key_value_tensors(self, hidden_states, key_value_states=None, position_ids=None,
+                                packed_seq_params=None, inference_context=None, *, inference_params=None):
+    return hidden_states, hidden_states
+
+def apply():
+    MLASelfAttention.get_query_key_value_tensors = get_query_key_value_tensors
+""",
+    "original_called_with_a_removed_keyword": """
+def apply():
+    original = MLASelfAttention.get_query_key_value_tensors
+
+    def get_query_key_value_tensors(self, hidden_states, *args, **kwargs):
+        return original(self, hidden_states, *args, rotary_pos_emb=None, **kwargs)
+
+    MLASelfAttention.get_query_key_value_tensors = get_query_key_value_tensors
+""",
+    "skipped_by_its_version_check": f"""
+def forward({FORWARD_PARAMETERS}):
+    return hidden_states, None
+
+def apply():
+    if version.parse(megatron.core.__version__) >= version.parse("0.15.0"):
+        return
+    MultiLatentAttention.forward = forward
+""",
+    "forwards_everything": """
+def apply():
+    original = MultiLatentAttention.forward
+
+    def forward(self, *args, **kwargs):
+        return original(self, *args, **kwargs)
+
+    MultiLatentAttention.forward = forward
+""",
+    "same_name_in_another_package": """
+import transformer_engine.pytorch.attention as te_attention
+
+def apply_rotary_pos_emb(t):
+    return t
+
+def apply():
+    te_attention.apply_rotary_pos_emb = apply_rotary_pos_emb
+""",
+}
+
+
+def write_framework(root: Path, seed: str) -> Path:
+    package = root / seed / "seeded"
+    package.mkdir(parents=True)
+    (package / "__init__.py").write_text("")
+    (package / "patch.py").write_text(HEAD + textwrap.dedent(SEEDS[seed]))
+    return root / seed
+
+
+@pytest.fixture(scope="module")
+def megatron() -> MegatronSource:
+    return MegatronSource(release_source(RELEASE, venvs=ROOT / ".nox").root)
+
+
+def verdicts(root: Path, megatron: MegatronSource) -> dict[str, SymbolVerdict]:
+    versions = Versions(RELEASE, "2.13.0", defines(megatron.root))
+    return {v.symbol: v for v in framework_verdicts(root, megatron, versions)}
+
+
+def test_a_forward_that_cannot_bind_a_keyword_its_layer_passes_through_call_is_red(
+    tmp_path: Path, megatron: MegatronSource
+) -> None:
+    found = verdicts(write_framework(tmp_path, "forward_missing_keyword"), megatron)
+    verdict = found[FORWARD]
+    assert verdict.verdict == "red", verdict.line()
+    assert any(LAYER_CALL in f and "'rotary_pos_cos_sin'" in f for f in verdict.findings), verdict.findings
+    assert verdict.patched_at == ["seeded/patch.py:10"], verdict.patched_at
+
+
+def test_a_forward_that_drops_a_keyword_its_layer_passes_is_an_advisory(tmp_path: Path, megatron: MegatronSource) -> None:
+    verdict = verdicts(write_framework(tmp_path, "forward_drops_keyword"), megatron)[FORWARD]
+    assert verdict.verdict == "advisory", verdict.line()
+    assert verdict.findings == [f"'rotary_pos_cos_sin', passed at {LAYER_CALL}, is taken in **kwargs and never read"]
+
+
+def test_a_replacement_returning_one_value_fewer_than_megatron_unpacks_is_red(
+    tmp_path: Path, megatron: MegatronSource
+) -> None:
+    verdict = verdicts(write_framework(tmp_path, "qkv_returns_two"), megatron)[QKV]
+    assert verdict.verdict == "red", verdict.line()
+    assert any(f"{QKV_UNPACK} unpacks 3 values" in f and "returns 2" in f for f in verdict.findings), verdict.findings
+
+
+def test_a_wrapper_calling_the_original_with_a_keyword_the_target_removed_is_red(
+    tmp_path: Path, megatron: MegatronSource
+) -> None:
+    verdict = verdicts(write_framework(tmp_path, "original_called_with_a_removed_keyword"), megatron)[QKV]
+    assert verdict.verdict == "red", verdict.line()
+    assert any("calls the original" in f and "'rotary_pos_emb'" in f for f in verdict.findings), verdict.findings
+
+
+def test_a_patch_its_own_version_check_skips_reads_not_applied_here(tmp_path: Path, megatron: MegatronSource) -> None:
+    verdict = verdicts(write_framework(tmp_path, "skipped_by_its_version_check"), megatron)[FORWARD]
+    assert verdict.verdict == "skipped", verdict.line()
+    assert verdict.findings == ["not applied here by seeded/patch.py:10"], verdict.findings
+
+
+def test_a_wrapper_forwarding_everything_fits_every_call_site(tmp_path: Path, megatron: MegatronSource) -> None:
+    verdict = verdicts(write_framework(tmp_path, "forwards_everything"), megatron)[FORWARD]
+    assert verdict.verdict == "fits", verdict.line()
+    assert LAYER_CALL in verdict.calls, verdict.calls
+
+
+def test_a_same_named_function_of_another_package_is_no_megatron_symbol(
+    tmp_path: Path, megatron: MegatronSource
+) -> None:
+    assert verdicts(write_framework(tmp_path, "same_name_in_another_package"), megatron) == {}
+
+
+DECLARATION = """\
+[subject]
+source_root = "."
+adapter_package = "seeded"
+label = "seeded forward, needs Transformer Engine"
+
+[symbols_patch]
+module = "seeded.patch"
+apply = "apply"
+
+[megatron_symbols]
+"megatron.core.transformer.multi_latent_attention:MultiLatentAttention.forward" = "replaces with seeded.patch:forward"
+"""
+
+
+def test_a_framework_whose_apply_needs_transformer_engine_is_judged_from_source_in_its_session(tmp_path: Path) -> None:
+    """The session cannot load the subject (``transformer_engine`` missing): the families that need it are skipped,
+    saying so; api-fingerprint reads the replaced ``forward`` from source, red naming the layer's call."""
+    root = write_framework(tmp_path / "frameworks", "forward_missing_keyword")
+    declaration = root / "megatron-conformance.toml"
+    declaration.write_text(DECLARATION)
+    run = run_target_cases(SESSION, ["cases/test_api_fingerprint.py"], tmp_path / "run", declaration)
+    failed = run.require_red("a forward read from source that cannot bind")
+    assert set(failed) == {"test_replaced_symbols_read_from_source_fit_megatrons_calls"}, sorted(failed)
+    assert LAYER_CALL in failed["test_replaced_symbols_read_from_source_fit_megatrons_calls"]
+    assert "transformer_engine" in run.output and "checked from source" in run.output, run.output[-3000:]
+    assert run.report_dir is not None
+    recorded = json.loads((run.report_dir / "replaced_symbols.json").read_text())["symbols"]
+    assert [(r["symbol"], r["how"], r["verdict"]) for r in recorded] == [(FORWARD, "from source", "red")], recorded
