@@ -60,6 +60,7 @@ from harness.contracts.api_fingerprint.replacement_fit import (
     returned_count,
 )
 from harness.contracts.api_fingerprint.session_source import SessionSource, session_verdicts
+from harness.contracts.api_fingerprint.source_verdicts import judge, megatron_calls_of
 from harness.contracts.api_fingerprint.source_scan import SourceScan, scan_sources, subject_files, undeclared_uses
 from harness.contracts.api_fingerprint.symbol_table import (
     BODY_HASHES_NAME,
@@ -218,10 +219,7 @@ def megatron_calls(
     kinds = {**upstream, **bound_kinds(subject, list(usable))}
     found = []
     for symbol, (name, function) in usable.items():
-        if upstream[symbol] == "property":
-            calls = megatron_source.reads_of(symbol, replaced)
-        else:
-            calls = megatron_source.calls_of(symbol, replaced)
+        calls, _ = megatron_calls_of(megatron_source, symbol, set(replaced))
         if _is_method(symbol):
             method = symbol.rpartition(".")[2]
             for other, (_, caller) in usable.items():
@@ -537,6 +535,7 @@ def from_source(
     found = session_verdicts(
         declaration.source_root,
         declaration.megatron_symbols,
+        {"patch": declaration.patch},
         versions["megatron-core"] or "0",
         versions["torch"] or "0",
         applied,
@@ -552,9 +551,12 @@ def from_source(
     return found
 
 
-def _checked_applied(request: pytest.FixtureRequest, declared: bool) -> tuple[dict[str, int], dict[str, str], str]:
-    """The symbols the live checks checked applied (with their call-site counts), why each other declared one was
-    not, and why the rest are read from source."""
+def _checked_applied(
+    request: pytest.FixtureRequest, declared: bool
+) -> tuple[dict[str, tuple[str, list[str]]], dict[str, str], str]:
+    """The symbols the live checks checked applied, each with its verdict by the same rules the source path uses
+    (:func:`~harness.contracts.api_fingerprint.source_verdicts.judge`), why each other declared one was not, and why
+    the rest are read from source."""
     if not declared:
         return {}, {}, "no [megatron_symbols] declared: nothing is checked applied"
     try:
@@ -563,8 +565,12 @@ def _checked_applied(request: pytest.FixtureRequest, declared: bool) -> tuple[di
         replacements = request.getfixturevalue("replacements")
     except (Exception, pytest.fail.Exception, pytest.skip.Exception) as err:
         return {}, {}, f"the live checks could not run here: {_first_line(err)}"
-    applied = {each.symbol: len(each.calls) for each in checked}
-    applied.update(dict.fromkeys(getattr(subject, "REPLACED_ON_INSTANCES", ()), 0))
+    source = request.getfixturevalue("megatron_source")
+    applied = {
+        each.symbol: judge(source, each.symbol, each.function, each.name, each.calls, each.kind, set(replacements))
+        for each in checked
+    }
+    applied.update(dict.fromkeys(getattr(subject, "REPLACED_ON_INSTANCES", ()), ("on the real step", [])))
     why = {s: f"not checked applied: {problem}" for s, (_, _, problem) in replacements.items() if problem}
     return applied, why, "not declared in [megatron_symbols], or not a function the live checks could have"
 

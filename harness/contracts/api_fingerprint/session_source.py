@@ -10,7 +10,7 @@ advisory naming Megatron's line, ``skipped`` naming the framework's own check, `
 from __future__ import annotations
 
 import json
-from collections.abc import Iterable, Mapping
+from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
@@ -25,64 +25,78 @@ from harness.formats.megatron_symbols import DeclarationError, parse_declaration
 class SessionSource:
     """The replaced symbols of a session: those checked applied, and the verdicts of those read from source."""
 
-    applied: dict[str, int] = field(default_factory=dict)
-    """Symbol -> the number of Megatron call sites the live checks checked it against."""
+    applied: dict[str, tuple[str, list[str]]] = field(default_factory=dict)
+    """Symbol -> the verdict of the live checks' rules on the applied replacement, and its findings."""
     verdicts: list[SymbolVerdict] = field(default_factory=list)
+    """The symbols read from source."""
+    shadow: list[SymbolVerdict] = field(default_factory=list)
+    """The symbols checked applied, read from source too: what shows that both paths agree."""
 
     def of(self, verdict: str) -> list[SymbolVerdict]:
         return [v for v in self.verdicts if v.verdict == verdict]
 
     def lines(self) -> list[str]:
         """One line per replaced symbol: how it was checked, and what was found."""
-        applied = [f"{symbol}: applied: checked live against {n} call site(s)" for symbol, n in self.applied.items()]
+        applied = [f"applied: {symbol}: {verdict}" for symbol, (verdict, _) in self.applied.items()]
         read = [f"{v.how} ({v.why}): {v.line()}" if v.why else f"{v.how}: {v.line()}" for v in self.verdicts]
         return applied + read
 
     def write(self, path: Path, target: str) -> None:
         path.parent.mkdir(parents=True, exist_ok=True)
-        records = [{"symbol": s, "how": "applied", "call_sites": n} for s, n in self.applied.items()]
+        read = {v.symbol: v.verdict for v in self.shadow}
+        records = [
+            {"symbol": s, "how": "applied", "verdict": verdict, "findings": findings, "from_source": read.get(s)}
+            for s, (verdict, findings) in self.applied.items()
+        ]
         records += [asdict(v) for v in self.verdicts]
         path.write_text(json.dumps({"target": target, "symbols": records}, indent=1))
 
 
-def declared_replacements(megatron_symbols: Mapping[str, object]) -> dict[str, str]:
-    """Symbol -> ``module:qualname`` of each ``replaces with`` entry that names a function of the framework (a name
-    the declared roles expose is the live checks' alone)."""
+ROLE_FUNCTIONS = {"allreduce_non_tensor_model_parallel_grads": "patch"}
+"""A replacement named by the role that exposes it -> the declaration table whose ``module`` and ``function`` name
+the framework's own function."""
+
+
+def declared_replacements(
+    megatron_symbols: Mapping[str, object], tables: Mapping[str, Mapping[str, object]] | None = None
+) -> dict[str, str]:
+    """Symbol -> ``module:qualname`` of each ``replaces with`` entry: a function of the framework, or a role's
+    (``allreduce_non_tensor_model_parallel_grads``: ``[patch] module`` and ``function``)."""
     try:
         entries = parse_declaration(dict(megatron_symbols)) if megatron_symbols else []
     except DeclarationError:
         return {}
-    return {
-        member: entry.replacement
-        for entry in entries
-        if entry.usage == "replaces" and entry.replacement and ":" in entry.replacement
-        for member in entry.members
-    }
+    named = {}
+    for role, table in ROLE_FUNCTIONS.items():
+        declared = (tables or {}).get(table) or {}
+        if declared.get("module") and declared.get("function"):
+            named[role] = f"{declared['module']}:{declared['function']}"
+    found = {}
+    for entry in (e for e in entries if e.usage == "replaces" and e.replacement):
+        replacement = named.get(entry.replacement, entry.replacement)
+        if ":" in replacement:
+            found.update(dict.fromkeys(entry.members, replacement))
+    return found
 
 
 def session_verdicts(
     root: Path,
     megatron_symbols: Mapping[str, object],
+    tables: Mapping[str, Mapping[str, object]],
     megatron: str,
     torch: str,
-    applied: Mapping[str, int],
+    applied: Mapping[str, tuple[str, list[str]]],
     why: Mapping[str, str],
     because: str,
     source: MegatronSource | None = None,
 ) -> SessionSource:
     """The verdicts for the framework under ``root`` on the installed Megatron: symbols in ``applied`` were checked
-    live; each other one is read from source, ``why[symbol]`` (else ``because``) saying why."""
+    live (read from source too, to compare); each other one is read from source, ``why[symbol]`` (else
+    ``because``) saying why."""
     source = source or MegatronSource.installed()
     versions = Versions(megatron, torch, defines(source.root))
-    verdicts = framework_verdicts(root, source, versions, declared_replacements(megatron_symbols), applied)
+    verdicts = framework_verdicts(root, source, versions, declared_replacements(megatron_symbols, tables))
     for verdict in verdicts:
         verdict.why = why.get(verdict.symbol, because)
-    return SessionSource(dict(applied), verdicts)
-
-
-def pooled(verdicts: Iterable[SymbolVerdict]) -> dict[str, int]:
-    """How many verdicts of each kind: the share left undecided is what the closing figures count."""
-    counts: dict[str, int] = {}
-    for verdict in verdicts:
-        counts[verdict.verdict] = counts.get(verdict.verdict, 0) + 1
-    return counts
+    read = [v for v in verdicts if v.symbol not in applied]
+    return SessionSource(dict(applied), read, [v for v in verdicts if v.symbol in applied])

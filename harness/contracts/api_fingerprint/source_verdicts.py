@@ -25,7 +25,7 @@ from pathlib import Path
 
 from harness.contracts.api_fingerprint.call_sites import MegatronCall, MegatronSource, calls_in
 from harness.contracts.api_fingerprint.framework_guards import Versions, guard_of
-from harness.contracts.api_fingerprint.framework_patches import FrameworkSource, SourcePatch, read_framework
+from harness.contracts.api_fingerprint.framework_patches import Definition, FrameworkSource, SourcePatch, read_framework
 from harness.contracts.api_fingerprint.framework_scan import defined, symbol_key
 from harness.contracts.api_fingerprint.module_calls import instance_calls, spec_constructions
 from harness.contracts.api_fingerprint.replacement_fit import (
@@ -84,13 +84,16 @@ def framework_verdicts(
         if not any(not p.restores for p in keyed.get(symbol, [])):
             keyed[symbol] = [_declared_patch(framework, symbol, replacement)]
     replaced = {key for key, found in keyed.items() if any(not p.restores for p in found)}
+    definitions = {
+        key: patch.definition for key, found in keyed.items() for patch in found if patch.definition is not None
+    }
     verdicts = []
     skipped = set(live)
     for key, found in sorted(keyed.items()):
         made = [p for p in found if not p.restores]
         if key in skipped or not made:
             continue
-        each = [_verdict(key, patch, source, versions, replaced, framework) for patch in made]
+        each = [_verdict(key, patch, source, versions, replaced, framework, definitions) for patch in made]
         each = [v for v in each if v.verdict != "skipped"] or each
         worst = min(each, key=lambda v: SEVERITY.index(v.verdict))
         worst.patched_at = [p.place for p in made]
@@ -197,6 +200,7 @@ def _verdict(
     versions: Versions,
     replaced: set[str],
     framework: FrameworkSource,
+    definitions: Mapping[str, Definition],
 ) -> SymbolVerdict:
     result = SymbolVerdict(key, "fits", replacement=patch.definition.place if patch.definition else patch.value)
     skipped_by = _skipped_by(framework, patch.module, patch.scope, patch.names, versions, depth=0)
@@ -219,6 +223,7 @@ def _verdict(
         )
     replacement = ReadFunction(patch.definition.node, patch.bound)
     calls, upstream_kind = megatron_calls_of(source, key, replaced - {key})
+    calls += _calls_by_other_replacements(key, definitions)
     kind = patch.wrapper or ("method" if "." in key.partition(":")[2] or upstream_kind == "property" else "function")
     verdict, findings = judge(source, key, replacement, result.replacement, calls, kind, replaced)
     originals = _original_calls(patch, key, source)
@@ -226,6 +231,28 @@ def _verdict(
     if originals:
         return _set(result, "red", *(findings if verdict == "red" else []), *originals)
     return _set(result, verdict, *findings)
+
+
+def _calls_by_other_replacements(key: str, definitions: Mapping[str, Definition]) -> list[MegatronCall]:
+    """``self.<method>(...)`` in the framework's other replacements of methods: where it replaces a method and the
+    method that calls it, its copy of the caller is what calls the other (as the live checks read it)."""
+    module, _, qualname = key.partition(":")
+    if "." not in qualname:
+        return []
+    method = qualname.rpartition(".")[2]
+    found = []
+    for other, definition in definitions.items():
+        if other != key and "." in other.partition(":")[2]:
+            found += calls_in(
+                definition.node,
+                definition.place.rpartition(":")[0],
+                f"{other} (replaced)",
+                lambda func: isinstance(func, ast.Attribute)
+                and func.attr == method
+                and isinstance(func.value, ast.Name)
+                and func.value.id in ("self", "cls"),
+            )
+    return found
 
 
 def megatron_calls_of(source: MegatronSource, key: str, replaced: set[str]) -> tuple[list[MegatronCall], str | None]:
