@@ -444,6 +444,14 @@ def frameworks(session: nox.Session) -> None:
 
 
 @nox.session(venv_backend="none")
+def published(session: nox.Session) -> None:
+    """Frameworks as published on the package index (mcore-bridge, ms-swift, verl): their replaced Megatron symbols
+    read from source on every matrix release, against the verdicts written for them beforehand; writes
+    docs/published.md: -- [NAME ...] [--targets VERSION ...]."""
+    session.run("python", "-m", "tests.published_table", *session.posargs, external=True)
+
+
+@nox.session(venv_backend="none")
 def scan(session: nox.Session) -> None:
     """A starter declaration for the framework under the given folder, from its source: -- PATH [--output FILE]."""
     session.run("python", "-m", "harness.contracts.api_fingerprint.starter", *session.posargs, external=True)

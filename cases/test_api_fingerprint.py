@@ -60,8 +60,8 @@ from harness.contracts.api_fingerprint.replacement_fit import (
     returned_count,
 )
 from harness.contracts.api_fingerprint.session_source import SessionSource, session_verdicts
-from harness.contracts.api_fingerprint.source_verdicts import judge, megatron_calls_of
 from harness.contracts.api_fingerprint.source_scan import SourceScan, scan_sources, subject_files, undeclared_uses
+from harness.contracts.api_fingerprint.source_verdicts import judge, megatron_calls_of
 from harness.contracts.api_fingerprint.symbol_table import (
     BODY_HASHES_NAME,
     DeclarationError,

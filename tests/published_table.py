@@ -14,7 +14,6 @@ import argparse
 import json
 import sys
 from dataclasses import dataclass
-from pathlib import Path
 
 from harness import REPO_ROOT
 from harness.contracts.api_fingerprint.call_sites import MegatronSource

@@ -104,7 +104,9 @@ def _fetch(version: str, destination: Path, name: str = MEGATRON_DISTRIBUTION, p
             try:
                 done = subprocess.run(command, capture_output=True, text=True, timeout=_FETCH_TIMEOUT_S)
             except subprocess.TimeoutExpired:
-                raise ReleaseSourceError(f"{name} {version}: fetching its wheel took over {_FETCH_TIMEOUT_S} s") from None
+                raise ReleaseSourceError(
+                    f"{name} {version}: fetching its wheel took over {_FETCH_TIMEOUT_S} s"
+                ) from None
             if done.returncode == 0 and (Path(scratch) / package).is_dir():
                 try:
                     os.replace(scratch, destination)

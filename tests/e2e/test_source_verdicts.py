@@ -134,7 +134,9 @@ def test_a_forward_that_cannot_bind_a_keyword_its_layer_passes_through_call_is_r
     assert verdict.patched_at == ["seeded/patch.py:10"], verdict.patched_at
 
 
-def test_a_forward_that_drops_a_keyword_its_layer_passes_is_an_advisory(tmp_path: Path, megatron: MegatronSource) -> None:
+def test_a_forward_that_drops_a_keyword_its_layer_passes_is_an_advisory(
+    tmp_path: Path, megatron: MegatronSource
+) -> None:
     verdict = verdicts(write_framework(tmp_path, "forward_drops_keyword"), megatron)[FORWARD]
     assert verdict.verdict == "advisory", verdict.line()
     assert verdict.findings == [f"'rotary_pos_cos_sin', passed at {LAYER_CALL}, is taken in **kwargs and never read"]

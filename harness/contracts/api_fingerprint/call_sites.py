@@ -337,7 +337,9 @@ class MegatronSource:
                     for alias in node.names:
                         if source in exporters and alias.name == name:
                             names.add(alias.asname or name)
-                            bindings[alias.asname or name] = f"{self.file_of(other)}:{getattr(alias, 'lineno', node.lineno)}"
+                            bindings[alias.asname or name] = (
+                                f"{self.file_of(other)}:{getattr(alias, 'lineno', node.lineno)}"
+                            )
                         elif source == parent and alias.name == last:
                             modules.add(alias.asname or last)
                 elif isinstance(node, ast.Import):

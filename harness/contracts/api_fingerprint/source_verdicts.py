@@ -93,6 +93,9 @@ def framework_verdicts(
         made = [p for p in found if not p.restores]
         if key in skipped or not made:
             continue
+        # An assignment of what the source does not name (an undo putting back a saved value) beside one of a
+        # function it defines is the framework's undo: the function is the replacement.
+        made = [p for p in made if p.definition is not None] or made
         each = [_verdict(key, patch, source, versions, replaced, framework, definitions) for patch in made]
         each = [v for v in each if v.verdict != "skipped"] or each
         worst = min(each, key=lambda v: SEVERITY.index(v.verdict))
@@ -236,7 +239,7 @@ def _verdict(
 def _calls_by_other_replacements(key: str, definitions: Mapping[str, Definition]) -> list[MegatronCall]:
     """``self.<method>(...)`` in the framework's other replacements of methods: where it replaces a method and the
     method that calls it, its copy of the caller is what calls the other (as the live checks read it)."""
-    module, _, qualname = key.partition(":")
+    qualname = key.partition(":")[2]
     if "." not in qualname:
         return []
     method = qualname.rpartition(".")[2]
@@ -247,10 +250,12 @@ def _calls_by_other_replacements(key: str, definitions: Mapping[str, Definition]
                 definition.node,
                 definition.place.rpartition(":")[0],
                 f"{other} (replaced)",
-                lambda func: isinstance(func, ast.Attribute)
-                and func.attr == method
-                and isinstance(func.value, ast.Name)
-                and func.value.id in ("self", "cls"),
+                lambda func: (
+                    isinstance(func, ast.Attribute)
+                    and func.attr == method
+                    and isinstance(func.value, ast.Name)
+                    and func.value.id in ("self", "cls")
+                ),
             )
     return found
 
@@ -301,13 +306,19 @@ def judge(
         if count is not None and call.unpacks != count:
             red.append(f"{call.place} unpacks {call.unpacks} values, {name} returns {count}")
         elif count is None:
-            advisory.append(f"{call.place} unpacks {call.unpacks} values; how many the replacement returns is not decided")
+            advisory.append(
+                f"{call.place} unpacks {call.unpacks} values; how many the replacement returns is not decided"
+            )
     for call in (c for c in calls if c.bound_at is not None and f"{c.caller.split(':')[0]}:{c.name}" not in replaced):
-        red.append(f"{call.place} calls {call.name}, bound by value at {call.bound_at}: the patch does not reach this call")
+        red.append(
+            f"{call.place} calls {call.name}, bound by value at {call.bound_at}: the patch does not reach this call"
+        )
     method = "." in key.partition(":")[2]
     for binding in source.bindings_of(key) if not method else ():
         if not binding.called and f"{binding.module}:{binding.alias}" not in replaced:
-            advisory.append(f"bound by value at {binding.place} as {binding.module}.{binding.alias}, never called there")
+            advisory.append(
+                f"bound by value at {binding.place} as {binding.module}.{binding.alias}, never called there"
+            )
     for keyword, passing in dropped_keywords(replacement, calls).items():
         places = ", ".join(c.place for c in passing)
         advisory.append(f"{keyword!r}, passed at {places}, is taken in **kwargs and never read")

@@ -1,0 +1,186 @@
+"""A framework's patches read from its source alone: which assignments are patches of Megatron (names resolved in
+the scopes they are made in), what replaces, and which of its own checks skip a patch on a target. Frameworks are
+written here as small packages; Megatron's side is a stand-in answer of which dotted names exist (the checks against
+real Megatron source are in ``tests/e2e/test_source_verdicts.py``)."""
+
+from __future__ import annotations
+
+import ast
+import textwrap
+from pathlib import Path
+
+import pytest
+
+from harness.contracts.api_fingerprint.framework_guards import Versions, guard_of, release
+from harness.contracts.api_fingerprint.framework_patches import SourcePatch, read_framework
+from harness.contracts.api_fingerprint.replacement_fit import ReadFunction
+from harness.plugin.blockers import cuda_only_module, subject_blocker
+
+MEGATRON = {"megatron.core.transformer.moe.router", "megatron.core.transformer.moe.router.TopKRouter"}
+
+
+def owner(dotted: str) -> bool:
+    return dotted in MEGATRON
+
+
+def framework(tmp_path: Path, **modules: str) -> Path:
+    package = tmp_path / "fw"
+    package.mkdir()
+    (package / "__init__.py").write_text("")
+    for name, text in modules.items():
+        (package / f"{name}.py").write_text(textwrap.dedent(text))
+    return tmp_path
+
+
+def patches(root: Path) -> list[SourcePatch]:
+    return read_framework(root, owner).patches
+
+
+def test_a_patch_made_through_a_lazy_import_is_found_with_its_replacement_and_the_original_it_read(
+    tmp_path: Path,
+) -> None:
+    root = framework(
+        tmp_path,
+        patch="""
+        def apply():
+            from megatron.core.transformer.moe.router import TopKRouter
+            original = TopKRouter.routing
+
+            def routing(self, logits, **kwargs):
+                return original(self, logits, **kwargs)
+
+            TopKRouter.routing = routing
+
+        def undo(saved):
+            from megatron.core.transformer.moe import router
+            router.TopKRouter.routing = saved
+            router.TopKRouter._patched = True
+        """,
+    )
+    found = patches(root)
+    made = [p for p in found if p.definition is not None]
+    assert [(p.path, p.definition.node.name) for p in made] == [
+        ("megatron.core.transformer.moe.router.TopKRouter.routing", "routing")
+    ]
+    assert made[0].originals == {"original": "megatron.core.transformer.moe.router.TopKRouter.routing"}
+    assert {p.place for p in found if p.constant} == {"fw/patch.py:14"}
+    assert [p.value for p in found if p.definition is None and not p.constant] == ["saved"]
+
+
+def test_an_attribute_chain_on_something_else_is_no_patch(tmp_path: Path) -> None:
+    """A name bound to Megatron in one function is not Megatron in another (``state`` is a local there)."""
+    root = framework(
+        tmp_path,
+        other="""
+        from megatron.core import optimizer as state
+
+        def keep(state, v):
+            state.loss.images = v
+
+        def patch(f):
+            state.something = f
+        """,
+    )
+    assert patches(root) == []
+
+
+def test_setattr_over_a_literal_tuple_patches_each_name(tmp_path: Path) -> None:
+    root = framework(
+        tmp_path,
+        loop="""
+        import importlib
+
+        def apply(helper):
+            router = importlib.import_module("megatron.core.transformer.moe.router")
+            for name in ("a_helper", "b_helper"):
+                setattr(router, name, helper)
+        """,
+    )
+    assert sorted(p.path for p in patches(root)) == [
+        "megatron.core.transformer.moe.router.a_helper",
+        "megatron.core.transformer.moe.router.b_helper",
+    ]
+
+
+def test_a_bound_method_set_on_a_module_loses_its_first_parameter(tmp_path: Path) -> None:
+    root = framework(
+        tmp_path,
+        trainer="""
+        from megatron.core.transformer.moe import router
+
+        class Trainer:
+            def _routing(self, logits, k):
+                return logits
+
+            def patch(self):
+                router.helper = self._routing
+        """,
+    )
+    (patch,) = patches(root)
+    assert patch.bound and str(ReadFunction(patch.definition.node, patch.bound).signature()) == "(logits, k)"
+
+
+def guard(source: str, megatron: str = "0.16.1", defined: frozenset[str] = frozenset()) -> tuple[bool, str | None]:
+    """Whether the assignment ``X.y = z`` marked ``# patch`` in ``source`` runs on a target of ``megatron``."""
+    tree = ast.parse(textwrap.dedent(source))
+    functions = [n for n in ast.walk(tree) if isinstance(n, ast.FunctionDef)]
+    chain: tuple[ast.AST, ...] = ()
+    for function in functions or [None]:
+        body = function.body if function else tree.body
+        for node in ast.walk(ast.Module(body=body, type_ignores=[])):
+            if isinstance(node, ast.Assign) and ast.unparse(node).endswith("= z"):
+                chain = ((function,) if function else ()) + (node,)
+    names = {"megatron": "megatron", "version": "packaging.version", "is_npu": "fw.device.is_npu_available"}
+    versions = Versions(megatron, "2.13.0", lambda dotted: dotted in defined)
+    found = guard_of(chain, tree.body, lambda node: f"line {node.lineno}", names, versions)
+    return found.applied, found.place
+
+
+@pytest.mark.parametrize(
+    ("source", "megatron", "expected"),
+    [
+        (
+            'def f():\n    if version.parse(megatron.core.__version__) < version.parse("0.16.2"):\n        X.y = z',
+            "0.16.1",
+            (True, None),
+        ),
+        (
+            'def f():\n    if version.parse(megatron.core.__version__) < version.parse("0.16.2"):\n        X.y = z',
+            "0.17.1",
+            (False, "line 2"),
+        ),
+        (
+            'def f():\n    ge = version.parse(megatron.core.__version__) >= version.parse("0.16.0rc0")\n    if ge:\n        X.y = z\n    else:\n        X.y = w',
+            "0.15.3",
+            (False, "line 3"),
+        ),
+        (
+            'def f():\n    if megatron.core.__version__ != "0.12.1":\n        return\n    X.y = z',
+            "0.15.3",
+            (False, "line 2"),
+        ),
+        ("def f():\n    if is_npu:\n        X.y = z", "0.16.1", (False, "line 2")),
+        (
+            "def f():\n    try:\n        from megatron.core.a import b\n    except ImportError:\n        X.y = z",
+            "0.16.1",
+            (False, "line 2"),
+        ),
+        ("def f():\n    if unknown():\n        X.y = z", "0.16.1", (True, "line 2")),
+    ],
+)
+def test_the_frameworks_own_checks_are_read_against_the_target(
+    source: str, megatron: str, expected: tuple[bool, str | None]
+) -> None:
+    assert guard(source, megatron, frozenset({"megatron.core.a.b"})) == expected
+
+
+def test_release_numbers_compare_as_versions() -> None:
+    assert release("0.16.0rc0") == (0, 16) < release("0.16.1") and release("2.13.0+cpu") == (2, 13)
+
+
+def test_a_subject_that_needs_a_cuda_only_module_is_skipped_not_red() -> None:
+    line = "importing 'fw' needs module 'transformer_engine', which this target's venv does not have"
+    assert cuda_only_module(line) == "transformer_engine"
+    assert cuda_only_module("cannot import name 'TEGroupedLinear' from 'megatron.core.extensions.transformer_engine'")
+    assert cuda_only_module("No module named 'peft'") is None
+    assert subject_blocker(line).machine_bound and not subject_blocker("No module named 'peft'").machine_bound
