@@ -136,42 +136,39 @@ def guard(source: str, megatron: str = "0.16.1", defined: frozenset[str] = froze
     return found.applied, found.place
 
 
+CHECKS = {
+    "below 0.16.2": (
+        'def f():\n    if version.parse(megatron.core.__version__) < version.parse("0.16.2"):\n        X.y = z'
+    ),
+    "a flag from 0.16.0rc0": (
+        "def f():\n    ge = version.parse(megatron.core.__version__) >= version.parse('0.16.0rc0')\n"
+        "    if ge:\n        X.y = z\n    else:\n        X.y = w"
+    ),
+    "return unless 0.12.1": 'def f():\n    if megatron.core.__version__ != "0.12.1":\n        return\n    X.y = z',
+    "on NPUs": "def f():\n    if is_npu:\n        X.y = z",
+    "where an import fails": (
+        "def f():\n    try:\n        from megatron.core.a import b\n    except ImportError:\n        X.y = z"
+    ),
+    "an unreadable check": "def f():\n    if unknown():\n        X.y = z",
+}
+
+
 @pytest.mark.parametrize(
-    ("source", "megatron", "expected"),
+    ("check", "megatron", "expected"),
     [
-        (
-            'def f():\n    if version.parse(megatron.core.__version__) < version.parse("0.16.2"):\n        X.y = z',
-            "0.16.1",
-            (True, None),
-        ),
-        (
-            'def f():\n    if version.parse(megatron.core.__version__) < version.parse("0.16.2"):\n        X.y = z',
-            "0.17.1",
-            (False, "line 2"),
-        ),
-        (
-            'def f():\n    ge = version.parse(megatron.core.__version__) >= version.parse("0.16.0rc0")\n    if ge:\n        X.y = z\n    else:\n        X.y = w',
-            "0.15.3",
-            (False, "line 3"),
-        ),
-        (
-            'def f():\n    if megatron.core.__version__ != "0.12.1":\n        return\n    X.y = z',
-            "0.15.3",
-            (False, "line 2"),
-        ),
-        ("def f():\n    if is_npu:\n        X.y = z", "0.16.1", (False, "line 2")),
-        (
-            "def f():\n    try:\n        from megatron.core.a import b\n    except ImportError:\n        X.y = z",
-            "0.16.1",
-            (False, "line 2"),
-        ),
-        ("def f():\n    if unknown():\n        X.y = z", "0.16.1", (True, "line 2")),
+        ("below 0.16.2", "0.16.1", (True, None)),
+        ("below 0.16.2", "0.17.1", (False, "line 2")),
+        ("a flag from 0.16.0rc0", "0.15.3", (False, "line 3")),
+        ("return unless 0.12.1", "0.15.3", (False, "line 2")),
+        ("on NPUs", "0.16.1", (False, "line 2")),
+        ("where an import fails", "0.16.1", (False, "line 2")),
+        ("an unreadable check", "0.16.1", (True, "line 2")),
     ],
 )
 def test_the_frameworks_own_checks_are_read_against_the_target(
-    source: str, megatron: str, expected: tuple[bool, str | None]
+    check: str, megatron: str, expected: tuple[bool, str | None]
 ) -> None:
-    assert guard(source, megatron, frozenset({"megatron.core.a.b"})) == expected
+    assert guard(CHECKS[check], megatron, frozenset({"megatron.core.a.b"})) == expected
 
 
 def test_release_numbers_compare_as_versions() -> None:

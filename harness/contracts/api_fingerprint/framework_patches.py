@@ -12,6 +12,7 @@ the object's class, which the source does not give: they are not read here.
 from __future__ import annotations
 
 import ast
+import functools
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -161,9 +162,7 @@ def read_framework(root: Path, is_megatron_owner) -> FrameworkSource:
     ``is_megatron_owner(dotted)`` says whether a dotted path names a Megatron module or a class Megatron defines (the
     owner a patch re-binds a name on)."""
     modules = framework_files(root)
-    trees = {
-        name: (path, ast.parse(path.read_text(encoding="utf-8", errors="replace"))) for path, name in modules.items()
-    }
+    trees = {name: (path, _parsed(path, path.stat().st_mtime_ns)) for path, name in modules.items()}
     own = {
         node.name
         for _, tree in trees.values()
@@ -178,6 +177,13 @@ def read_framework(root: Path, is_megatron_owner) -> FrameworkSource:
         for call in reader.calls:
             found.calls.setdefault(call.called.rpartition(".")[2], []).append(call)
     return found
+
+
+@functools.lru_cache(maxsize=4096)
+def _parsed(path: Path, mtime_ns: int) -> ast.Module:
+    """A framework file's syntax tree, parsed once per version of the file (a framework read against several
+    Megatron releases in one process)."""
+    return ast.parse(path.read_text(encoding="utf-8", errors="replace"))
 
 
 def _module_scope(module: str, tree: ast.Module, path: Path) -> _Scope:
