@@ -17,8 +17,7 @@ from dataclasses import dataclass
 
 from harness import REPO_ROOT
 from harness.contracts.api_fingerprint.call_sites import MegatronSource
-from harness.contracts.api_fingerprint.framework_guards import Versions
-from harness.contracts.api_fingerprint.from_source import defines
+from harness.contracts.api_fingerprint.from_source import versions_of
 from harness.contracts.api_fingerprint.source_verdicts import SymbolVerdict, framework_verdicts
 from harness.targets.matrix import load_matrix
 from harness.targets.release_source import distribution_source, release_source
@@ -60,8 +59,19 @@ def gate_verdicts(name: str, megatron: str, torch: str) -> dict[str, SymbolVerdi
     version, package = PUBLISHED[name]
     root = distribution_source(name, version, package)
     source = MegatronSource(release_source(megatron, venvs=REPO_ROOT / ".nox").root)
-    verdicts = framework_verdicts(root, source, Versions(megatron, torch, defines(source.root)))
+    verdicts = framework_verdicts(root, source, versions_of(source, megatron, torch))
     return {v.symbol: v for v in verdicts}
+
+
+def named_as_table(found: dict[str, SymbolVerdict], table: dict) -> dict[str, SymbolVerdict]:
+    """The gate's verdicts under the table's names: a method bound on built objects is ``symbol@file:line`` at the
+    gate; a table that names no other patch of that symbol calls it by the symbol alone."""
+    named = {}
+    for symbol, verdict in found.items():
+        plain = symbol.partition("@")[0]
+        alone = plain not in found and sum(s.partition("@")[0] == plain for s in found) == 1
+        named[plain if symbol not in table and plain in table and alone else symbol] = verdict
+    return named
 
 
 def compare(name: str, targets: list[tuple[str, str]]) -> dict[str, dict[str, Cell]]:
@@ -69,7 +79,7 @@ def compare(name: str, targets: list[tuple[str, str]]) -> dict[str, dict[str, Ce
     table = json.loads((EXPECTED / f"{name}.json").read_text())["symbols"]
     rows: dict[str, dict[str, Cell]] = {}
     for megatron, torch in targets:
-        found = gate_verdicts(name, megatron, torch)
+        found = named_as_table(gate_verdicts(name, megatron, torch), table)
         for symbol in sorted(set(table) | set(found)):
             wanted = table.get(symbol, {}).get("targets", {}).get(megatron, {})
             expected = wanted.get("verdict", "-")

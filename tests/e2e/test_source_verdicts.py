@@ -17,8 +17,7 @@ from pathlib import Path
 import pytest
 
 from harness.contracts.api_fingerprint.call_sites import MegatronSource
-from harness.contracts.api_fingerprint.framework_guards import Versions
-from harness.contracts.api_fingerprint.from_source import defines
+from harness.contracts.api_fingerprint.from_source import versions_of
 from harness.contracts.api_fingerprint.source_verdicts import SymbolVerdict, framework_verdicts
 from harness.targets.release_source import release_source
 from tests.pytest_helpers import ROOT, run_subjects_together, run_target_cases
@@ -120,7 +119,7 @@ def megatron() -> MegatronSource:
 
 
 def verdicts(root: Path, megatron: MegatronSource) -> dict[str, SymbolVerdict]:
-    versions = Versions(RELEASE, "2.13.0", defines(megatron.root))
+    versions = versions_of(megatron, RELEASE, "2.13.0")
     return {v.symbol: v for v in framework_verdicts(root, megatron, versions)}
 
 

@@ -49,6 +49,9 @@ class Versions:
     torch: str
     defines: Callable[[str], bool]
     """Whether Megatron on the target defines a dotted path (a module, or a name in one)."""
+    parameters: Callable[[str, bool], tuple[str, ...] | None] = lambda dotted, bound: None
+    """The parameter names of the Megatron function a dotted path names (``bound``: reached on an object, its first
+    taken), what ``inspect.signature(...).parameters`` gives there; None where it names none."""
 
 
 def release(text: str) -> tuple[int, ...]:
@@ -71,14 +74,20 @@ class _Version:
 
 
 def guard_of(
-    chain: tuple[ast.AST, ...], module_body: list[ast.stmt], place_of, names: dict[str, str], versions: Versions
+    chain: tuple[ast.AST, ...],
+    module_body: list[ast.stmt],
+    place_of,
+    names: dict[str, str],
+    versions: Versions,
+    objects: dict[str, str] | None = None,
 ) -> Guard:
     """The verdict of the checks around ``chain[-1]`` (the patch statement), ``chain[:-1]`` its enclosing
-    definitions. ``place_of(node)`` words a node's place, ``names`` resolves a dotted name's first part."""
+    definitions. ``place_of(node)`` words a node's place, ``names`` resolves a dotted name's first part, ``objects``
+    says which Megatron class an expression holds (the object an instance patch binds on: ``hasattr(self, ...)``)."""
     functions = [n for n in chain[:-1] if isinstance(n, ast.FunctionDef | ast.AsyncFunctionDef)]
     body = functions[-1].body if functions else module_body
     statement = chain[-1]
-    reader = _Reader(body, statement, names, versions, module_body)
+    reader = _Reader(body, statement, names, versions, module_body, objects)
     unread_at = None
     for condition, wanted, node in _conditions(body, statement):
         value = reader.value(condition)
@@ -102,13 +111,14 @@ def _conditions(body: list[ast.stmt], target: ast.stmt) -> list[tuple[ast.expr, 
 
 
 def _exits(before: list[ast.stmt]) -> list[tuple[ast.expr, bool, ast.stmt]]:
-    """``if <test>: return`` (or raise) before the patch: the patch runs only where the test is false."""
+    """``if <test>: return`` (or raise, or ``continue`` in a loop) before the patch: the patch runs only where the
+    test is false."""
     return [
         (node.test, False, node)
         for node in before
         if isinstance(node, ast.If)
         and node.body
-        and isinstance(node.body[-1], ast.Return | ast.Raise)
+        and isinstance(node.body[-1], ast.Return | ast.Raise | ast.Continue)
         and not node.orelse
     ]
 
@@ -155,6 +165,26 @@ class _Import:
         self.test = ast.Call(ast.Name("__imports__"), [ast.Constant(p) for p in paths], [])
 
 
+def _bindings(node: ast.AST) -> list[tuple[ast.expr, ast.expr | None]]:
+    """What a statement binds and to what (``None``: a value the reading does not follow, a loop's item)."""
+    if isinstance(node, ast.Assign):
+        return [(target, node.value) for target in node.targets]
+    if isinstance(node, ast.AnnAssign | ast.NamedExpr):
+        return [(node.target, node.value)]
+    if isinstance(node, ast.AugAssign | ast.For | ast.AsyncFor | ast.comprehension):
+        return [(node.target, None)]
+    if isinstance(node, ast.With | ast.AsyncWith):
+        return [(item.optional_vars, None) for item in node.items if item.optional_vars is not None]
+    return []
+
+
+@dataclass(frozen=True)
+class _Parameters:
+    """A signature read from Megatron's source: its parameter names in order."""
+
+    names: tuple[str, ...]
+
+
 PRESENT = object()
 """What a name bound by an import that went through holds: not None."""
 
@@ -189,16 +219,35 @@ def _fallbacks(module: list[ast.stmt]) -> dict[str, ast.expr]:
 
 class _Reader:
     def __init__(
-        self, body: list[ast.stmt], target: ast.stmt, names: dict[str, str], versions: Versions, module: list[ast.stmt]
+        self,
+        body: list[ast.stmt],
+        target: ast.stmt,
+        names: dict[str, str],
+        versions: Versions,
+        module: list[ast.stmt],
+        objects: dict[str, str] | None = None,
     ) -> None:
         self.names = names
         self.versions = versions
         self.assigned: dict[str, ast.expr] = {}
+        self.objects = objects or {}
+        bound: dict[str, list[ast.expr]] = {}
+        fallbacks = {
+            id(n)
+            for h in ast.walk(ast.Module(body=body, type_ignores=[]))
+            if isinstance(h, ast.ExceptHandler)
+            for n in ast.walk(h)
+        }
         for node in ast.walk(ast.Module(body=body, type_ignores=[])):
-            if node is target:
-                break
-            if isinstance(node, ast.Assign) and len(node.targets) == 1 and isinstance(node.targets[0], ast.Name):
-                self.assigned.setdefault(node.targets[0].id, node.value)
+            if id(node) in fallbacks:
+                continue  # what a failed try falls back to: the try's own binding is the one read
+            for target, value in _bindings(node):
+                for name in (n for n in ast.walk(target) if isinstance(n, ast.Name)):
+                    bound.setdefault(name.id, []).append(value)
+        # A name bound once, to what does not change after (a container may be filled later): its value is read.
+        for name, values in bound.items():
+            if len(values) == 1 and values[0] is not None and not isinstance(values[0], ast.List | ast.Dict | ast.Set):
+                self.assigned[name] = values[0]
         for node in module:
             if isinstance(node, ast.Assign) and len(node.targets) == 1 and isinstance(node.targets[0], ast.Name):
                 self.assigned.setdefault(node.targets[0].id, node.value)
@@ -245,7 +294,26 @@ class _Reader:
             return self._attribute(node, depth)
         if isinstance(node, ast.Call):
             return self._call(node, depth)
+        if isinstance(node, ast.Subscript) and isinstance(node.slice, ast.Constant):
+            held = self.value(node.value, depth + 1)
+            try:
+                return held[node.slice.value] if isinstance(held, tuple) else UNKNOWN
+            except (IndexError, TypeError):
+                return UNKNOWN
         return UNKNOWN
+
+    def _signature(self, node: ast.expr) -> object:
+        """``inspect.signature(<Megatron function or method>)``: its parameter names, as :class:`_Parameters`."""
+        text = ast.unparse(node)
+        head, _, rest = text.partition(".")
+        if head in self.objects:
+            found = self.versions.parameters(f"{self.objects[head]}.{rest}", True)
+        else:
+            dotted = self.dotted(node)
+            if dotted is None and isinstance(node, ast.Name) and node.id in self.assigned:
+                dotted = self.dotted(self.assigned[node.id])
+            found = self.versions.parameters(dotted, False) if dotted and dotted.startswith("megatron.") else None
+        return UNKNOWN if found is None else _Parameters(found)
 
     def _bool(self, node: ast.BoolOp, depth: int) -> object:
         values = [self.value(v, depth + 1) for v in node.values]
@@ -274,6 +342,9 @@ class _Reader:
         if dotted is not None and dotted.endswith(".__version__"):
             package = dotted.split(".")[0]
             return {"megatron": self.versions.megatron, "torch": self.versions.torch}.get(package, UNKNOWN)
+        if node.attr == "parameters":
+            held = self.value(node.value, depth + 1)
+            return held.names if isinstance(held, _Parameters) else UNKNOWN
         if node.attr == "base_version":
             inner = self.value(node.value, depth + 1)
             return ".".join(map(str, inner.key() or (0,))) if isinstance(inner, _Version) else UNKNOWN
@@ -284,6 +355,12 @@ class _Reader:
     def _call(self, node: ast.Call, depth: int) -> object:
         name = getattr(node.func, "attr", None) or getattr(node.func, "id", None)
         arguments = [self.value(a, depth + 1) for a in node.args]
+        if name == "signature" and len(node.args) == 1:
+            return self._signature(node.args[0])
+        if name in ("list", "tuple") and len(arguments) == 1 and isinstance(arguments[0], tuple):
+            return arguments[0]
+        if name == "len" and len(arguments) == 1 and isinstance(arguments[0], tuple):
+            return len(arguments[0])
         if name == "__imports__":
             return all(self.versions.defines(str(a)) for a in arguments if str(a).startswith("megatron."))
         if name in ("parse", "Version", "LooseVersion", "parse_version") and len(arguments) == 1:
@@ -292,7 +369,7 @@ class _Reader:
                 return text
             return _Version(text) if isinstance(text, str) else UNKNOWN
         if name == "hasattr" and len(node.args) == 2 and isinstance(arguments[1], str):
-            owner = self.dotted(node.args[0])
+            owner = self.objects.get(ast.unparse(node.args[0])) or self.dotted(node.args[0])
             if owner is not None and owner.startswith("megatron."):
                 return self.versions.defines(f"{owner}.{arguments[1]}")
             return UNKNOWN

@@ -64,6 +64,8 @@ class SourcePatch:
     """The value is a method bound to an instance (``self._get_param_groups``): its first parameter is taken."""
     declared: bool = False
     """Not an assignment found in the source: the declaration names the symbol and its replacement."""
+    objects: dict[str, str] = field(default_factory=dict)
+    """For a method bound on built objects: the object's expression -> the Megatron class it was resolved to."""
 
     @property
     def place(self) -> str:
@@ -78,6 +80,30 @@ class _Scope:
     """Name -> dotted path of what an import or an assignment bound to it."""
     functions: dict[str, ast.FunctionDef | ast.AsyncFunctionDef] = field(default_factory=dict)
     classes: dict[str, ast.ClassDef] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class InstancePatch:
+    """A method bound on built objects (``obj.m = f.__get__(obj, ...)``, ``types.MethodType(f, obj)``,
+    ``obj.__class__.m = f``): the source names the method and the function, not the object's class."""
+
+    method: str
+    definition: Definition
+    module: str
+    line: int
+    chain: tuple[ast.AST, ...]
+    names: dict[str, str]
+    classes: tuple[str, ...]
+    """Dotted names the patching function tests the object against (``isinstance(x, GPTModel)``)."""
+    target: str
+    """The object's expression as written (``self``, ``layer``)."""
+    hint: str
+    """The names around the patch (the function's, the patching function's, the object's expression), lower case
+    without underscores: what tells two Megatron classes defining the method apart."""
+
+    @property
+    def place(self) -> str:
+        return f"{self.module.replace('.', '/')}.py:{self.line}"
 
 
 @dataclass(frozen=True)
@@ -101,6 +127,7 @@ class FrameworkSource:
     patches: list[SourcePatch] = field(default_factory=list)
     calls: dict[str, list[CallStatement]] = field(default_factory=dict)
     """Last name of the callee -> the statements calling a function of that name."""
+    instances: list[InstancePatch] = field(default_factory=list)
 
     def callers(self, module: str, qualname: tuple[str, ...]) -> list[CallStatement]:
         """The statements that call the framework function ``qualname`` of ``module`` (a method by ``self.``)."""
@@ -174,6 +201,7 @@ def read_framework(root: Path, is_megatron_owner) -> FrameworkSource:
         reader = _Reader(module, path, trees, is_megatron_owner, own)
         reader.read(tree.body, [], [_module_scope(module, tree, path)])
         found.patches += reader.patches
+        found.instances += reader.instances
         for call in reader.calls:
             found.calls.setdefault(call.called.rpartition(".")[2], []).append(call)
     return found
@@ -273,6 +301,7 @@ class _Reader:
         self.own = own
         self.patches: list[SourcePatch] = []
         self.calls: list[CallStatement] = []
+        self.instances: list[InstancePatch] = []
 
     def resolve(self, dotted: str, scopes: list[_Scope]) -> str:
         """``dotted`` with its first name replaced by what the nearest scope binds it to (aliases followed)."""
@@ -299,8 +328,10 @@ class _Reader:
                 self.read(node.body, [*enclosing, node], [*scopes, _Scope()])
             elif isinstance(node, ast.Assign):
                 for target in node.targets:
-                    if isinstance(target, ast.Attribute):
-                        self.assigned(_dotted(target), node.value, node, enclosing, scopes)
+                    if isinstance(target, ast.Attribute) and not self.assigned(
+                        _dotted(target), node.value, node, enclosing, scopes
+                    ):
+                        self.on_instances(target, node.value, node, enclosing, scopes)
             elif isinstance(node, ast.Expr) and isinstance(node.value, ast.Call):
                 call = node.value
                 if getattr(call.func, "id", None) == "setattr" and len(call.args) == 3:
@@ -330,14 +361,51 @@ class _Reader:
                 called = written if written.startswith("self.") else self.resolve(written, scopes)
                 self.calls.append(CallStatement(called, self.module, (*enclosing, node), names))
 
+    def on_instances(
+        self, target: ast.Attribute, value: ast.expr, node: ast.stmt, enclosing: list[ast.AST], scopes: list[_Scope]
+    ) -> None:
+        """Record ``target = value`` where it binds a function of the framework as a method of built objects."""
+        function = None
+        if isinstance(value, ast.Call) and isinstance(value.func, ast.Attribute) and value.func.attr == "__get__":
+            function = value.func.value
+        elif isinstance(value, ast.Call) and _last_name(value.func) == "MethodType" and value.args:
+            function = value.args[0]
+        elif isinstance(target.value, ast.Attribute) and target.value.attr == "__class__":
+            function = value
+        written = _dotted(function) if function is not None else None
+        definition = self.definition(written, scopes, enclosing) if written else None
+        if definition is None or (target.attr.startswith("__") and target.attr != "__call__"):
+            return
+        functions = [n for n in enclosing if isinstance(n, ast.FunctionDef | ast.AsyncFunctionDef)]
+        tested = []
+        for call in ast.walk(functions[-1]) if functions else ():
+            if isinstance(call, ast.Call) and getattr(call.func, "id", None) == "isinstance" and len(call.args) == 2:
+                kinds = call.args[1].elts if isinstance(call.args[1], ast.Tuple) else [call.args[1]]
+                tested += [self.resolve(d, scopes) for d in map(_dotted, kinds) if d]
+        hint = " ".join([definition.node.name, *(f.name for f in functions), ast.unparse(target.value)])
+        self.instances.append(
+            InstancePatch(
+                target.attr,
+                definition,
+                self.module,
+                node.lineno,
+                (*enclosing, node),
+                {n: self.resolve(n, scopes) for n in {n for scope in scopes for n in scope.names}},
+                tuple(t for t in tested if t.startswith("megatron.")),
+                ast.unparse(target.value),
+                hint.lower().replace("_", ""),
+            )
+        )
+
     def assigned(
         self, target: str | None, value: ast.expr, node: ast.stmt, enclosing: list[ast.AST], scopes: list[_Scope]
-    ) -> None:
+    ) -> bool:
+        """Record a patch of Megatron (``True``), where ``target`` names an attribute of a Megatron owner."""
         if target is None:
-            return
+            return False
         owner, _, name = self.resolve(target, scopes).rpartition(".")
         if not owner.startswith("megatron.") or not self.is_megatron_owner(owner):
-            return
+            return False
         wrapper = None
         inner = value
         if isinstance(value, ast.Call) and getattr(value.func, "id", None) in WRAPPERS and len(value.args) == 1:
@@ -367,6 +435,7 @@ class _Reader:
                 bool(written and written.split(".")[0] in ("self", "cls") and written.count(".") == 1),
             )
         )
+        return True
 
     def definition(self, written: str, scopes: list[_Scope], enclosing: list[ast.AST]) -> Definition | None:
         """The function ``written`` names: a def in an enclosing scope, a method of a class of the framework
@@ -404,6 +473,10 @@ class _Reader:
             (n for n in _statements(body) if isinstance(n, ast.FunctionDef | ast.AsyncFunctionDef) and n.name == name),
             None,
         )
+
+
+def _last_name(node: ast.expr) -> str | None:
+    return node.attr if isinstance(node, ast.Attribute) else node.id if isinstance(node, ast.Name) else None
 
 
 def _names_of(name: ast.expr, statement: ast.stmt, enclosing: list[ast.AST]) -> list[str]:

@@ -17,20 +17,44 @@ from pathlib import Path
 from harness.contracts.api_fingerprint.call_sites import MegatronSource
 from harness.contracts.api_fingerprint.framework_guards import Versions
 from harness.contracts.api_fingerprint.framework_scan import defined, symbol_key
-from harness.contracts.api_fingerprint.source_verdicts import framework_verdicts
+from harness.contracts.api_fingerprint.replacement_fit import ReadFunction
+from harness.contracts.api_fingerprint.source_verdicts import (
+    framework_verdicts,
+    has_member,
+    megatron_key,
+    upstream_definition,
+)
 
 
-def defines(tree: Path):
-    """Whether Megatron in ``tree`` defines a dotted path: a module, or a name one binds."""
+def defines(source: MegatronSource):
+    """Whether Megatron in ``source`` defines a dotted path: a module, a name one binds, or a method a class defines
+    or inherits from a Megatron base (what ``hasattr`` on the class or its objects finds)."""
 
     def check(dotted: str) -> bool:
-        base = tree.joinpath(*dotted.split("."))
+        base = source.root.joinpath(*dotted.split("."))
         if base.with_suffix(".py").is_file() or (base / "__init__.py").is_file():
             return True
-        key = symbol_key(dotted, [tree])
-        return key is not None and defined(tree, key)
+        key = symbol_key(dotted, [source.root])
+        return key is not None and (defined(source.root, key) or has_member(source, megatron_key(dotted, source)))
 
     return check
+
+
+def parameters(source: MegatronSource):
+    """The parameter names of the Megatron function or method a dotted path names, read from ``source`` (on an
+    object, its first taken): what a framework's ``inspect.signature(...).parameters`` check finds there."""
+
+    def names(dotted: str, bound: bool) -> tuple[str, ...] | None:
+        module, _, qualname = megatron_key(dotted, source).partition(":")
+        node = upstream_definition(source, module, qualname) if module in source.texts else None
+        return None if node is None else tuple(ReadFunction(node, bound).signature().parameters)
+
+    return names
+
+
+def versions_of(source: MegatronSource, megatron: str, torch: str) -> Versions:
+    """What a framework's own checks are read against on the target whose Megatron is ``source``."""
+    return Versions(megatron, torch, defines(source), parameters(source))
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -44,8 +68,9 @@ def main(argv: list[str] | None = None) -> int:
     if not (options.megatron / "megatron").is_dir():
         print(f"{options.megatron}: no megatron package there", file=sys.stderr)
         return 2
-    versions = Versions(options.megatron_version, options.torch_version, defines(options.megatron))
-    verdicts = framework_verdicts(options.root, MegatronSource(options.megatron), versions)
+    source = MegatronSource(options.megatron)
+    versions = versions_of(source, options.megatron_version, options.torch_version)
+    verdicts = framework_verdicts(options.root, source, versions)
     for verdict in verdicts:
         print(verdict.line())
     if options.json:

@@ -15,8 +15,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from harness.contracts.api_fingerprint.call_sites import MegatronSource
-from harness.contracts.api_fingerprint.framework_guards import Versions
-from harness.contracts.api_fingerprint.from_source import defines
+from harness.contracts.api_fingerprint.from_source import versions_of
 from harness.contracts.api_fingerprint.source_verdicts import SymbolVerdict, framework_verdicts
 from harness.formats.megatron_symbols import DeclarationError, parse_declaration
 
@@ -94,7 +93,7 @@ def session_verdicts(
     live (read from source too, to compare); each other one is read from source, ``why[symbol]`` (else
     ``because``) saying why."""
     source = source or MegatronSource.installed()
-    versions = Versions(megatron, torch, defines(source.root))
+    versions = versions_of(source, megatron, torch)
     verdicts = framework_verdicts(root, source, versions, declared_replacements(megatron_symbols, tables))
     for verdict in verdicts:
         verdict.why = why.get(verdict.symbol, because)

@@ -25,7 +25,13 @@ from pathlib import Path
 
 from harness.contracts.api_fingerprint.call_sites import MegatronCall, MegatronSource, calls_in
 from harness.contracts.api_fingerprint.framework_guards import Versions, guard_of
-from harness.contracts.api_fingerprint.framework_patches import Definition, FrameworkSource, SourcePatch, read_framework
+from harness.contracts.api_fingerprint.framework_patches import (
+    Definition,
+    FrameworkSource,
+    InstancePatch,
+    SourcePatch,
+    read_framework,
+)
 from harness.contracts.api_fingerprint.framework_scan import defined, symbol_key
 from harness.contracts.api_fingerprint.module_calls import instance_calls, spec_constructions
 from harness.contracts.api_fingerprint.replacement_fit import (
@@ -83,7 +89,13 @@ def framework_verdicts(
     for symbol, replacement in (declared or {}).items():
         if not any(not p.restores for p in keyed.get(symbol, [])):
             keyed[symbol] = [_declared_patch(framework, symbol, replacement)]
-    replaced = {key for key, found in keyed.items() if any(not p.restores for p in found)}
+    for instance in framework.instances:
+        owner = _instance_class(instance, source)
+        if owner is not None:
+            keyed.setdefault(f"{owner}.{instance.method}@{instance.place}", []).append(_instance_patch(instance, owner))
+    # A method swapped on some built objects (an ``@`` key) leaves Megatron's own calls inside it standing for the
+    # others: only replacements of a class's or module's name take Megatron's calls in them out.
+    replaced = {key for key, found in keyed.items() if "@" not in key and any(not p.restores for p in found)}
     definitions = {
         key: patch.definition for key, found in keyed.items() for patch in found if patch.definition is not None
     }
@@ -96,13 +108,67 @@ def framework_verdicts(
         # An assignment of what the source does not name (an undo putting back a saved value) beside one of a
         # function it defines is the framework's undo: the function is the replacement.
         made = [p for p in made if p.definition is not None] or made
-        each = [_verdict(key, patch, source, versions, replaced, framework, definitions) for patch in made]
+        symbol = key.partition("@")[0]
+        each = [_verdict(symbol, patch, source, versions, replaced, framework, definitions) for patch in made]
         each = [v for v in each if v.verdict != "skipped"] or each
         worst = min(each, key=lambda v: SEVERITY.index(v.verdict))
+        worst.symbol = key
         worst.patched_at = [p.place for p in made]
         worst.findings = list(dict.fromkeys(f for v in each if v.verdict == worst.verdict for f in v.findings))
         verdicts.append(worst)
     return verdicts
+
+
+def _instance_class(instance: InstancePatch, source: MegatronSource) -> str | None:
+    """``module:Class`` of the Megatron class whose built objects ``instance`` patches, where the source says which:
+    a class the patching function tests with ``isinstance``, else the one Megatron class defining the method whose name
+    the names around the patch carry (``_fused_GPTModel_forward`` on ``forward``), else the only one defining it. A
+    patch in a file that never imports Megatron is another library's."""
+    if not any(path.startswith("megatron.") for path in instance.names.values()):
+        return None
+    definers = _definers(source, instance.method)
+    tested = {path.rpartition(".")[2] for path in instance.classes}
+    chosen = [info for info in definers if info.name in tested]
+    if tested and not chosen:
+        # The objects are of the classes the framework tests for, and none of them has the method here.
+        owners = [
+            key for path in instance.classes if (key := megatron_key(path, source)).partition(":")[0] in source.texts
+        ]
+        return owners[-1] if owners else None
+    if not chosen:
+        named = [info for info in definers if info.name.lower() in instance.hint]
+        longest = max((len(info.name) for info in named), default=0)
+        chosen = [info for info in named if len(info.name) == longest]
+    if not chosen and len(definers) == 1:
+        chosen = definers
+    return f"{chosen[0].module}:{chosen[0].name}" if len(chosen) == 1 else None
+
+
+def _definers(source: MegatronSource, method: str) -> list:
+    """The classes of Megatron's source whose body defines ``method``."""
+    found = []
+    for module, (_, text) in source.texts.items():
+        if f"def {method}(" not in text:
+            continue
+        for infos in source.classes.values():
+            found += [info for info in infos if info.module == module and method in source.methods(info)]
+    return list(dict.fromkeys(found))
+
+
+def _instance_patch(instance: InstancePatch, owner: str) -> SourcePatch:
+    """An instance patch as a patch of the class it was resolved to: the function gets the object first, as a method."""
+    return SourcePatch(
+        f"{owner.replace(':', '.')}.{instance.method}",
+        instance.definition.node.name,
+        instance.definition.file,
+        instance.module,
+        instance.line,
+        instance.chain,
+        instance.definition,
+        None,
+        names=instance.names,
+        objects={instance.target: owner.replace(":", ".")},
+    )
 
 
 def _declared_patch(framework: FrameworkSource, symbol: str, replacement: str) -> SourcePatch:
@@ -181,8 +247,12 @@ def _absolute_from(node: ast.ImportFrom, module: str, is_package: bool) -> str:
 def _defines(source: MegatronSource, key: str) -> bool:
     """Whether Megatron here has ``key``: a module-level name, or a method its class defines or inherits from a
     Megatron base."""
-    if defined(source.root, key):
-        return True
+    return defined(source.root, key) or has_member(source, key)
+
+
+def has_member(source: MegatronSource, key: str) -> bool:
+    """Whether the class of ``module:Class.name`` defines ``name`` or inherits it from a Megatron base (a class's
+    ``__init__`` always)."""
     module, _, qualname = key.partition(":")
     owner_name, _, method = qualname.rpartition(".")
     owner = source.class_named(module, owner_name) if owner_name and module in source.texts else None
@@ -206,7 +276,7 @@ def _verdict(
     definitions: Mapping[str, Definition],
 ) -> SymbolVerdict:
     result = SymbolVerdict(key, "fits", replacement=patch.definition.place if patch.definition else patch.value)
-    skipped_by = _skipped_by(framework, patch.module, patch.scope, patch.names, versions, depth=0)
+    skipped_by = _skipped_by(framework, patch.module, patch.scope, patch.names, versions, 0, patch.objects)
     if skipped_by is not None:
         return _set(result, "skipped", f"not applied here by {skipped_by}")
     if not _defines(source, key):
@@ -266,7 +336,7 @@ def megatron_calls_of(source: MegatronSource, key: str, replaced: set[str]) -> t
     (``forward`` through ``nn.Module.__call__``); for ``__init__``, constructions. Also how Megatron defines it
     (``property``, ``staticmethod``, ``classmethod``, else None)."""
     module, _, qualname = key.partition(":")
-    upstream = _upstream(source, module, qualname)
+    upstream = upstream_definition(source, module, qualname)
     upstream_kind = _decorated_kind(upstream) if upstream is not None else None
     if upstream_kind == "property":
         return source.reads_of(key, replaced), upstream_kind
@@ -343,12 +413,13 @@ def _skipped_by(
     names: dict[str, str],
     versions: Versions,
     depth: int,
+    objects: dict[str, str] | None = None,
 ) -> str | None:
     """The framework file and line of the check that keeps ``chain[-1]`` from running on this target: one around it
     in its function, or, where every call of that function is skipped so, the callers' (``None``: it runs). A
     function nobody in the framework calls is an entry point: it runs."""
     _, tree = framework.trees[module]
-    guard = guard_of(chain, tree.body, lambda node: framework.place(module, node.lineno), names, versions)
+    guard = guard_of(chain, tree.body, lambda node: framework.place(module, node.lineno), names, versions, objects)
     if not guard.applied:
         return guard.place
     functions = [n for n in chain[:-1] if isinstance(n, ast.FunctionDef | ast.AsyncFunctionDef)]
@@ -409,7 +480,9 @@ def _set(result: SymbolVerdict, verdict: str, *findings: str) -> SymbolVerdict:
     return result
 
 
-def _upstream(source: MegatronSource, module: str, qualname: str) -> ast.FunctionDef | ast.AsyncFunctionDef | None:
+def upstream_definition(
+    source: MegatronSource, module: str, qualname: str
+) -> ast.FunctionDef | ast.AsyncFunctionDef | None:
     """Megatron's definition of the replaced symbol on this target (an inherited method: the base's)."""
     if "." in qualname:
         owner_name, _, method = qualname.rpartition(".")
@@ -444,7 +517,7 @@ def _original_calls(patch: SourcePatch, key: str, source: MegatronSource) -> lis
     if not names:
         return []
     module, _, qualname = key.partition(":")
-    upstream = _upstream(source, module, qualname)
+    upstream = upstream_definition(source, module, qualname)
     if upstream is None:
         return []
     original = ReadFunction(upstream)
