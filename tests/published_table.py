@@ -27,6 +27,8 @@ PUBLISHED = {"mcore-bridge": ("1.6.5", "mcore_bridge"), "ms-swift": ("4.6.0", "s
 
 EXPECTED = REPO_ROOT / "tests" / "published" / "expected"
 PAGE = REPO_ROOT / "docs" / "published.md"
+DIFFERENCES = REPO_ROOT / "tests" / "published" / "differences.md"
+"""Why the cells that differ differ, written after reading both sides: the page's last section."""
 COMMAND = "nox -s published"
 
 
@@ -131,7 +133,7 @@ def page(results: dict[str, dict[str, dict[str, Cell]]], targets: list[tuple[str
                     shown.append(f"❌ {cell.expected} → {cell.found}{line}")
             out.append(f"| `{symbol}` | " + " | ".join(shown) + " |")
         out.append("")
-    return "\n".join(out)
+    return "\n".join(out) + "\n" + DIFFERENCES.read_text()
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -19,7 +19,7 @@ import pytest
 from harness.contracts.api_fingerprint.call_sites import MegatronSource
 from harness.contracts.api_fingerprint.from_source import versions_of
 from harness.contracts.api_fingerprint.source_verdicts import SymbolVerdict, framework_verdicts
-from harness.targets.release_source import release_source
+from harness.targets.release_source import distribution_source, release_source
 from tests.pytest_helpers import ROOT, run_subjects_together, run_target_cases
 
 SESSION = "megatron-0.15"
@@ -234,3 +234,49 @@ def test_live_and_source_give_the_same_verdict_on_every_framework(tmp_path: Path
     assert not differing, differing
     frameworks = {name.split()[0] for name in unread}
     assert frameworks <= {"dove", "osprey", "finch", "tern", "plover"}, unread
+
+
+VERL = ("verl", "0.9.1", "verl")
+VERL_FORWARD_CALL = {"0.15.3": LAYER_CALL, "0.16.1": "megatron/core/transformer/transformer_layer.py:"}
+
+
+@pytest.mark.parametrize("release", ["0.15.3", "0.16.1", "0.17.1"])
+def test_verl_as_published_drops_rotary_pos_cos_sin_in_its_mla_forward_until_its_own_check_skips_it(
+    release: str,
+) -> None:
+    """verl 0.9.1's wheel, read from source: its copy of ``MultiLatentAttention.forward`` takes what
+    ``TransformerLayer`` passes through ``nn.Module.__call__`` into ``**kwargs`` and drops ``rotary_pos_cos_sin`` on
+    0.15 and 0.16; from 0.16.2 on its own version check leaves the patch out."""
+    root = distribution_source(*VERL)
+    megatron = MegatronSource(release_source(release, venvs=ROOT / ".nox").root)
+    found = {v.symbol: v for v in framework_verdicts(root, megatron, versions_of(megatron, release, "2.13.0"))}
+    verdict = found[FORWARD]
+    if release == "0.17.1":
+        assert verdict.verdict == "skipped" and verdict.findings == [
+            "not applied here by verl/models/mcore/patch.py:442"
+        ]
+        return
+    assert verdict.verdict == "advisory", verdict.line()
+    assert any(
+        f.startswith("'rotary_pos_cos_sin', passed at ") and VERL_FORWARD_CALL[release] in f for f in verdict.findings
+    ), verdict.findings
+
+
+def test_verl_as_published_in_its_target_session(tmp_path: Path) -> None:
+    """The same, end to end in a target session, the framework declared from its unpacked wheel: api-fingerprint
+    reads every replaced symbol from source (nothing declared to apply), green with the dropped keyword an
+    advisory, and every symbol in ``replaced_symbols.json`` with how it was checked."""
+    declaration = tmp_path / "megatron-conformance.toml"
+    declaration.write_text(
+        f'[subject]\nsource_root = "{distribution_source(*VERL)}"\nadapter_package = "verl"\nlabel = "verl 0.9.1"\n'
+    )
+    run = run_target_cases(SESSION, ["cases/test_api_fingerprint.py"], tmp_path / "run", declaration)
+    assert run.returncode == 0, run.failed()
+    assert run.report_dir is not None
+    summary = json.loads((run.report_dir / "summary.json").read_text())
+    dropped = [a for a in summary["advisories"] if "keep_what_megatron_passes" in a["case"]]
+    assert dropped and "rotary_pos_cos_sin" in dropped[0].get("detail", dropped[0]["text"]), summary["advisories"]
+    recorded = json.loads((run.report_dir / "replaced_symbols.json").read_text())["symbols"]
+    assert {r["how"] for r in recorded} == {"from source"} and len(recorded) >= 10, recorded
+    forward = next(r for r in recorded if r["symbol"] == FORWARD)
+    assert forward["verdict"] == "advisory" and forward["why"].startswith("no [megatron_symbols] declared"), forward

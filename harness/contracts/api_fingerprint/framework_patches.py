@@ -19,6 +19,9 @@ from pathlib import Path
 
 from harness.contracts.api_fingerprint.framework_scan import framework_files
 
+METADATA = {"__signature__", "__doc__", "__name__", "__qualname__", "__module__", "__wrapped__", "__annotations__"}
+"""Attributes a framework sets on the function it patched in, describing it."""
+
 WRAPPERS = {"staticmethod": "staticmethod", "classmethod": "classmethod", "property": "property"}
 """Calls around a replacement that change how a class binds it."""
 
@@ -406,6 +409,8 @@ class _Reader:
         owner, _, name = self.resolve(target, scopes).rpartition(".")
         if not owner.startswith("megatron.") or not self.is_megatron_owner(owner):
             return False
+        if name in METADATA:
+            return True  # a replacement's own signature or name, set beside its patch: not a patch of its own
         wrapper = None
         inner = value
         if isinstance(value, ast.Call) and getattr(value.func, "id", None) in WRAPPERS and len(value.args) == 1:

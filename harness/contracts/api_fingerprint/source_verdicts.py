@@ -193,12 +193,9 @@ def _declared_patch(framework: FrameworkSource, symbol: str, replacement: str) -
 
 
 def _is_owner(dotted: str, tree: Path) -> bool:
-    """A Megatron module, or what reads as a class of one (it need not exist on this target: then the patch is
-    ``absent`` here, not unseen)."""
-    if _module_exists(tree, dotted):
-        return True
-    last = dotted.rpartition(".")[2]
-    return dotted.startswith("megatron.") and last[:1].isupper()
+    """A Megatron module, or a class of one, as the framework's imports name it: it need not exist on this target
+    (then the patch is ``absent`` here, or skipped by the framework's own check, not unseen)."""
+    return dotted.startswith("megatron.")
 
 
 def _module_exists(tree: Path, module: str) -> bool:
@@ -211,7 +208,9 @@ def megatron_key(path: str, source: MegatronSource) -> str:
     (``megatron.core.tensor_parallel.VocabParallelEmbedding.forward`` is ``megatron.core.tensor_parallel.layers:...``);
     a module-level name itself stays where the patch re-binds it."""
     key = symbol_key(path, [source.root]) or _unresolved_key(path)
-    if any(part[:1].isupper() for part in key.partition(":")[2].split(".")[1:]) and key.partition(":")[2][:1].islower():
+    parts = key.partition(":")[2].split(".")
+    if len(parts) > 1 and parts[0][:1].islower():
+        # A lower-case first part is a module this target lacks, not a class: name it as the path says.
         key = _unresolved_key(path)
     for _ in range(5):
         module, _, qualname = key.partition(":")
