@@ -81,8 +81,7 @@ def framework_verdicts(
     """A verdict per Megatron symbol the framework under ``root`` replaces: each patch assignment its source makes,
     and each symbol ``declared`` names with its replacement (``symbol -> module:qualname``, a method bound on
     instances included, whose class the source does not give); those in ``live`` (checked applied) left out."""
-    tree = source.root
-    framework = read_framework(root, lambda dotted: _is_owner(dotted, tree))
+    framework = read_framework(root, _is_owner)
     keyed: dict[str, list[SourcePatch]] = {}
     for patch in (p for p in framework.patches if not p.constant):
         keyed.setdefault(megatron_key(patch.path, source), []).append(patch)
@@ -192,15 +191,10 @@ def _declared_patch(framework: FrameworkSource, symbol: str, replacement: str) -
     )
 
 
-def _is_owner(dotted: str, tree: Path) -> bool:
+def _is_owner(dotted: str) -> bool:
     """A Megatron module, or a class of one, as the framework's imports name it: it need not exist on this target
     (then the patch is ``absent`` here, or skipped by the framework's own check, not unseen)."""
     return dotted.startswith("megatron.")
-
-
-def _module_exists(tree: Path, module: str) -> bool:
-    base = tree.joinpath(*module.split("."))
-    return base.with_suffix(".py").is_file() or (base / "__init__.py").is_file()
 
 
 def megatron_key(path: str, source: MegatronSource) -> str:
