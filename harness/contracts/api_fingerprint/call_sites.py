@@ -154,7 +154,7 @@ class MegatronSource:
         tree = self.tree(near)
         for node in ast.walk(tree) if tree is not None else ():
             if isinstance(node, ast.ImportFrom) and any((a.asname or a.name) == name for a in node.names):
-                source = _absolute(node, near, self.is_package(near))
+                source = absolute_module(node, near, self.is_package(near))
                 return next((c for c in candidates if c.module == source or c.module.startswith(f"{source}.")), None)
         return None
 
@@ -237,7 +237,7 @@ class MegatronSource:
             if reads:
                 calls += _reads_in(function, self.file_of(info.module), caller, method)
                 continue
-            matches = _is_super_call(method) if through_super else _is_self_call(method)
+            matches = _is_super_call(method) if through_super else is_self_call(method)
             calls += calls_in(function, self.file_of(info.module), caller, matches)
         return calls if reads else calls + self._class_calls(owner, method)
 
@@ -290,7 +290,7 @@ class MegatronSource:
                 tree = self.tree(other)
                 for node in tree.body if tree is not None else ():
                     if isinstance(node, ast.ImportFrom) and (node.module is not None or node.level):
-                        source = _absolute(node, other, True)
+                        source = absolute_module(node, other, True)
                         if source in found and any(a.name == name and a.asname is None for a in node.names):
                             added.add(other)
             if not added:
@@ -333,7 +333,7 @@ class MegatronSource:
                             bindings[target.id] = f"{self.file_of(other)}:{node.lineno}"
             for node in ast.walk(tree):
                 if isinstance(node, ast.ImportFrom) and (node.module is not None or node.level):
-                    source = _absolute(node, other, self.is_package(other))
+                    source = absolute_module(node, other, self.is_package(other))
                     for alias in node.names:
                         if source in exporters and alias.name == name:
                             names.add(alias.asname or name)
@@ -369,10 +369,10 @@ def calls_in_replacement(function: Any, method: str, caller: str) -> list[Megatr
     except (OSError, TypeError, SyntaxError):
         return []
     ast.increment_lineno(tree, start - 1)
-    return calls_in(tree, Path(file).name, caller, _is_self_call(method))
+    return calls_in(tree, Path(file).name, caller, is_self_call(method))
 
 
-def _absolute(node: ast.ImportFrom, module: str, is_package: bool) -> str:
+def absolute_module(node: ast.ImportFrom, module: str, is_package: bool) -> str:
     """The module an ``ImportFrom`` in ``module`` names, relative imports resolved."""
     if not node.level:
         return node.module or ""
@@ -395,7 +395,23 @@ def functions_of(tree: ast.Module) -> list[tuple[ast.FunctionDef | ast.AsyncFunc
     return found
 
 
-def _is_self_call(method: str):
+def last_name(node: ast.expr) -> str | None:
+    """The name a call or reference ends in: ``f`` of ``a.b.f`` and of ``f``; None for anything else."""
+    return node.attr if isinstance(node, ast.Attribute) else node.id if isinstance(node, ast.Name) else None
+
+
+def dotted_name(node: ast.expr) -> str | None:
+    """``a.b.c`` as written, for a chain of attributes on a name; None for anything else."""
+    parts = []
+    while isinstance(node, ast.Attribute):
+        parts.append(node.attr)
+        node = node.value
+    if not isinstance(node, ast.Name):
+        return None
+    return ".".join([node.id, *reversed(parts)])
+
+
+def is_self_call(method: str):
     """``self.<method>(...)``, and ``cls.<method>(...)`` in a class method."""
     return _is_named_on(method, {"self", "cls"})
 

@@ -18,6 +18,8 @@ import re
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from harness.contracts.api_fingerprint.call_sites import dotted_name
+
 UNKNOWN = object()
 """A value the reading cannot decide."""
 
@@ -254,14 +256,12 @@ class _Reader:
         self.fallbacks = _fallbacks(module)
 
     def dotted(self, node: ast.expr) -> str | None:
-        parts = []
-        while isinstance(node, ast.Attribute):
-            parts.append(node.attr)
-            node = node.value
-        if not isinstance(node, ast.Name):
+        """``node`` as a dotted path, its first name resolved through the names the patch sees."""
+        written = dotted_name(node)
+        if written is None:
             return None
-        head = self.names.get(node.id, node.id).lstrip("=")
-        return ".".join([head, *reversed(parts)])
+        head, dot, rest = written.partition(".")
+        return f"{self.names.get(head, head).lstrip('=')}{dot}{rest}"
 
     def value(self, node: ast.expr, depth: int = 0) -> object:
         if depth > 20:

@@ -17,6 +17,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from harness.contracts.api_fingerprint.call_sites import absolute_module, dotted_name, last_name
 from harness.contracts.api_fingerprint.framework_scan import framework_files
 
 METADATA = {"__signature__", "__doc__", "__name__", "__qualname__", "__module__", "__wrapped__", "__annotations__"}
@@ -161,7 +162,7 @@ class FrameworkSource:
             path, tree = self.trees[module]
             origin = next(
                 (
-                    (_absolute(node, module, path.name == "__init__.py"), alias.name)
+                    (absolute_module(node, module, path.name == "__init__.py"), alias.name)
                     for node in tree.body
                     if isinstance(node, ast.ImportFrom)
                     for alias in node.names
@@ -234,7 +235,7 @@ def _bind(scope: _Scope, body: list[ast.stmt], module: str, is_package: bool) ->
                     top = alias.name.split(".")[0]
                     scope.names.setdefault(top, top)
         elif isinstance(node, ast.ImportFrom):
-            origin = _absolute(node, module, is_package)
+            origin = absolute_module(node, module, is_package)
             for alias in node.names:
                 scope.names[alias.asname or alias.name] = f"{origin}.{alias.name}" if origin else alias.name
         elif isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef):
@@ -246,7 +247,7 @@ def _bind(scope: _Scope, body: list[ast.stmt], module: str, is_package: bool) ->
             if imported is not None:
                 scope.names[node.targets[0].id] = imported
                 continue
-            dotted = _dotted(node.value)
+            dotted = dotted_name(node.value)
             if dotted is not None:
                 scope.names.setdefault(node.targets[0].id, f"={dotted}")
 
@@ -272,25 +273,6 @@ def _statements(body: list[ast.stmt]) -> Iterator[ast.stmt]:
             nested = [*node.body, *getattr(node, "orelse", []), *getattr(node, "finalbody", [])]
             nested += [s for handler in getattr(node, "handlers", []) for s in handler.body]
             yield from _statements(nested)
-
-
-def _absolute(node: ast.ImportFrom, module: str, is_package: bool) -> str:
-    if not node.level:
-        return node.module or ""
-    parts = module.split(".")
-    package = parts[: len(parts) - node.level + (1 if is_package else 0)]
-    return ".".join([*package, *([node.module] if node.module else [])])
-
-
-def _dotted(node: ast.expr) -> str | None:
-    """``a.b.c`` as written, for a chain of attributes on a name."""
-    parts = []
-    while isinstance(node, ast.Attribute):
-        parts.append(node.attr)
-        node = node.value
-    if not isinstance(node, ast.Name):
-        return None
-    return ".".join([node.id, *reversed(parts)])
 
 
 class _Reader:
@@ -332,15 +314,15 @@ class _Reader:
             elif isinstance(node, ast.Assign):
                 for target in node.targets:
                     if isinstance(target, ast.Attribute) and not self.assigned(
-                        _dotted(target), node.value, node, enclosing, scopes
+                        dotted_name(target), node.value, node, enclosing, scopes
                     ):
                         self.on_instances(target, node.value, node, enclosing, scopes)
             elif isinstance(node, ast.Expr) and isinstance(node.value, ast.Call):
                 call = node.value
                 if getattr(call.func, "id", None) == "setattr" and len(call.args) == 3:
                     owner, name, value = call.args
-                    for attribute in _names_of(name, node, enclosing) if _dotted(owner) else ():
-                        self.assigned(f"{_dotted(owner)}.{attribute}", value, node, enclosing, scopes)
+                    for attribute in _names_of(name, node, enclosing) if dotted_name(owner) else ():
+                        self.assigned(f"{dotted_name(owner)}.{attribute}", value, node, enclosing, scopes)
             self.called(node, enclosing, scopes)
 
     def called(self, node: ast.stmt, enclosing: list[ast.AST], scopes: list[_Scope]) -> None:
@@ -356,7 +338,7 @@ class _Reader:
         names: dict[str, str] | None = None
         for head in heads:
             for call in (c for c in ast.walk(head) if isinstance(c, ast.Call)):
-                written = _dotted(call.func)
+                written = dotted_name(call.func)
                 if written is None or written.rpartition(".")[2] not in self.own:
                     continue
                 if names is None:
@@ -371,11 +353,11 @@ class _Reader:
         function = None
         if isinstance(value, ast.Call) and isinstance(value.func, ast.Attribute) and value.func.attr == "__get__":
             function = value.func.value
-        elif isinstance(value, ast.Call) and _last_name(value.func) == "MethodType" and value.args:
+        elif isinstance(value, ast.Call) and last_name(value.func) == "MethodType" and value.args:
             function = value.args[0]
         elif isinstance(target.value, ast.Attribute) and target.value.attr == "__class__":
             function = value
-        written = _dotted(function) if function is not None else None
+        written = dotted_name(function) if function is not None else None
         definition = self.definition(written, scopes, enclosing) if written else None
         if definition is None or (target.attr.startswith("__") and target.attr != "__call__"):
             return
@@ -384,7 +366,7 @@ class _Reader:
         for call in ast.walk(functions[-1]) if functions else ():
             if isinstance(call, ast.Call) and getattr(call.func, "id", None) == "isinstance" and len(call.args) == 2:
                 kinds = call.args[1].elts if isinstance(call.args[1], ast.Tuple) else [call.args[1]]
-                tested += [self.resolve(d, scopes) for d in map(_dotted, kinds) if d]
+                tested += [self.resolve(d, scopes) for d in map(dotted_name, kinds) if d]
         hint = " ".join([definition.node.name, *(f.name for f in functions), ast.unparse(target.value)])
         self.instances.append(
             InstancePatch(
@@ -415,7 +397,7 @@ class _Reader:
         inner = value
         if isinstance(value, ast.Call) and getattr(value.func, "id", None) in WRAPPERS and len(value.args) == 1:
             wrapper, inner = WRAPPERS[value.func.id], value.args[0]
-        written = _dotted(inner)
+        written = dotted_name(inner)
         definition = self.definition(written, scopes, enclosing) if written else None
         resolved = self.resolve(written, scopes) if written else None
         restores = definition is None and bool(resolved and resolved.startswith("megatron."))
@@ -478,10 +460,6 @@ class _Reader:
             (n for n in _statements(body) if isinstance(n, ast.FunctionDef | ast.AsyncFunctionDef) and n.name == name),
             None,
         )
-
-
-def _last_name(node: ast.expr) -> str | None:
-    return node.attr if isinstance(node, ast.Attribute) else node.id if isinstance(node, ast.Name) else None
 
 
 def _names_of(name: ast.expr, statement: ast.stmt, enclosing: list[ast.AST]) -> list[str]:

@@ -17,7 +17,13 @@ from __future__ import annotations
 import ast
 import dataclasses
 
-from harness.contracts.api_fingerprint.call_sites import MegatronCall, MegatronSource, calls_in, functions_of
+from harness.contracts.api_fingerprint.call_sites import (
+    MegatronCall,
+    MegatronSource,
+    calls_in,
+    functions_of,
+    last_name,
+)
 
 BUILDERS = ("build_module",)
 """Megatron's functions that instantiate a module spec."""
@@ -72,15 +78,11 @@ def _spec_fields(source: MegatronSource, classes: set[str]) -> set[str]:
 def _builds(value: ast.expr, classes: set[str]) -> bool:
     """``Cls`` or ``ModuleSpec(module=Cls, ...)`` with ``Cls`` one of ``classes``."""
     if isinstance(value, ast.Name | ast.Attribute):
-        return _last(value) in classes
-    if isinstance(value, ast.Call) and _last(value.func) == "ModuleSpec":
+        return last_name(value) in classes
+    if isinstance(value, ast.Call) and last_name(value.func) == "ModuleSpec":
         given = [k.value for k in value.keywords if k.arg == "module"] or value.args[:1]
-        return any(_last(v) in classes for v in given)
+        return any(last_name(v) in classes for v in given)
     return False
-
-
-def _last(node: ast.expr) -> str | None:
-    return node.attr if isinstance(node, ast.Attribute) else node.id if isinstance(node, ast.Name) else None
 
 
 def _holding(cls: ast.ClassDef, classes: set[str], fields: set[str]) -> set[str]:
@@ -96,12 +98,12 @@ def _holding(cls: ast.ClassDef, classes: set[str], fields: set[str]) -> set[str]
         ]
         if not targets:
             continue
-        built = _last(node.value.func)
+        built = last_name(node.value.func)
         if built in classes:
             held.update(targets)
         elif built in BUILDERS and node.value.args:
             spec = node.value.args[0]
-            if _last(spec) in classes or (isinstance(spec, ast.Attribute) and spec.attr in fields):
+            if last_name(spec) in classes or (isinstance(spec, ast.Attribute) and spec.attr in fields):
                 held.update(targets)
     return held
 
@@ -143,10 +145,12 @@ def spec_constructions(source: MegatronSource, symbol: str, upstream_fits) -> li
         return []
 
     def direct(func: ast.expr) -> bool:
-        return isinstance(func, ast.Attribute) and func.attr in fields and _last(func.value) in ("submodules", "spec")
+        return (
+            isinstance(func, ast.Attribute) and func.attr in fields and last_name(func.value) in ("submodules", "spec")
+        )
 
     def built(func: ast.expr) -> bool:
-        return _last(func) in BUILDERS
+        return last_name(func) in BUILDERS
 
     found: list[MegatronCall] = []
     for other, (_, text) in source.texts.items():
@@ -170,7 +174,7 @@ def _builder_calls(function: ast.AST, fields: set[str]) -> list[ast.Call]:
         node
         for node in ast.walk(function)
         if isinstance(node, ast.Call)
-        and _last(node.func) in BUILDERS
+        and last_name(node.func) in BUILDERS
         and node.args
         and isinstance(node.args[0], ast.Attribute)
         and node.args[0].attr in fields

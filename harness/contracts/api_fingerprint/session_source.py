@@ -17,7 +17,7 @@ from pathlib import Path
 from harness.contracts.api_fingerprint.call_sites import MegatronSource
 from harness.contracts.api_fingerprint.from_source import versions_of
 from harness.contracts.api_fingerprint.source_verdicts import SymbolVerdict, framework_verdicts
-from harness.formats.megatron_symbols import DeclarationError, parse_declaration
+from harness.formats.megatron_symbols import parse_declaration
 
 
 @dataclass
@@ -61,10 +61,7 @@ def declared_replacements(
 ) -> dict[str, str]:
     """Symbol -> ``module:qualname`` of each ``replaces with`` entry: a function of the framework, or a role's
     (``allreduce_non_tensor_model_parallel_grads``: ``[patch] module`` and ``function``)."""
-    try:
-        entries = parse_declaration(dict(megatron_symbols)) if megatron_symbols else []
-    except DeclarationError:
-        return {}
+    entries = parse_declaration(dict(megatron_symbols)) if megatron_symbols else []  # checked when it was read
     named = {}
     for role, table in ROLE_FUNCTIONS.items():
         declared = (tables or {}).get(table) or {}

@@ -23,7 +23,13 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from harness.contracts.api_fingerprint.call_sites import MegatronCall, MegatronSource, calls_in
+from harness.contracts.api_fingerprint.call_sites import (
+    MegatronCall,
+    MegatronSource,
+    absolute_module,
+    calls_in,
+    is_self_call,
+)
 from harness.contracts.api_fingerprint.framework_guards import Versions, guard_of
 from harness.contracts.api_fingerprint.framework_patches import (
     Definition,
@@ -212,29 +218,21 @@ def megatron_key(path: str, source: MegatronSource) -> str:
         if not rest:
             return key
         tree = source.tree(module) if module in source.texts else None
-        origin = next(
+        found = next(
             (
-                _absolute_from(node, module, source.is_package(module))
+                (absolute_module(node, module, source.is_package(module)), alias.name)
                 for node in (tree.body if tree else [])
-                if isinstance(node, ast.ImportFrom) and any((a.asname or a.name) == head for a in node.names)
+                if isinstance(node, ast.ImportFrom)
+                for alias in node.names
+                if (alias.asname or alias.name) == head
             ),
             None,
         )
-        if origin is None or origin not in source.texts:
+        if found is None or found[0] not in source.texts:
             return key
-        name = next(
-            a.name for n in tree.body if isinstance(n, ast.ImportFrom) for a in n.names if (a.asname or a.name) == head
-        )
+        origin, name = found
         key = f"{origin}:{name}{'.' + rest if rest else ''}"
     return key
-
-
-def _absolute_from(node: ast.ImportFrom, module: str, is_package: bool) -> str:
-    if not node.level:
-        return node.module or ""
-    parts = module.split(".")
-    package = parts[: len(parts) - node.level + (1 if is_package else 0)]
-    return ".".join([*package, *([node.module] if node.module else [])])
 
 
 def _defines(source: MegatronSource, key: str) -> bool:
@@ -310,15 +308,7 @@ def _calls_by_other_replacements(key: str, definitions: Mapping[str, Definition]
     for other, definition in definitions.items():
         if other != key and "." in other.partition(":")[2]:
             found += calls_in(
-                definition.node,
-                definition.place.rpartition(":")[0],
-                f"{other} (replaced)",
-                lambda func: (
-                    isinstance(func, ast.Attribute)
-                    and func.attr == method
-                    and isinstance(func.value, ast.Name)
-                    and func.value.id in ("self", "cls")
-                ),
+                definition.node, definition.place.rpartition(":")[0], f"{other} (replaced)", is_self_call(method)
             )
     return found
 
@@ -523,8 +513,8 @@ def _original_calls(patch: SourcePatch, key: str, source: MegatronSource) -> lis
     )
     problems = []
     for call in found:
-        as_kind = "classmethod" if kind == "classmethod" else "function"
-        problem = binding_problem(original, call, "staticmethod" if as_kind == "function" else as_kind)
+        # Called through the captured name: nothing is passed implicitly, but a class method's class.
+        problem = binding_problem(original, call, "classmethod" if kind == "classmethod" else "staticmethod")
         if problem is not None:
             problems.append(
                 f"{patch.definition.module.replace('.', '/')}.py:{call.line} calls the original {key} with what "
