@@ -52,7 +52,7 @@ from harness.plugin.families import family
 from harness.ranks.early_start import ON_RANKS
 from harness.ranks.megatron_state import finalize_module
 from harness.ranks.pool import RankPoolError
-from harness.subjects.declared import megatron_restored, missing_dependency
+from harness.subjects.framework_imports import megatron_restored, missing_dependency
 from harness.subjects.loading import SubjectRef
 from harness.subjects.promises import budget_env_var
 from harness.targets.matrix import Target

@@ -17,6 +17,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from packaging.requirements import InvalidRequirement, Requirement
+from packaging.utils import canonicalize_name
+
 from harness.formats.budget_units import UNITS
 from harness.formats.effect_kinds import ALLOWANCE_KINDS
 from harness.formats.keys import key_problem
@@ -35,7 +38,10 @@ cases that check them are advisories: a framework whose inner providers name the
 never meets either."""
 
 _TABLES: dict[str, tuple[tuple[str, ...], tuple[str, ...]]] = {
-    "subject": (("adapter_package",), ("source_root", "strict", "require", "label", "requirements")),
+    "subject": (
+        ("adapter_package",),
+        ("source_root", "strict", "require", "label", "requirements", "distribution", "leave_out"),
+    ),
     "patch": (("module", "applied"), ("apply", "undo", "function", "context", "arguments")),
     "symbols_patch": (("module",), ("applied", "apply", "context", "undo", "arguments", "model_argument", "instances")),
     "budget": ((), ("global", "env", "argument", "unit", "whole_units")),
@@ -103,8 +109,20 @@ class Declaration:
     """``[subject] label``: what the report calls this subject, where the framework names it itself."""
     requirements: tuple[str, ...] = ()
     """``[subject] requirements``: what the framework needs installed beside Megatron, as pip requirement strings;
-    a path (``"."``) stands for the dependencies of the ``pyproject.toml`` there (``harness/subjects/requirements``).
-    """
+    a path (``"."``) installs the framework in that folder itself, as ``pip install .`` does
+    (:mod:`harness.subjects.framework_install`)."""
+    distribution: str | None = None
+    """``[subject] distribution``: the framework as published (``"verl==0.9.1"``, ``"ms-swift[megatron]==4.6.0"``),
+    installed from the index with its dependencies and imported from there: no checkout needed."""
+    leave_out: tuple[str, ...] = ()
+    """``[subject] leave_out``: distributions the framework depends on that are not installed (a CUDA-only build),
+    by name."""
+
+    @property
+    def installed(self) -> bool:
+        """Whether the framework is installed into the venv the cases run in (``distribution``, or a path among its
+        ``requirements``): it is then imported from there, never from ``source_root``."""
+        return self.distribution is not None or any(is_local_requirement(r) for r in self.requirements)
 
     @property
     def roles(self) -> tuple[str, ...]:
@@ -129,6 +147,8 @@ class Declaration:
         same file name, so the name alone tells no two apart."""
         if self.given_label:
             return self.given_label
+        if self.distribution:
+            return f"{self.adapter_package} ({self.distribution})"
         return f"{self.adapter_package} ({os.path.relpath(self.path, self.source_root)})"
 
     def provider_flag(self, name: str) -> bool:
@@ -137,6 +157,11 @@ class Declaration:
 
     def fail(self, key: str, reason: str) -> DeclarationFileError:
         return DeclarationFileError(self.path, key, reason)
+
+
+def is_local_requirement(requirement: str) -> bool:
+    """Whether a ``[subject] requirements`` entry is a folder (``"."``, ``"../framework"``) rather than a name."""
+    return requirement == "." or requirement.startswith(("./", "../", "/"))
 
 
 def is_declaration(spec: str) -> bool:
@@ -189,6 +214,11 @@ def _checked(path: Path, raw: dict[str, Any], lines: int) -> Declaration:
                 raise DeclarationFileError(path, f"{name}.{problem[0]}", problem[1])
         tables[name] = table
     subject = tables["subject"]
+    distribution = _distribution(path, subject.get("distribution"))
+    if distribution and "source_root" in subject:
+        raise DeclarationFileError(
+            path, "subject.source_root", "the framework of 'distribution' is imported from where it is installed"
+        )
     root = (path.parent / _string(path, "subject.source_root", subject.get("source_root", "."))).resolve()
     if not root.is_dir():
         raise DeclarationFileError(path, "subject.source_root", f"{root} is not a directory")
@@ -216,10 +246,31 @@ def _checked(path: Path, raw: dict[str, Any], lines: int) -> Declaration:
         lines=lines,
         given_label=_label(path, subject.get("label")),
         requirements=_patterns(path, "subject.requirements", subject.get("requirements", [])),
+        distribution=distribution,
+        leave_out=tuple(
+            canonicalize_name(n) for n in _patterns(path, "subject.leave_out", subject.get("leave_out", []))
+        ),
     )
     _check_roles(declaration)
     _check_replacements(declaration)
     return declaration
+
+
+def _distribution(path: Path, value: object) -> str | None:
+    """``[subject] distribution``: one published release, ``name==version`` (extras allowed), where given."""
+    if value is None:
+        return None
+    text = _string(path, "subject.distribution", value).strip()
+    try:
+        requirement = Requirement(text)
+    except InvalidRequirement as err:
+        raise DeclarationFileError(path, "subject.distribution", f"{text!r} is not a requirement: {err}") from None
+    pins = [s for s in requirement.specifier if s.operator == "=="]
+    if len(pins) != 1 or len(requirement.specifier) != 1 or requirement.url or "*" in pins[0].version:
+        raise DeclarationFileError(
+            path, "subject.distribution", f"{text!r} must name one release, as '<name>==<version>'"
+        )
+    return text
 
 
 def _label(path: Path, value: object) -> str | None:
@@ -391,9 +442,11 @@ def _symbols_patch(path: Path, table: dict[str, Any]) -> dict[str, Any]:
     ``module``; ``undo`` where one is declared (leaving the context undoes that form)."""
     if not table:
         return {}
-    listed = ("arguments", "instances")
+    listed = ("arguments", "instances", "apply")
     patch: dict[str, Any] = {k: _string(path, f"symbols_patch.{k}", v) for k, v in table.items() if k not in listed}
     patch["module"] = _dotted(path, "symbols_patch.module", patch["module"], qualified=False)
+    if "apply" in table:
+        patch["apply"] = _apply_functions(path, table["apply"])
     if "undo" in patch and patch.get("applied") == "context":
         raise DeclarationFileError(path, "symbols_patch.undo", 'applied = "context" is undone by leaving the context')
     applied = _applied_form(path, "symbols_patch", patch, undone_by_undo=("call", "import"), default="call")
@@ -409,7 +462,7 @@ def _symbols_patch(path: Path, table: dict[str, Any]) -> dict[str, Any]:
                 "apply parameter that takes the built model",
             )
         patch["instances"] = _patterns(path, "symbols_patch.instances", table["instances"])
-    for key in ("apply", "context", "undo", "model_argument"):
+    for key in ("context", "undo", "model_argument"):
         if key in patch and not patch[key].isidentifier():
             raise DeclarationFileError(path, f"symbols_patch.{key}", f"{patch[key]!r} is not a name in its module")
     if "arguments" in table:
@@ -417,6 +470,21 @@ def _symbols_patch(path: Path, table: dict[str, Any]) -> dict[str, Any]:
             raise DeclarationFileError(path, "symbols_patch.arguments", "must be a table of keyword = value")
         patch["arguments"] = dict(table["arguments"])
     return patch
+
+
+def _apply_functions(path: Path, value: object) -> tuple[str, ...]:
+    """``[symbols_patch] apply``: one function or a list of them, applied one by one; each a name in the module, or
+    ``module:function`` for one that lives elsewhere (frameworks spread their patches over several files)."""
+    names = [value] if isinstance(value, str) else value
+    names = _patterns(path, "symbols_patch.apply", names)
+    for name in names:
+        module, colon, function = name.rpartition(":")
+        good = function.isidentifier() and (not colon or all(part.isidentifier() for part in module.split(".")))
+        if not good:
+            raise DeclarationFileError(
+                path, "symbols_patch.apply", f"{name!r} is not a name in its module, nor '<module>:<function>'"
+            )
+    return names
 
 
 def _splitter(path: Path, table: dict[str, Any]) -> dict[str, Any]:

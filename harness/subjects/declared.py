@@ -19,17 +19,17 @@ import importlib.util
 import inspect
 import itertools
 import sys
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from collections.abc import Callable
 from pathlib import Path
 from types import ModuleType
 from typing import Any
 
 from harness.formats.budget_units import CAPTURE_BUDGET_BYTES, UNITS, effective_bytes, in_unit
 from harness.subjects.declaration import UNDO_RETURNED, Declaration
+from harness.subjects.framework_imports import MISSING, import_declared, megatron_restored, resolve_declared
+from harness.subjects.symbols_patch import SymbolsPatch
 from harness.targets.megatron_names import FINALIZE_MODULE, UPSTREAM_NAME
 
-_MISSING = object()
 _counter = itertools.count()
 
 
@@ -62,112 +62,19 @@ def build_declared_subject(declaration: Declaration) -> ModuleType:
     if declaration.patch:
         DeclaredPatch(declaration, subject)
     if declaration.symbols_patch:
-        subject.apply_replacements, subject.undo_replacements = _symbols_patch(declaration)
+        patch = SymbolsPatch(declaration)
+        subject.apply_replacements = patch.apply
+        subject.undo_replacements = patch.undo if patch.has_undo else None
+        subject.SYMBOLS_PATCH = patch
         subject.REPLACED_ON_INSTANCES = list(declaration.symbols_patch.get("instances", ()))
     # Any import of the framework may patch Megatron (an old bootstrap imports its patch module); none may outlast it.
     with megatron_restored():
         if declaration.splitter:
             subject.split_into_chunks = _splitter(declaration)
         if declaration.provider:
-            subject.wrap_model_provider = _resolve(declaration, "provider.factory", declaration.provider["factory"])
+            factory = declaration.provider["factory"]
+            subject.wrap_model_provider = resolve_declared(declaration, "provider.factory", factory)
     return subject
-
-
-@contextmanager
-def megatron_restored() -> Iterator[None]:
-    """Put ``finalize_model_grads``' namespace back exactly as it was when the block started (where Megatron is
-    installed: a declaration's splitter and provider can be checked without it)."""
-    try:
-        finalize = importlib.import_module(FINALIZE_MODULE)
-    except ImportError:
-        yield
-        return
-    before = dict(vars(finalize))
-    try:
-        yield
-    finally:
-        restore_namespace(finalize, before)
-
-
-def restore_namespace(owner: Any, before: dict[str, object]) -> None:
-    """Bind every name of ``owner`` (a module or a class) to its object in ``before``; remove the names added
-    since."""
-    namespace = vars(owner)
-    for name in [name for name in namespace if name not in before]:
-        delattr(owner, name)
-    for name, value in before.items():
-        if namespace.get(name, _MISSING) is not value:
-            setattr(owner, name, value)
-
-
-def _symbols_patch(
-    declaration: Declaration,
-) -> tuple[Callable[..., object], Callable[..., object] | None]:
-    """``[symbols_patch]`` as two calls: apply and undo (None where nothing undoes it), each taking ``model``, the
-    built model a patch of instances is applied to, passed as ``model_argument`` says. Applied by calling ``apply``
-    with its declared arguments, by entering ``context`` (left by undo), or by importing the module afresh (its
-    submodules too: the import is what patches, so it must run each time)."""
-    table = declaration.symbols_patch
-    applied = table.get("applied", "call")
-    if applied == "import":
-        return _imported_symbols_patch(declaration)
-    with megatron_restored():
-        module = _import(declaration, "symbols_patch.module", table["module"])
-    functions = {}
-    for key in ("apply", "context", "undo"):
-        if key in table:
-            functions[key] = getattr(module, table[key], None)
-            if not callable(functions[key]):
-                raise declaration.fail(f"symbols_patch.{key}", f"{table['module']!r} has no function {table[key]!r}")
-    arguments = dict(table.get("arguments", {}))
-    model_argument = table.get("model_argument")
-    entered: list[Any] = []
-
-    def call(function: Callable[..., object], model: object, extra: dict[str, Any]) -> object:
-        takes = model_argument is not None and model_argument in inspect.signature(function).parameters
-        return function(**extra, **({model_argument: model} if takes else {}))
-
-    def apply(model: object = None) -> object:
-        if applied == "context":
-            handle = call(functions["context"], model, arguments)
-            handle.__enter__()
-            entered.append(handle)
-            return handle
-        return call(functions["apply"], model, arguments)
-
-    def undo(model: object = None) -> object:
-        if applied == "context":
-            return entered.pop().__exit__(None, None, None) if entered else None
-        return call(functions["undo"], model, {})
-
-    return apply, (undo if "undo" in functions or applied == "context" else None)
-
-
-def _imported_symbols_patch(
-    declaration: Declaration,
-) -> tuple[Callable[..., object], Callable[..., object] | None]:
-    """``applied = "import"``: found now, imported (and so applied) only when apply is called."""
-    name = declaration.symbols_patch["module"]
-    try:
-        found = importlib.util.find_spec(name)
-    except ModuleNotFoundError:
-        found = None
-    if found is None:
-        raise declaration.fail("symbols_patch.module", f"no module {name!r} (source root {declaration.source_root})")
-    undo_name = declaration.symbols_patch.get("undo")
-
-    def apply(model: object = None) -> object:
-        for loaded in [m for m in sys.modules if m == name or m.startswith(f"{name}.")]:
-            del sys.modules[loaded]
-        return _import(declaration, "symbols_patch.module", name)
-
-    def undo(model: object = None) -> object:
-        function = getattr(sys.modules.get(name), str(undo_name), None)
-        if not callable(function):
-            raise declaration.fail("symbols_patch.undo", f"{name!r} has no function {undo_name!r}")
-        return function()
-
-    return apply, (undo if undo_name else None)
 
 
 def _patched_libraries(declaration: Declaration) -> list[str]:
@@ -191,7 +98,7 @@ def _splitter(declaration: Declaration) -> Callable[[list, list, int], Any]:
     """``split_into_chunks(params, grads, budget_bytes)`` calling the framework's splitter in its own argument order
     (params may be absent: many splitters see only tensors), its chunks turned into ``(params, grads)`` pairs from
     what it returns (``splitter.returns``: pairs, lists of grads, or lists of indices into the grads)."""
-    function = _resolve(declaration, "splitter.function", declaration.splitter["function"])
+    function = resolve_declared(declaration, "splitter.function", declaration.splitter["function"])
     order = tuple(declaration.splitter["arguments"])
     returns = declaration.splitter["returns"]
 
@@ -220,34 +127,6 @@ def _paired(params: list, positions: dict[int, list[int]], chunk: list) -> tuple
         waiting = positions.get(id(grad))
         chunk_params.append(params[waiting.pop(0)] if waiting else None)
     return chunk_params, list(chunk)
-
-
-def _resolve(declaration: Declaration, key: str, dotted: str) -> Any:
-    """``module:qualname`` imported and looked up; a problem is reported against ``key``."""
-    module_name, _, qualname = dotted.partition(":")
-    value: Any = _import(declaration, key, module_name)
-    for part in qualname.split("."):
-        if not hasattr(value, part):
-            raise declaration.fail(key, f"{module_name!r} has no attribute {qualname!r} (no {part!r})")
-        value = getattr(value, part)
-    if not callable(value):
-        raise declaration.fail(key, f"{dotted} is {type(value).__name__}, not callable")
-    return value
-
-
-def _import(declaration: Declaration, key: str, module_name: str, fresh: bool = False) -> ModuleType:
-    if fresh:
-        sys.modules.pop(module_name, None)
-    try:
-        return importlib.import_module(module_name)
-    except ModuleNotFoundError as err:
-        if err.name and (module_name == err.name or module_name.startswith(f"{err.name}.")):
-            raise declaration.fail(key, f"no module {err.name!r} (source root {declaration.source_root})") from None
-        if err.name:
-            raise declaration.fail(key, missing_dependency(module_name, err.name)) from None
-        raise declaration.fail(key, f"importing {module_name!r} failed: {type(err).__name__}: {err}") from None
-    except Exception as err:
-        raise declaration.fail(key, f"importing {module_name!r} failed: {type(err).__name__}: {err}") from None
 
 
 class DeclaredPatch:
@@ -285,7 +164,7 @@ class DeclaredPatch:
             name = self.patch.get(key, UNDO_RETURNED)
             if name != UNDO_RETURNED and not callable(getattr(self.module, name, None)):
                 raise declaration.fail(f"patch.{key}", f"{self.patch['module']!r} has no function {name!r}")
-        if "global" in self.budget and self.default_global is _MISSING:
+        if "global" in self.budget and self.default_global is MISSING:
             raise declaration.fail("budget.global", f"{self.patch['module']!r} has no global {self.budget['global']!r}")
 
     def _capture(self) -> tuple[ModuleType, dict[str, object]]:
@@ -294,11 +173,11 @@ class DeclaredPatch:
         before = dict(vars(self.finalize))
         applied = self.patch["applied"]
         with megatron_restored():
-            module = _import(self.declaration, "patch.module", self.patch["module"], fresh=True)
+            module = import_declared(self.declaration, "patch.module", self.patch["module"], fresh=True)
             if applied != "import":
                 self._apply(module, self._capture_budget(module))
             rebinds = {
-                name: value for name, value in vars(self.finalize).items() if before.get(name, _MISSING) is not value
+                name: value for name, value in vars(self.finalize).items() if before.get(name, MISSING) is not value
             }
             if applied == "context" or "undo" in self.patch:
                 self._undo(module)
@@ -309,7 +188,7 @@ class DeclaredPatch:
             raise self.declaration.fail(
                 "patch.applied", f"{how} bound nothing as {FINALIZE_MODULE}.{UPSTREAM_NAME} (applied = {applied!r})"
             )
-        self.originals = {name: before.get(name, _MISSING) for name in rebinds}
+        self.originals = {name: before.get(name, MISSING) for name in rebinds}
         return module, rebinds
 
     def _capture_budget(self, module: ModuleType) -> int | None:
@@ -413,7 +292,7 @@ class DeclaredPatch:
 
     def _global(self, module: ModuleType) -> object:
         name = self.budget.get("global")
-        return getattr(module, name, _MISSING) if name else _MISSING
+        return getattr(module, name, MISSING) if name else MISSING
 
     def install(self, budget_bytes: int | None = None) -> None:
         """Apply the framework's patch with ``budget_bytes`` (``None``: the framework's own default). Installed
@@ -443,7 +322,7 @@ class DeclaredPatch:
             self._undo(self.module)
         else:
             for name, value in self.originals.items():
-                if value is _MISSING:
+                if value is MISSING:
                     if hasattr(self.finalize, name):
                         delattr(self.finalize, name)
                 else:
@@ -469,14 +348,6 @@ def _missing_arguments(function: Callable[..., Any], given: dict[str, Any]) -> l
         for p in parameters
         if p.kind in required and p.default is inspect.Parameter.empty and p.name not in given
     ]
-
-
-def missing_dependency(importing: str, missing: str) -> str:
-    """One line for a module the framework's code imports that the venv lacks, naming the key that installs it."""
-    return (
-        f"importing {importing!r} needs module {missing!r}, which this target's venv does not have: add what "
-        'installs it to [subject] requirements ("." installs the dependencies of the framework\'s pyproject.toml)'
-    )
 
 
 def _describe(value: object) -> str:

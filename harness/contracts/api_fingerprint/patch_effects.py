@@ -15,7 +15,7 @@ import inspect
 from collections.abc import Callable, Iterable
 from typing import Any
 
-from harness.subjects.declared import restore_namespace
+from harness.subjects.framework_imports import restore_namespace
 
 _MISSING = object()
 Saved = dict[int, tuple[Any, dict[str, Any], dict[str, Any]]]

@@ -1,0 +1,83 @@
+"""Importing a framework's modules and names as its declaration gives them, with Megatron put back afterwards.
+
+Every problem is reported against the declaration key that named the module: a module the framework does not have, a
+dependency the venv lacks (with the key that installs it), or what the import raised.
+"""
+
+from __future__ import annotations
+
+import importlib
+import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
+from types import ModuleType
+from typing import Any
+
+from harness.subjects.declaration import Declaration
+from harness.targets.megatron_names import FINALIZE_MODULE
+
+MISSING = object()
+"""A name an owner did not hold."""
+
+
+@contextmanager
+def megatron_restored() -> Iterator[None]:
+    """Put ``finalize_model_grads``' namespace back exactly as it was when the block started (where Megatron is
+    installed: a declaration's splitter and provider can be checked without it)."""
+    try:
+        finalize = importlib.import_module(FINALIZE_MODULE)
+    except ImportError:
+        yield
+        return
+    before = dict(vars(finalize))
+    try:
+        yield
+    finally:
+        restore_namespace(finalize, before)
+
+
+def restore_namespace(owner: Any, before: dict[str, object]) -> None:
+    """Bind every name of ``owner`` (a module or a class) to its object in ``before``; remove the names added
+    since."""
+    namespace = vars(owner)
+    for name in [name for name in namespace if name not in before]:
+        delattr(owner, name)
+    for name, value in before.items():
+        if namespace.get(name, MISSING) is not value:
+            setattr(owner, name, value)
+
+
+def resolve_declared(declaration: Declaration, key: str, dotted: str) -> Any:
+    """``module:qualname`` imported and looked up; a problem is reported against ``key``."""
+    module_name, _, qualname = dotted.partition(":")
+    value: Any = import_declared(declaration, key, module_name)
+    for part in qualname.split("."):
+        if not hasattr(value, part):
+            raise declaration.fail(key, f"{module_name!r} has no attribute {qualname!r} (no {part!r})")
+        value = getattr(value, part)
+    if not callable(value):
+        raise declaration.fail(key, f"{dotted} is {type(value).__name__}, not callable")
+    return value
+
+
+def import_declared(declaration: Declaration, key: str, module_name: str, fresh: bool = False) -> ModuleType:
+    if fresh:
+        sys.modules.pop(module_name, None)
+    try:
+        return importlib.import_module(module_name)
+    except ModuleNotFoundError as err:
+        if err.name and (module_name == err.name or module_name.startswith(f"{err.name}.")):
+            raise declaration.fail(key, f"no module {err.name!r} (source root {declaration.source_root})") from None
+        if err.name:
+            raise declaration.fail(key, missing_dependency(module_name, err.name)) from None
+        raise declaration.fail(key, f"importing {module_name!r} failed: {type(err).__name__}: {err}") from None
+    except Exception as err:
+        raise declaration.fail(key, f"importing {module_name!r} failed: {type(err).__name__}: {err}") from None
+
+
+def missing_dependency(importing: str, missing: str) -> str:
+    """One line for a module the framework's code imports that the venv lacks, naming the key that installs it."""
+    return (
+        f"importing {importing!r} needs module {missing!r}, which this target's venv does not have: add what "
+        'installs it to [subject] requirements ("." installs the dependencies of the framework\'s pyproject.toml)'
+    )
