@@ -57,11 +57,14 @@ from harness.sensitivity.runner import run_sensitivity  # noqa: E402
 from harness.sensitivity.soak import soak as run_soak  # noqa: E402
 from harness.sensitivity.soak import write_report as write_soak_report  # noqa: E402
 from harness.subjects.declaration import DeclarationFileError  # noqa: E402
+from harness.subjects.framework_install import RequirementsError, requirements_python  # noqa: E402
+from harness.subjects.framework_source import framework_source_root  # noqa: E402
 from harness.subjects.loading import SubjectError, resolve_subject, subject_spec, subject_specs  # noqa: E402
-from harness.subjects.requirements import RequirementsError, declared_requirements, requirements_python  # noqa: E402
+from harness.subjects.requirements import declared_install, merged  # noqa: E402
 from harness.targets import candidate as candidates  # noqa: E402
 from harness.targets.interpreters import expose_on_path, missing_message, running_version  # noqa: E402
 from harness.targets.matrix import MatrixError, Target, load_matrix, venv_python  # noqa: E402
+from harness.targets.release_source import ReleaseSourceError  # noqa: E402
 from harness.targets.venv_install import HARNESS_REQUIREMENTS, describe, install_command  # noqa: E402
 
 try:
@@ -147,9 +150,12 @@ def _clear_other_layout(report_dir: Path, several: bool) -> None:
 
 
 def _subject_python(session: nox.Session, target: Target, specs: list[str]) -> str:
-    """The interpreter the cases run in: the target venv's, or, where the subjects' declarations name requirements,
-    that of a venv holding the target's packages and theirs (one per target and requirement set, reused)."""
-    requirements: list[str] = []
+    """The interpreter the cases run in: the target venv's, or, where the subjects' declarations install a framework
+    or name requirements, that of a venv holding the target's packages and theirs (one per target and set, reused).
+    What the install reported (overrides, what moved, what was left out) is logged and becomes the session's
+    findings."""
+    installs = []
+    sources = []
     for spec in specs or [_one_subject(session)]:
         try:
             declaration = resolve_subject(spec).declaration
@@ -157,17 +163,27 @@ def _subject_python(session: nox.Session, target: Target, specs: list[str]) -> s
             continue  # the session itself reports it, in its one line
         if declaration is not None:
             try:
-                requirements += [r for r in declared_requirements(declaration) if r not in requirements]
+                installs.append(declared_install(declaration))
             except DeclarationFileError as err:
                 session.error(str(err))
-    if not requirements:
+            sources.append(declaration)
+    install = merged(installs)
+    if install.empty:
         return "python"
-    session.log(f"the subject's requirements: {', '.join(requirements)}")
+    session.log(f"the subject's requirements: {', '.join([*install.requirements, *map(str, install.folders)])}")
     target_python = Path(session.virtualenv.location) / "bin" / "python"
     try:
-        return str(requirements_python(target_python, requirements, target.python))
+        python, report = requirements_python(target_python, install, target.requirements(), target.python)
     except RequirementsError as err:
         session.error(str(err))
+    for line in report:
+        session.log(f"install: {line}")
+    for declaration in sources:
+        try:
+            framework_source_root(declaration)
+        except ReleaseSourceError as err:
+            session.log(f"install: the framework's source cannot be read: {err}")
+    return str(python)
 
 
 def _make_target_session(target: Target) -> None:

@@ -79,6 +79,7 @@ from harness.ranks.cpu_gpt import tiny_config_fields
 from harness.ranks.early_start import ON_RANKS
 from harness.ranks.megatron_state import model_parallel
 from harness.ranks.pool import get_pool
+from harness.subjects.framework_source import framework_source_root
 from harness.subjects.loading import SubjectRef
 from harness.targets.installed_versions import installed_versions
 from harness.targets.matrix import Target
@@ -532,8 +533,12 @@ def from_source(
         pytest.skip("a module subject's replaced symbols are checked applied: nothing is read from source")
     applied, why, because = _checked_applied(request, bool(declaration.megatron_symbols))
     versions = installed_versions()
+    try:
+        root = framework_source_root(declaration)
+    except ReleaseSourceError as err:
+        pytest.fail(f"{target.session}: the framework's source cannot be read: {err}")
     found = session_verdicts(
-        declaration.source_root,
+        root,
         declaration.megatron_symbols,
         {"patch": declaration.patch},
         versions["megatron-core"] or "0",

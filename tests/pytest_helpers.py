@@ -22,7 +22,8 @@ from harness.formats.environment import REFERENCE_SUBJECT
 from harness.plugin.command import CaseRun, case_command, run_cases, run_options, subject_folder, subject_runs
 from harness.plugin.warm_client import run_warm
 from harness.subjects.declaration import DeclarationFileError, is_declaration, read_declaration_file
-from harness.subjects.requirements import declared_requirements, requirements_python
+from harness.subjects.framework_install import requirements_python
+from harness.subjects.requirements import declared_install, merged
 from harness.targets.matrix import load_matrix, venv_python
 
 ROOT = REPO_ROOT
@@ -61,20 +62,21 @@ def target_python(session: str) -> Path:
 
 
 def subject_python(session: str, subjects: Iterable[Path | str | None]) -> Path:
-    """The interpreter ``subjects`` run in on ``session``: the target venv's, or where their declarations name
-    requirements, the venv that holds those too (built once per set, as the target session builds it)."""
-    requirements: list[str] = []
+    """The interpreter ``subjects`` run in on ``session``: the target venv's, or where their declarations install a
+    framework or name requirements, the venv that holds those too (built once per set, as the target session
+    builds it)."""
+    installs = []
     for subject in subjects:
         if subject is not None and is_declaration(str(subject)):
             try:
-                wanted = declared_requirements(read_declaration_file(subject))
+                installs.append(declared_install(read_declaration_file(subject)))
             except DeclarationFileError:
                 continue  # the session reports it, in its one line
-            requirements += [r for r in wanted if r not in requirements]
-    if not requirements:
+    install = merged(installs)
+    if install.empty:
         return target_python(session)
-    python_version = load_matrix(ROOT / "matrix.yaml").target(session).python
-    return requirements_python(target_python(session), requirements, python_version)
+    target = load_matrix(ROOT / "matrix.yaml").target(session)
+    return requirements_python(target_python(session), install, target.requirements(), target.python)[0]
 
 
 def download_megatron_wheel(version: str, directory: Path) -> Path:

@@ -32,6 +32,7 @@ from harness.plugin.blockers import (
 )
 from harness.plugin.failure import contract_failure
 from harness.plugin.families import Family, UnknownFamily, family, family_of_case
+from harness.plugin.install_findings import record_install_findings
 from harness.plugin.records import append_record, clear_records
 from harness.plugin.scale_estimate import record_scale_findings
 from harness.plugin.session_summary import (
@@ -293,6 +294,7 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
     subject = session_state.subject_ref_of(config)
     narrowed = selection(config) is not None
     record_scale_findings(session_state.report_dir_of(config), subject.declaration, subject.spec, narrowed)
+    record_install_findings(session_state.report_dir_of(config))
     reporter = config.pluginmanager.get_plugin("terminalreporter")
     stats = reporter.stats if reporter else {}
     not_run = config.stash[_NOT_RUN] = families_not_run(stats, config.stash.get(BLOCKERS, []))

@@ -38,7 +38,8 @@ def build_declared_subject(declaration: Declaration) -> ModuleType:
 
     Names a role needs are resolved now, so a wrong dotted name is one :class:`DeclarationFileError` naming its key.
     """
-    if str(declaration.source_root) not in sys.path:
+    if not declaration.installed and str(declaration.source_root) not in sys.path:
+        # An installed framework is imported from the venv: a second copy from its checkout would shadow it.
         sys.path.insert(0, str(declaration.source_root))
     _check_adapter_package(declaration)
     subject = ModuleType(f"_megatron_conformance_declared_{next(_counter)}_{declaration.path.stem.replace('-', '_')}")

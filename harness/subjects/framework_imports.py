@@ -67,7 +67,8 @@ def import_declared(declaration: Declaration, key: str, module_name: str, fresh:
         return importlib.import_module(module_name)
     except ModuleNotFoundError as err:
         if err.name and (module_name == err.name or module_name.startswith(f"{err.name}.")):
-            raise declaration.fail(key, f"no module {err.name!r} (source root {declaration.source_root})") from None
+            where = declaration.distribution or f"source root {declaration.source_root}"
+            raise declaration.fail(key, f"no module {err.name!r} ({where})") from None
         if err.name:
             raise declaration.fail(key, missing_dependency(module_name, err.name)) from None
         raise declaration.fail(key, f"importing {module_name!r} failed: {type(err).__name__}: {err}") from None
@@ -79,5 +80,6 @@ def missing_dependency(importing: str, missing: str) -> str:
     """One line for a module the framework's code imports that the venv lacks, naming the key that installs it."""
     return (
         f"importing {importing!r} needs module {missing!r}, which this target's venv does not have: add what "
-        'installs it to [subject] requirements ("." installs the dependencies of the framework\'s pyproject.toml)'
+        'installs it to [subject] requirements ("." installs the framework as pip install . does, with its '
+        "dependencies)"
     )

@@ -15,8 +15,9 @@ import pytest
 
 from harness.formats.budget_units import budget_words, effective_budget, in_unit
 from harness.subjects.declaration import DeclarationFileError, read_declaration_file
+from harness.subjects.framework_install import FrameworkInstall
 from harness.subjects.loading import load_subject
-from harness.subjects.requirements import declared_requirements, refused
+from harness.subjects.requirements import declared_install, merged
 from harness.targets.megatron_names import FINALIZE_MODULE, UPSTREAM_NAME
 
 PATCHES = """
@@ -220,7 +221,7 @@ def test_a_missing_dependency_is_one_line_naming_the_module_and_the_key_that_ins
     assert str(caught.value) == (
         f"{path}: key 'patch.module': importing 'forms.mcore.patches' needs module 'forms_missing_dependency_xyz', "
         'which this target\'s venv does not have: add what installs it to [subject] requirements ("." installs the '
-        "dependencies of the framework's pyproject.toml)"
+        "framework as pip install . does, with its dependencies)"
     )
 
 
@@ -237,20 +238,20 @@ def test_replaces_with_names_the_frameworks_own_function(framework: Path) -> Non
     assert "name the framework's own function as module:qualname" in str(caught.value)
 
 
-def test_requirements_come_from_the_frameworks_pyproject_and_never_replace_torch(framework: Path) -> None:
-    (framework / "pyproject.toml").write_text(
-        '[project]\nname = "forms"\ndependencies = ["attrs>=21.3", "torch>=2.1"]\n'
-    )
+def test_a_folder_requirement_is_installed_itself_and_a_distribution_is_the_framework(framework: Path) -> None:
+    (framework / "pyproject.toml").write_text('[project]\nname = "forms"\ndynamic = ["dependencies"]\n')
     path = declare(framework, 'applied = "call"\napply = "install"', 'argument = "chunk_bytes"')
     path.write_text(
         path.read_text().replace(
-            'adapter_package = "forms.mcore"', 'adapter_package = "forms.mcore"\nrequirements = [".", "tomli-w"]'
+            'adapter_package = "forms.mcore"',
+            'adapter_package = "forms.mcore"\nrequirements = [".", "tomli-w"]\nleave_out = ["Flash_Attn"]',
         )
     )
-    requirements = declared_requirements(read_declaration_file(path))
-    assert requirements == ["attrs>=21.3", "torch>=2.1", "tomli-w"]
-    assert refused(requirements, {"torch": "2.13.0+cpu"}) is None
-    assert refused(["torch>=2.15"], {"torch": "2.13.0+cpu"}) == (
-        "'torch>=2.15' would replace the target's torch 2.13.0+cpu: the target's own build stays; remove it from "
-        "[subject] requirements, or run the target whose torch it takes"
-    )
+    declaration = read_declaration_file(path)
+    install = declared_install(declaration)
+    assert declaration.installed
+    assert install.requirements == ("tomli-w",)
+    assert install.folders == (framework.resolve(),)
+    assert install.frameworks == ("forms",) and install.leave_out == ("flash-attn",)
+    published = FrameworkInstall(("verl==0.9.1",), frameworks=("verl==0.9.1",))
+    assert merged([install, published, install]).requirements == ("tomli-w", "verl==0.9.1")
