@@ -15,6 +15,7 @@ from __future__ import annotations
 import argparse
 import copy
 import importlib
+import importlib.machinery
 import importlib.util
 import inspect
 import itertools
@@ -87,8 +88,21 @@ def _patched_libraries(declaration: Declaration) -> list[str]:
 
 
 def _check_adapter_package(declaration: Declaration) -> None:
+    """The adapter package exists where it is imported from: under the source root, or, for a framework installed
+    into the venv, on ``sys.path`` (found without importing anything)."""
+    top = declaration.adapter_package.partition(".")[0]
     relative = Path(*declaration.adapter_package.split("."))
     root = declaration.source_root
+    if declaration.installed:
+        found = importlib.machinery.PathFinder.find_spec(top)
+        locations = list(found.submodule_search_locations or []) if found else []
+        if locations:
+            root = Path(locations[0]).parent
+        else:
+            where = declaration.distribution or "the framework installed from [subject] requirements"
+            raise declaration.fail(
+                "subject.adapter_package", f"no package or module {declaration.adapter_package!r} in {where}"
+            )
     if not ((root / relative / "__init__.py").is_file() or (root / relative).with_suffix(".py").is_file()):
         raise declaration.fail(
             "subject.adapter_package", f"no package or module {declaration.adapter_package!r} under {root}"
