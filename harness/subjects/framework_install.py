@@ -174,12 +174,13 @@ def _install(
             break
         failed = _FAILED_BUILD.search(done.stderr)
         if failed and len(left_out) < _MAX_LEFT_OUT:
-            name = canonicalize_name(re.split(r"[=<>!~ @]", failed.group(1), maxsplit=1)[0])
+            what = " ".join(failed.group(1).split())
+            name = canonicalize_name(re.split(r"[=<>!~ @]", what, maxsplit=1)[0])
             if name not in left_out and name not in {
                 canonicalize_name(Requirement(r).name) for r in wanted if _named(r)
             }:
                 left_out.append(name)
-                report.append(f"left out {failed.group(1)}: it cannot be built here ({_last_cause(done.stderr)})")
+                report.append(f"left out {what}: it cannot be built here ({_last_cause(done.stderr)})")
                 continue
         if _NO_SOLUTION in done.stderr:
             report.append(_conflict(done.stderr))
