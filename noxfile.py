@@ -455,8 +455,18 @@ def costs(session: nox.Session) -> None:
 @nox.session(venv_backend="none")
 def frameworks(session: nox.Session) -> None:
     """Every framework in tests/frameworks/ on each target (default: 0.13, 0.15, 0.16, 0.19), one warm run per
-    target, against the verdicts written for them; writes docs/frameworks.md and fails where one is not as expected."""
-    session.run("python", "-m", "tests.framework_table", *session.posargs, external=True)
+    target, against the verdicts written for them; then, with no arguments, the frameworks as published (mcore-bridge,
+    ms-swift, verl) installed from the index and run on every target; writes docs/frameworks.md and fails where one
+    is not as expected."""
+    failed = []
+    runs = [("tests.framework_table", *session.posargs)] + ([] if session.posargs else [("tests.published_sessions",)])
+    for module, *arguments in runs:
+        try:
+            session.run("python", "-m", module, *arguments, external=True)
+        except nox.command.CommandFailed:
+            failed.append(module)
+    if failed:
+        session.error(f"not as expected: {', '.join(failed)} (its lines above)")
 
 
 def published(session: nox.Session) -> None:

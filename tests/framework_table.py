@@ -21,6 +21,7 @@ from harness import REPO_ROOT
 from harness.formats.junit import read_cases
 from harness.plugin.command import subject_folder
 from tests.e2e.framework_verdicts import EXPECTED, TARGETS, Expected
+from tests.published_sessions import BEGIN, END
 
 FRAMEWORKS = REPO_ROOT / "tests" / "frameworks"
 PAGE = REPO_ROOT / "docs" / "frameworks.md"
@@ -116,6 +117,14 @@ def render(results: dict[str, dict[str, Observed]], targets: Sequence[str], only
     return "\n".join(lines) + "\n"
 
 
+def kept_section() -> str:
+    """The page's section of the frameworks as published (``tests.published_sessions``), kept as it is."""
+    page = PAGE.read_text() if PAGE.is_file() else ""
+    if BEGIN not in page:
+        return ""
+    return "\n" + page[page.index(BEGIN) : page.index(END) + len(END)] + "\n"
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """``[--rerun T ...] [--only NAME ...] [targets]``: run every framework on every target (default the four) and
     write the page. With ``--rerun``, run only the targets named after it; with ``--only``, only the frameworks named
@@ -138,7 +147,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             results[session] = {**_earlier(session, names, reports), **run_target(session, only, reports / "only")}
         else:
             results[session] = run_target(session, names, reports)
-    PAGE.write_text(render(results, targets, only))
+    PAGE.write_text(render(results, targets, only) + kept_section())
     unexpected = [
         f"{name} on {session}"
         for session, found in results.items()

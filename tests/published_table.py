@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from harness import REPO_ROOT
 from harness.contracts.api_fingerprint.call_sites import MegatronSource
 from harness.contracts.api_fingerprint.from_source import versions_of
-from harness.contracts.api_fingerprint.source_verdicts import SymbolVerdict, framework_verdicts
+from harness.contracts.api_fingerprint.source_verdicts import framework_verdicts
 from harness.targets.matrix import load_matrix
 from harness.targets.release_source import distribution_source, release_source
 
@@ -57,15 +57,20 @@ def releases(only: list[str] | None = None) -> list[tuple[str, str]]:
     return found
 
 
-def gate_verdicts(name: str, megatron: str, torch: str) -> dict[str, SymbolVerdict]:
+Found = dict[str, tuple[str, str]]
+"""Symbol -> (the gate's verdict, its findings as one text)."""
+
+
+def gate_verdicts(name: str, megatron: str, torch: str) -> Found:
+    """The gate's verdicts for the published ``name`` on ``megatron``, read from its unpacked wheel."""
     version, package = PUBLISHED[name]
     root = distribution_source(name, version, package)
     source = MegatronSource(release_source(megatron, venvs=REPO_ROOT / ".nox").root)
     verdicts = framework_verdicts(root, source, versions_of(source, megatron, torch))
-    return {v.symbol: v for v in verdicts}
+    return {v.symbol: (v.verdict, " ".join(v.findings)) for v in verdicts}
 
 
-def named_as_table(found: dict[str, SymbolVerdict], table: dict) -> dict[str, SymbolVerdict]:
+def named_as_table(found: Found, table: dict) -> Found:
     """The gate's verdicts under the table's names: a method bound on built objects is ``symbol@file:line`` at the
     gate; a table that names no other patch of that symbol calls it by the symbol alone."""
     named = {}
@@ -76,22 +81,32 @@ def named_as_table(found: dict[str, SymbolVerdict], table: dict) -> dict[str, Sy
     return named
 
 
+def table_of(name: str) -> dict:
+    """The expected verdicts written for ``name``: symbol -> its entry."""
+    return json.loads((EXPECTED / f"{name}.json").read_text())["symbols"]
+
+
+def cells(table: dict, megatron: str, found: Found) -> dict[str, Cell]:
+    """Symbol -> cell on release ``megatron``, over the table's symbols and the gate's."""
+    found = named_as_table(found, table)
+    row = {}
+    for symbol in sorted(set(table) | set(found)):
+        wanted = table.get(symbol, {}).get("targets", {}).get(megatron, {})
+        expected = wanted.get("verdict", "-")
+        verdict, text = found.get(symbol, ("-", ""))
+        lines = wanted.get("lines") or []
+        first = lines[0] if expected in ("red", "advisory") and lines else None
+        row[symbol] = Cell(expected, verdict, first, first is None or first in text)
+    return row
+
+
 def compare(name: str, targets: list[tuple[str, str]]) -> dict[str, dict[str, Cell]]:
     """Symbol -> release -> cell, over the table's symbols and the gate's."""
-    table = json.loads((EXPECTED / f"{name}.json").read_text())["symbols"]
+    table = table_of(name)
     rows: dict[str, dict[str, Cell]] = {}
     for megatron, torch in targets:
-        found = named_as_table(gate_verdicts(name, megatron, torch), table)
-        for symbol in sorted(set(table) | set(found)):
-            wanted = table.get(symbol, {}).get("targets", {}).get(megatron, {})
-            expected = wanted.get("verdict", "-")
-            verdict = found.get(symbol)
-            lines = wanted.get("lines") or []
-            first = lines[0] if expected in ("red", "advisory") and lines else None
-            text = " ".join(verdict.findings) if verdict else ""
-            rows.setdefault(symbol, {})[megatron] = Cell(
-                expected, verdict.verdict if verdict else "-", first, first is None or first in text
-            )
+        for symbol, cell in cells(table, megatron, gate_verdicts(name, megatron, torch)).items():
+            rows.setdefault(symbol, {})[megatron] = cell
     return rows
 
 
@@ -108,32 +123,49 @@ def page(results: dict[str, dict[str, dict[str, Cell]]], targets: list[tuple[str
         "",
     ]
     for name, rows in results.items():
-        cells = [cell for row in rows.values() for cell in row.values()]
-        agree = sum(cell.agrees for cell in cells)
-        undecided = sum(cell.found == "undecided" for cell in cells)
-        decided = [cell for cell in cells if cell.found != "-"]
-        out += [
-            f"## {name} {PUBLISHED[name][0]}",
-            "",
-            f"{agree} of {len(cells)} cells agree; the gate leaves {undecided} of {len(decided)} it reads undecided.",
-            "",
-            "| symbol | " + " | ".join(heads) + " |",
-            "|---|" + "---|" * len(heads),
-        ]
-        for symbol, row in rows.items():
-            shown = []
-            for head in heads:
-                cell = row.get(head)
-                if cell is None:
-                    shown.append("")
-                elif cell.agrees:
-                    shown.append(f"✅ {cell.found}")
-                else:
-                    line = "" if cell.line_found else f" (line {cell.line_expected})"
-                    shown.append(f"❌ {cell.expected} → {cell.found}{line}")
-            out.append(f"| `{symbol}` | " + " | ".join(shown) + " |")
-        out.append("")
+        out += framework_table(name, rows, heads)
     return "\n".join(out) + "\n" + DIFFERENCES.read_text()
+
+
+def framework_table(name: str, rows: dict[str, dict[str, Cell]], heads: list[str]) -> list[str]:
+    """One framework's section: how many cells agree, and the table of symbols by release."""
+    every = [cell for row in rows.values() for cell in row.values()]
+    agree = sum(cell.agrees for cell in every)
+    undecided = sum(cell.found == "undecided" for cell in every)
+    decided = [cell for cell in every if cell.found != "-"]
+    out = [
+        f"## {name} {PUBLISHED[name][0]}",
+        "",
+        f"{agree} of {len(every)} cells agree; the gate leaves {undecided} of {len(decided)} it reads undecided.",
+        "",
+        "| symbol | " + " | ".join(heads) + " |",
+        "|---|" + "---|" * len(heads),
+    ]
+    for symbol, row in rows.items():
+        shown = []
+        for head in heads:
+            cell = row.get(head)
+            if cell is None:
+                shown.append("")
+            elif cell.agrees:
+                shown.append(f"✅ {cell.found}")
+            else:
+                line = "" if cell.line_found else f" (line {cell.line_expected})"
+                shown.append(f"❌ {cell.expected} → {cell.found}{line}")
+        out.append(f"| `{symbol}` | " + " | ".join(shown) + " |")
+    return [*out, ""]
+
+
+def differing(results: dict[str, dict[str, dict[str, Cell]]]) -> list[str]:
+    """One line per cell that differs."""
+    return [
+        f"{name} {symbol} on {release}: expected {cell.expected}, gate {cell.found}"
+        + ("" if cell.line_found else f" (without {cell.line_expected})")
+        for name, rows in results.items()
+        for symbol, row in rows.items()
+        for release, cell in row.items()
+        if not cell.agrees
+    ]
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -147,18 +179,11 @@ def main(argv: list[str] | None = None) -> int:
         parser.error(f"no expected table for {', '.join(unknown)}: known are {', '.join(PUBLISHED)}")
     results = {name: compare(name, targets) for name in options.names or list(PUBLISHED)}
     PAGE.write_text(page(results, targets))
-    differing = [
-        f"{name} {symbol} on {release}: expected {cell.expected}, gate {cell.found}"
-        + ("" if cell.line_found else f" (without {cell.line_expected})")
-        for name, rows in results.items()
-        for symbol, row in rows.items()
-        for release, cell in row.items()
-        if not cell.agrees
-    ]
+    differ = differing(results)
     print(f"wrote {PAGE.relative_to(REPO_ROOT)}")
-    for line in differing:
+    for line in differ:
         print(line)
-    return 1 if differing else 0
+    return 1 if differ else 0
 
 
 if __name__ == "__main__":
