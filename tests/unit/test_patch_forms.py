@@ -255,3 +255,22 @@ def test_a_folder_requirement_is_installed_itself_and_a_distribution_is_the_fram
     assert install.frameworks == ("forms",) and install.leave_out == ("flash-attn",)
     published = FrameworkInstall(("verl==0.9.1",), frameworks=("verl==0.9.1",))
     assert merged([install, published, install]).requirements == ("tomli-w", "verl==0.9.1")
+
+
+def test_an_apply_of_several_functions_runs_each_whatever_another_raises(framework: Path, megatron: ModuleType) -> None:
+    (framework / "forms" / "mcore" / "several.py").write_text(
+        "applied = []\n\n\ndef first():\n    applied.append('first')\n\n\n"
+        "def second():\n    raise ImportError('needs transformer_engine')\n\n\n"
+        "def third():\n    applied.append('third')\n"
+    )
+    path = declare(framework, 'applied = "call"\napply = "install"', 'argument = "chunk_bytes"')
+    path.write_text(
+        path.read_text()
+        + '\n[symbols_patch]\nmodule = "forms.mcore.several"\n'
+        + 'apply = ["first", "second", "forms.mcore.several:third"]\n'
+    )
+    subject = load_subject(str(path))
+    subject.apply_replacements()
+    assert sys.modules["forms.mcore.several"].applied == ["first", "third"]
+    assert subject.SYMBOLS_PATCH.raised == ["second raised ImportError: needs transformer_engine"]
+    assert subject.undo_replacements is None
