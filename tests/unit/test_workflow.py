@@ -240,3 +240,31 @@ def test_the_readme_caller_fits_in_ten_lines_and_gives_every_required_input(reus
     assert required <= set(job["with"]) <= set(inputs)
     assert job["uses"].split("@")[1] == job["with"]["gate-version"]
     assert job["permissions"]["pull-requests"] == "write"
+
+
+PINNED = re.compile(r"^[\w.-]+/[\w./-]+@[0-9a-f]{40}$")
+
+
+def _third_party_uses(document: dict[Any, Any]) -> list[str]:
+    """Every ``uses:`` of a step that names another repository's action (not a local one, not the gate's own
+    reusable workflow, which callers name by the gate's version)."""
+    return [
+        step["uses"]
+        for job in document["jobs"].values()
+        for step in job.get("steps", [])
+        if "uses" in step and not step["uses"].startswith("./")
+    ]
+
+
+@pytest.mark.parametrize("path", [WORKFLOW, REUSABLE], ids=lambda p: p.name)
+def test_every_third_party_action_is_pinned_by_commit_with_its_tag_beside_it(path: Path) -> None:
+    """A tag can be moved to other code; a commit cannot. The tag the commit was read from stays in a comment."""
+    uses = _third_party_uses(yaml.safe_load(path.read_text()))
+    assert uses and all(PINNED.match(value) for value in uses), [u for u in uses if not PINNED.match(u)]
+    lines = [line for line in path.read_text().splitlines() if re.search(r"uses: [\w.-]+/[\w./-]+@[0-9a-f]{40}", line)]
+    assert lines and all(re.search(r"  # v\d", line) for line in lines), lines
+
+
+def test_a_third_party_action_named_by_tag_is_caught() -> None:
+    moved = {"jobs": {"gate": {"steps": [{"uses": "actions/checkout@v4"}, {"uses": "./local"}]}}}
+    assert [u for u in _third_party_uses(moved) if not PINNED.match(u)] == ["actions/checkout@v4"]
