@@ -602,13 +602,14 @@ def candidate(session: nox.Session) -> None:
     except candidates.CandidateError as err:
         session.error(str(err))
     baseline = candidates.baseline_for(found.version, MATRIX.targets)
-    entry = candidates.matrix_entry(found, python, MATRIX.targets[-1], out / "expected_failures.txt")
+    shapes = candidates.release_at_or_below(found.version, MATRIX.targets)
+    entry = candidates.matrix_entry(found, python, MATRIX.targets[-1], out / "expected_failures.txt", shapes)
     matrix = candidates.write_matrix(entry, out / "matrix.yaml")
     session.log(f"candidate {spec}: megatron-core {found.version or '(version unknown)'} on Python {python}")
     _nested_nox(session, ["-s", candidates.SESSION, "--install-only"], matrix)
     derived = _derived_contract(session, venv_python(ENVDIR, candidates.SESSION))
     if derived is not None:
-        entry, notes = candidates.with_derived_contract(entry, derived)
+        entry, notes = candidates.with_derived_contract(entry, derived, shapes.session)
         for note in notes:
             session.log(f"candidate: {note}")
         candidates.write_matrix(entry, matrix)

@@ -212,8 +212,12 @@ def pick_python(candidate: Candidate) -> str:
     )
 
 
-def matrix_entry(candidate: Candidate, python: str, baseline: Target, expected_failures: Path) -> dict[str, Any]:
-    """The candidate's matrix entry; pins Megatron does not tell are the newest matrix target's (``baseline``)."""
+def matrix_entry(
+    candidate: Candidate, python: str, baseline: Target, expected_failures: Path, shapes: Target | None = None
+) -> dict[str, Any]:
+    """The candidate's matrix entry; pins Megatron does not tell are the newest matrix target's (``baseline``), the
+    provider's call shapes (until read from the installed candidate) those of ``shapes`` (default ``baseline``)."""
+    shapes = shapes or baseline
     megatron: dict[str, str] = {candidate.kind: candidate.location}
     if candidate.kind != "pypi" and candidate.version:
         megatron["version"] = f"=={candidate.version}"
@@ -227,8 +231,8 @@ def matrix_entry(candidate: Candidate, python: str, baseline: Target, expected_f
         "extra_packages": list(baseline.extra_packages),
         "expected_failures": str(expected_failures),
         "provider": {
-            "process_group_keyword": baseline.provider.process_group_keyword,
-            "calls": {shape: list(keywords) for shape, keywords in baseline.provider.calls.items()},
+            "process_group_keyword": shapes.provider.process_group_keyword,
+            "calls": {shape: list(keywords) for shape, keywords in shapes.provider.calls.items()},
         },
     }
 
@@ -243,7 +247,9 @@ def write_matrix(entry: dict[str, Any], path: Path) -> Path:
     return path
 
 
-def with_derived_contract(entry: dict[str, Any], derived: dict[str, Any]) -> tuple[dict[str, Any], list[str]]:
+def with_derived_contract(
+    entry: dict[str, Any], derived: dict[str, Any], shapes_from: str = "the newest target"
+) -> tuple[dict[str, Any], list[str]]:
     """``entry`` with the provider contract read from the installed candidate, and what was taken from where.
 
     ``derived`` is what ``python -m harness.targets.provider_shapes`` printed in the candidate's venv.
@@ -256,7 +262,10 @@ def with_derived_contract(entry: dict[str, Any], derived: dict[str, Any]) -> tup
         provider["calls"] = derived["calls"]
         notes.append(f"provider call shapes read from {derived['file']}: {derived['calls']}")
     else:
-        notes.append("the candidate ships no megatron/training: provider call shapes taken from the newest target")
+        notes.append(
+            "the candidate ships no megatron/training: provider call shapes taken from the nearest matrix release at "
+            f"or below it ({shapes_from})"
+        )
     return {**entry, "provider": provider}, notes
 
 
@@ -269,6 +278,23 @@ def baseline_for(candidate_version: str | None, targets: tuple[Target, ...]) -> 
 
     others = [t for t in targets if candidate_version is None or pinned(t) != candidate_version]
     return (others or list(targets))[-1]
+
+
+def release_at_or_below(candidate_version: str | None, targets: tuple[Target, ...]) -> Target:
+    """The matrix target whose pinned release is the newest at or below ``candidate_version`` (a nightly build of
+    main, ``0.16.0rc0.dev100085``, gets 0.15's): what a candidate without ``megatron/training`` takes its provider
+    call shapes from. The newest target where the version is unknown or older than every target."""
+    pinned = []
+    for target in targets:
+        specifiers = list(target.megatron.version or [])
+        if len(specifiers) == 1 and specifiers[0].operator == "==":
+            pinned.append((Version(specifiers[0].version), target))
+    try:
+        version = Version(candidate_version) if candidate_version else None
+    except InvalidVersion:
+        version = None
+    below = [(v, t) for v, t in pinned if version is not None and v <= version]
+    return max(below, key=lambda pair: pair[0])[1] if below else targets[-1]
 
 
 def _specifier(value: str | None, spec: str) -> SpecifierSet | None:

@@ -103,6 +103,25 @@ def test_baseline_is_the_newest_target_with_another_version() -> None:
     assert candidate.baseline_for(None, targets).session == targets[-1].session
 
 
+def test_a_nightly_build_takes_the_call_shapes_of_the_release_at_or_below_it(tmp_path: Path) -> None:
+    """A build of main between 0.15.3 and 0.16.0 ships no megatron/training: its provider call shapes are 0.15's,
+    not the newest target's (0.19's shapes would make every pre-0.17 build look like 0.19)."""
+    targets = load_matrix(ROOT / "matrix.yaml").targets
+    assert candidate.release_at_or_below("0.16.0rc0.dev100085", targets).session == "megatron-0.15"
+    assert candidate.release_at_or_below("0.17.0rc0", targets).session == "megatron-0.16"
+    assert candidate.release_at_or_below("0.19.2", targets).session == "megatron-0.19"
+    assert candidate.release_at_or_below("0.12.0", targets).session == targets[-1].session
+    assert candidate.release_at_or_below(None, targets).session == targets[-1].session
+    nightly = Candidate("megatron-core==0.16.0rc0.dev100085", "pypi", "x", "0.16.0rc0.dev100085", None)
+    shapes = candidate.release_at_or_below(nightly.version, targets)
+    entry = candidate.matrix_entry(nightly, "3.11", targets[-1], tmp_path / "xfail.txt", shapes)
+    assert entry["provider"]["process_group_keyword"] == shapes.provider.process_group_keyword
+    assert entry["provider"]["calls"] == {s: list(k) for s, k in shapes.provider.calls.items()}
+    assert entry["torch"] == str(targets[-1].torch)
+    _, notes = candidate.with_derived_contract(entry, {"process_group_keyword": "x", "calls": None}, shapes.session)
+    assert any("at or below it (megatron-0.15)" in note for note in notes), notes
+
+
 def test_derived_contract_replaces_the_baseline_shapes(tmp_path: Path) -> None:
     newest = load_matrix(ROOT / "matrix.yaml").targets[-1]
     found = Candidate("megatron-core==0.20.0", "pypi", "megatron-core==0.20.0", "0.20.0", None)
@@ -120,7 +139,7 @@ def test_derived_contract_replaces_the_baseline_shapes(tmp_path: Path) -> None:
     assert any("read from training.py" in note for note in notes)
     kept, notes = candidate.with_derived_contract(entry, {**derived, "calls": None})
     assert kept["provider"]["calls"] == entry["provider"]["calls"]
-    assert any("taken from the newest target" in note for note in notes)
+    assert any("nearest matrix release at or below it (the newest target)" in note for note in notes)
     matrix = load_matrix(candidate.write_matrix(updated, tmp_path / "matrix.yaml"))
     assert [t.session for t in matrix.targets] == [candidate.SESSION]
 
