@@ -44,6 +44,7 @@ The subject is [tool.{DECLARATION_TABLE}] of the nearest pyproject.toml that has
                                                reports/compatibility.md and .html of those targets
   {COMMAND} -l                                 every session
   {COMMAND} scan [PATH] [--output FILE]         a starter declaration from the framework's source
+  {COMMAND} scan NAME==VERSION                 the same, of a release on the package index
 """
 _SESSION_OPTIONS = ("-s", "--session", "--sessions", "-e")
 _LISTING_OPTIONS = ("-l", "--list", "--list-sessions", "--json")

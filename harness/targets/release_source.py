@@ -15,6 +15,7 @@ fits the running interpreter, the Pythons of :data:`_OTHER_PYTHONS` are tried.
 
 from __future__ import annotations
 
+import importlib.metadata
 import os
 import shutil
 import subprocess
@@ -71,17 +72,43 @@ def _dist_info(version: str) -> str:
     return f"{MEGATRON_DISTRIBUTION.replace('-', '_')}-{version}.dist-info"
 
 
-def distribution_source(name: str, version: str, package: str, cache: Path | None = None) -> Path:
-    """The folder holding the published ``name==version``'s packages (``package`` among them), its wheel unpacked
-    once into the cache without its dependencies: a framework's source, read without installing or importing it."""
+def distribution_source(name: str, version: str, package: str | None = None, cache: Path | None = None) -> Path:
+    """The folder holding the published ``name==version``'s packages (``package`` among them, where the caller
+    knows one), its wheel unpacked once into the cache without its dependencies: a framework's source, read without
+    installing or importing it. Which packages it holds is :func:`top_level_packages`' answer."""
     cache = cache_dir() if cache is None else cache
     unpacked = cache / "distributions" / f"{name}-{version}"
-    if not (unpacked / package).is_dir():
+    if not _unpacked(unpacked, package):
         _fetch(version, unpacked, name, package)
     return unpacked
 
 
-def _fetch(version: str, destination: Path, name: str = MEGATRON_DISTRIBUTION, package: str = "megatron") -> None:
+def top_level_packages(distribution: importlib.metadata.Distribution) -> list[str]:
+    """The top-level packages and modules a distribution installs: its ``top_level.txt``, else the first part of
+    each file its ``RECORD`` lists (not its metadata, scripts or data)."""
+    listed = (distribution.read_text("top_level.txt") or "").split()
+    if listed:
+        return sorted(set(listed))
+    names = set()
+    for file in distribution.files or ():
+        head = file.parts[0]
+        if head in ("..", "__pycache__") or head.endswith((".dist-info", ".data", ".egg-info")):
+            continue
+        if len(file.parts) > 1:
+            names.add(head)
+        elif head.endswith(".py"):
+            names.add(head.removesuffix(".py"))
+    return sorted(names)
+
+
+def _unpacked(folder: Path, package: str | None) -> bool:
+    """Whether a fetch left ``folder`` whole: the package asked for, else the distribution's metadata."""
+    return (folder / package).is_dir() if package else any(folder.glob("*.dist-info/RECORD"))
+
+
+def _fetch(
+    version: str, destination: Path, name: str = MEGATRON_DISTRIBUTION, package: str | None = "megatron"
+) -> None:
     """Unpack the wheel of ``name==version`` into ``destination`` through a scratch folder, so that an interrupted
     fetch never leaves a half-filled cache entry behind."""
     uv = shutil.which("uv")
@@ -107,11 +134,11 @@ def _fetch(version: str, destination: Path, name: str = MEGATRON_DISTRIBUTION, p
                 raise ReleaseSourceError(
                     f"{name} {version}: fetching its wheel took over {_FETCH_TIMEOUT_S} s"
                 ) from None
-            if done.returncode == 0 and (Path(scratch) / package).is_dir():
+            if done.returncode == 0 and _unpacked(Path(scratch), package):
                 try:
                     os.replace(scratch, destination)
                 except OSError:
-                    if not (destination / package).is_dir():
+                    if not _unpacked(destination, package):
                         raise
                 return
             last = (done.stderr.strip().splitlines() or ["no output"])[-1]

@@ -12,6 +12,7 @@ as such, never green by silence.
 from __future__ import annotations
 
 import ast
+import functools
 import importlib.util
 import inspect
 import linecache
@@ -370,6 +371,17 @@ def calls_in_replacement(function: Any, method: str, caller: str) -> list[Megatr
         return []
     ast.increment_lineno(tree, start - 1)
     return calls_in(tree, Path(file).name, caller, is_self_call(method))
+
+
+def parsed_file(path: Path) -> ast.Module:
+    """A framework file's syntax tree, parsed once per version of the file: the scan, the patch reader and the
+    from-source verdicts read the same files, a framework against several Megatron releases in one process."""
+    return _parsed(path, path.stat().st_mtime_ns)
+
+
+@functools.lru_cache(maxsize=4096)
+def _parsed(path: Path, mtime_ns: int) -> ast.Module:
+    return ast.parse(path.read_text(encoding="utf-8", errors="replace"), str(path))
 
 
 def absolute_module(node: ast.ImportFrom, module: str, is_package: bool) -> str:

@@ -12,12 +12,11 @@ the object's class, which the source does not give: they are not read here.
 from __future__ import annotations
 
 import ast
-import functools
-from collections.abc import Iterator
+from collections.abc import Collection, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from harness.contracts.api_fingerprint.call_sites import absolute_module, dotted_name, last_name
+from harness.contracts.api_fingerprint.call_sites import absolute_module, dotted_name, last_name, parsed_file
 from harness.contracts.api_fingerprint.framework_scan import framework_files
 
 METADATA = {"__signature__", "__doc__", "__name__", "__qualname__", "__module__", "__wrapped__", "__annotations__"}
@@ -188,12 +187,12 @@ class FrameworkSource:
         return f"{self.trees[module][0].relative_to(self.root).as_posix()}:{line}"
 
 
-def read_framework(root: Path, is_megatron_owner) -> FrameworkSource:
-    """Every patch assignment in the framework below ``root``, and the calls of its own functions;
-    ``is_megatron_owner(dotted)`` says whether a dotted path names a Megatron module or a class Megatron defines (the
-    owner a patch re-binds a name on)."""
-    modules = framework_files(root)
-    trees = {name: (path, _parsed(path, path.stat().st_mtime_ns)) for path, name in modules.items()}
+def read_framework(root: Path, is_megatron_owner, packages: Collection[str] | None = None) -> FrameworkSource:
+    """Every patch assignment in the framework below ``root`` (its ``packages`` only, where given: a distribution
+    in a ``site-packages``), and the calls of its own functions; ``is_megatron_owner(dotted)`` says whether a dotted
+    path names a Megatron module or a class Megatron defines (the owner a patch re-binds a name on)."""
+    modules = framework_files(root, packages)
+    trees = {name: (path, parsed_file(path)) for path, name in modules.items()}
     own = {
         node.name
         for _, tree in trees.values()
@@ -209,13 +208,6 @@ def read_framework(root: Path, is_megatron_owner) -> FrameworkSource:
         for call in reader.calls:
             found.calls.setdefault(call.called.rpartition(".")[2], []).append(call)
     return found
-
-
-@functools.lru_cache(maxsize=4096)
-def _parsed(path: Path, mtime_ns: int) -> ast.Module:
-    """A framework file's syntax tree, parsed once per version of the file (a framework read against several
-    Megatron releases in one process)."""
-    return ast.parse(path.read_text(encoding="utf-8", errors="replace"))
 
 
 def _module_scope(module: str, tree: ast.Module, path: Path) -> _Scope:

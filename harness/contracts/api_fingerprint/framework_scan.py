@@ -12,10 +12,11 @@ from __future__ import annotations
 
 import ast
 import functools
-from collections.abc import Iterable, Sequence
+from collections.abc import Collection, Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from harness.contracts.api_fingerprint.call_sites import parsed_file
 from harness.contracts.api_fingerprint.source_scan import Assignment, SourceScan, scan_sources
 
 
@@ -53,33 +54,57 @@ class FrameworkScan:
     patches: list[Patch] = field(default_factory=list)
     trees: dict[str, ast.Module] = field(default_factory=dict)
     """The framework's modules parsed, by dotted name, for the guesses."""
+    megatron: tuple[Path, ...] = ()
+    """The Megatron trees the symbols are named against, the reference first."""
+    packages: tuple[str, ...] | None = None
+    """The top-level packages read (a distribution's), or ``None``: every package below ``root``."""
 
 
-def framework_files(root: Path) -> dict[Path, str]:
+def framework_files(root: Path, packages: Collection[str] | None = None) -> dict[Path, str]:
     """Every ``.py`` file below ``root`` that belongs to a package chain starting at ``root``, with its module
-    name; tests, checks and build folders are not the framework's runtime code."""
+    name; tests, checks and build folders are not the framework's runtime code. ``packages`` (top-level package
+    and module names) keeps only a distribution's own files, where ``root`` is a ``site-packages`` holding others."""
     skipped = {"tests", "test", "checks", "docs", "build", "dist", "__pycache__", ".nox", ".venv", "venv"}
     modules = {}
-    for path in sorted(root.rglob("*.py")):
+    found = (
+        sorted(root.rglob("*.py"))
+        if packages is None
+        else sorted(
+            path
+            for package in packages
+            for path in [*(root / package).rglob("*.py"), root / f"{package}.py"]
+            if path.is_file()
+        )
+    )
+    for path in found:
         relative = path.relative_to(root)
         if skipped & set(relative.parts[:-1]) or relative.name.startswith("test_"):
             continue
-        packages = relative.parent.parts
-        if all((root.joinpath(*packages[: i + 1]) / "__init__.py").is_file() for i in range(len(packages))):
+        folders = relative.parent.parts
+        if all((root.joinpath(*folders[: i + 1]) / "__init__.py").is_file() for i in range(len(folders))):
             stem = [] if relative.name == "__init__.py" else [relative.stem]
-            name = ".".join([*packages, *stem])
+            name = ".".join([*folders, *stem])
             if name:
                 modules[path] = name
     return modules
 
 
-def scan_framework(root: Path, megatron_trees: Sequence[Path]) -> FrameworkScan:
-    """The Megatron symbols and patches of the framework under ``root``, named against ``megatron_trees`` (folders
-    holding a ``megatron`` package; the first is the reference for ``relies``)."""
-    modules = framework_files(root)
-    scan = scan_sources(modules, discovery=True)
-    found = FrameworkScan(root, modules, trees={name: ast.parse(path.read_text()) for path, name in modules.items()})
+def scan_framework(
+    root: Path, megatron_trees: Sequence[Path], packages: Collection[str] | None = None
+) -> FrameworkScan:
+    """The Megatron symbols and patches of the framework under ``root`` (its ``packages`` only, where given), named
+    against ``megatron_trees`` (folders holding a ``megatron`` package; the first is the reference for
+    ``relies``)."""
+    modules = framework_files(root, packages)
+    scan = scan_sources(modules, discovery=True, modules=modules)
     trees = tuple(megatron_trees)
+    found = FrameworkScan(
+        root,
+        modules,
+        trees={name: parsed_file(path) for path, name in modules.items()},
+        megatron=trees,
+        packages=tuple(packages) if packages is not None else None,
+    )
     replaced: dict[str, tuple[str | None, list[str]]] = {}
     for assignment in scan.assignments:
         for path in assignment.paths:

@@ -11,10 +11,12 @@ from __future__ import annotations
 import ast
 import dataclasses
 import importlib.util
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from pathlib import Path
 from types import ModuleType
 
+from harness.contracts.api_fingerprint.call_sites import parsed_file
+from harness.contracts.api_fingerprint.scoped_names import ScopedNames, Where
 from harness.contracts.api_fingerprint.symbol_table import Declared, declared_symbols, dotted
 
 _MEGATRON_ROOT = "megatron"
@@ -88,7 +90,9 @@ def subject_files(subject: ModuleType) -> list[Path]:
     return list(files)
 
 
-def scan_sources(files: Iterable[Path], discovery: bool = False) -> SourceScan:
+def scan_sources(
+    files: Iterable[Path], discovery: bool = False, modules: Mapping[Path, str] | None = None
+) -> SourceScan:
     """Every use of Megatron in ``files``, and every call of a Megatron function with its shape.
 
     Followed: ``import``/``from ... import`` of ``megatron``; ``importlib.import_module``, ``__import__`` and
@@ -99,16 +103,21 @@ def scan_sources(files: Iterable[Path], discovery: bool = False) -> SourceScan:
     files binds Megatron, and a function parameter of that name is taken to be the same object. Not followed:
     attribute names computed at run time (``getattr(module, name)`` over a loop variable).
 
-    ``discovery`` (for writing a declaration, where finding too much is cheap and missing a patch is not) counts a
-    name as a Megatron alias when any binding of it binds Megatron, and follows ``setattr``/``getattr`` names taken
-    from a loop over a module-level tuple of strings (``for name in PATCHED: setattr(module, name, f)``).
+    ``discovery`` (for writing a declaration, where finding too much is cheap and missing a patch is not) reads a
+    name where it is used, in the scopes that use sees (:mod:`.scoped_names`), not by name across the files: the
+    framework's own ``ModelType`` enum is not Megatron's because another file imports Megatron's, and a helper's
+    parameter is what its file binds that name to; a call of the framework's function is what that function
+    returns, read in its own scopes; ``modules`` (file -> dotted module name) follows the framework's imports of its
+    own modules' names. It also follows ``setattr``/``getattr`` names taken from a loop over a module-level tuple of
+    strings (``for name in PATCHED: setattr(module, name, f)``).
     """
-    trees = {path: ast.parse(path.read_text(), str(path)) for path in files}
+    trees = {path: parsed_file(path) for path in files}
     resolver = _Resolver(_string_constants(trees.values()))
     if discovery:
         resolver.loop_strings = _loop_strings(trees.values())
-    for _ in range(10):
-        aliases, returns = _bindings(trees.values(), resolver, discovery)
+        resolver.scoped = ScopedNames(trees, modules or {})
+    for _ in range(0 if discovery else 10):
+        aliases, returns = _bindings(trees.values(), resolver)
         if (aliases, returns) == (resolver.aliases, resolver.returns):
             break
         resolver.aliases, resolver.returns = aliases, returns
@@ -184,6 +193,9 @@ class _Resolver:
         self.loop_strings: dict[str, frozenset[str]] = {}
         self.aliases: dict[str, frozenset[str]] = {}
         self.returns: dict[str, frozenset[str]] = {}
+        self.scoped: ScopedNames | None = None
+        self.where: Where | None = None
+        """The place being read, where names are looked up in the scopes it sees (discovery only)."""
 
     def strings(self, node: ast.expr) -> frozenset[str]:
         """The strings ``node`` may be: one where :meth:`string` knows it, each a loop variable takes in discovery."""
@@ -207,6 +219,10 @@ class _Resolver:
 
     def paths(self, node: ast.expr) -> frozenset[str]:
         if isinstance(node, ast.Name):
+            if self.scoped is not None and self.where is not None:
+                local = self.scoped.lookup(self.where, node.id, self.paths_at)
+                if local is not None:
+                    return local
             return self.aliases.get(node.id, frozenset())
         if isinstance(node, ast.Attribute):
             if node.attr.startswith("__"):
@@ -218,6 +234,14 @@ class _Resolver:
             return self._call_paths(node)
         return frozenset()
 
+    def paths_at(self, node: ast.expr, where: Where) -> frozenset[str]:
+        """:meth:`paths` of ``node`` as read at ``where``."""
+        saved, self.where = self.where, where
+        try:
+            return self.paths(node)
+        finally:
+            self.where = saved
+
     def _call_paths(self, node: ast.Call) -> frozenset[str]:
         callee = attribute_chain(node.func)
         if callee in ("importlib.import_module", "import_module", "__import__") and node.args:
@@ -226,8 +250,26 @@ class _Resolver:
             return frozenset(
                 f"{base}.{attr}" for base in self.paths(node.args[0]) for attr in self.strings(node.args[1])
             )
+        if self.scoped is not None and self.where is not None:
+            return self._returned(self.scoped, self.where, node.func)
         name = node.func.attr if isinstance(node.func, ast.Attribute) else getattr(node.func, "id", None)
         return self.returns.get(name, frozenset()) if name else frozenset()
+
+    def _returned(self, scoped: ScopedNames, where: Where, func: ast.expr) -> frozenset[str]:
+        """What the framework's function ``func`` a call at ``where`` calls returns, read in its own scopes."""
+        place = scoped.function(where, func)
+        definition = place[1][-1] if place is not None else None
+        if place is None or not isinstance(definition, ast.FunctionDef | ast.AsyncFunctionDef):
+            return frozenset()
+        return scoped.returned(
+            definition,
+            lambda: frozenset(
+                found
+                for ret in own_returns(definition)
+                if ret.value is not None
+                for found in self.paths_at(ret.value, place)
+            ),
+        )
 
 
 def attribute_chain(node: ast.expr) -> str | None:
@@ -241,10 +283,9 @@ def attribute_chain(node: ast.expr) -> str | None:
 
 
 def _bindings(
-    trees: Iterable[ast.Module], resolver: _Resolver, discovery: bool = False
+    trees: Iterable[ast.Module], resolver: _Resolver
 ) -> tuple[dict[str, frozenset[str]], dict[str, frozenset[str]]]:
-    """Names bound to Megatron objects and functions returning them, given the resolver's current knowledge (in
-    ``discovery``, a name any binding binds to Megatron, and a function any return of which returns it)."""
+    """Names bound to Megatron objects and functions returning them, given the resolver's current knowledge."""
     bound: dict[str, set[str]] = {}
     tainted: set[str] = set()
     returned: dict[str, set[str]] = {}
@@ -305,8 +346,6 @@ def _bindings(
                         returned.setdefault(node.name, set()).update(paths)
                     else:
                         opaque.add(node.name)
-    if discovery:
-        tainted, opaque = set(), set()
     aliases = {name: frozenset(paths) for name, paths in bound.items() if name not in tainted}
     returns = {name: frozenset(paths) for name, paths in returned.items() if name not in opaque}
     return aliases, returns
@@ -338,13 +377,24 @@ class _Collector(ast.NodeVisitor):
         self.called: set[str] = set()
         self.assignments: list[Assignment] = []
         self.scope: list[str] = []
+        self.chain: list[ast.AST] = []
+
+    def _entered(self, node: ast.AST) -> None:
+        """Visit a scope's body with the resolver reading names as that scope sees them."""
+        self.chain.append(node)
+        if self.resolver.scoped is not None:
+            self.resolver.where = (self.path, tuple(self.chain))
+        self.generic_visit(node)
+        self.chain.pop()
+        self.resolver.where = (self.path, tuple(self.chain)) if self.resolver.scoped and self.chain else None
 
     def _scoped(self, node: ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef) -> None:
         self.scope.append(node.name)
-        self.generic_visit(node)
+        self._entered(node)
         self.scope.pop()
 
     visit_FunctionDef = visit_AsyncFunctionDef = visit_ClassDef = _scoped
+    visit_Module = visit_Lambda = _entered
 
     def _assigned(self, paths: Iterable[str], value: ast.expr, node: ast.AST) -> None:
         paths = tuple(sorted(paths))

@@ -87,7 +87,7 @@ def framework_verdicts(
     """A verdict per Megatron symbol the framework under ``root`` replaces: each patch assignment its source makes,
     and each symbol ``declared`` names with its replacement (``symbol -> module:qualname``, a method bound on
     instances included, whose class the source does not give); those in ``live`` (checked applied) left out."""
-    framework = read_framework(root, _is_owner)
+    framework = read_framework(root, is_megatron_owner)
     keyed: dict[str, list[SourcePatch]] = {}
     for patch in (p for p in framework.patches if not p.constant):
         keyed.setdefault(megatron_key(patch.path, source), []).append(patch)
@@ -95,7 +95,7 @@ def framework_verdicts(
         if not any(not p.restores for p in keyed.get(symbol, [])):
             keyed[symbol] = [_declared_patch(framework, symbol, replacement)]
     for instance in framework.instances:
-        owner = _instance_class(instance, source)
+        owner = instance_class(instance, source)
         if owner is not None:
             keyed.setdefault(f"{owner}.{instance.method}@{instance.place}", []).append(_instance_patch(instance, owner))
     # A method swapped on some built objects (an ``@`` key) leaves Megatron's own calls inside it standing for the
@@ -124,7 +124,7 @@ def framework_verdicts(
     return verdicts
 
 
-def _instance_class(instance: InstancePatch, source: MegatronSource) -> str | None:
+def instance_class(instance: InstancePatch, source: MegatronSource) -> str | None:
     """``module:Class`` of the Megatron class whose built objects ``instance`` patches, where the source says which:
     a class the patching function tests with ``isinstance``, else the one Megatron class defining the method whose name
     the names around the patch carry (``_fused_GPTModel_forward`` on ``forward``), else the only one defining it. A
@@ -197,7 +197,7 @@ def _declared_patch(framework: FrameworkSource, symbol: str, replacement: str) -
     )
 
 
-def _is_owner(dotted: str) -> bool:
+def is_megatron_owner(dotted: str) -> bool:
     """A Megatron module, or a class of one, as the framework's imports name it: it need not exist on this target
     (then the patch is ``absent`` here, or skipped by the framework's own check, not unseen)."""
     return dotted.startswith("megatron.")

@@ -1,25 +1,44 @@
-"""``megatron-conformance scan [PATH]``: a starter declaration for the framework under PATH, written from its source.
+"""``megatron-conformance scan [PATH | NAME==VERSION | NAME]``: a starter declaration for a framework, written from its
+source: a folder, a release on the package index, or a distribution installed here (:mod:`.scan_subject`).
 
 The output is a declaration that reads as it is: ``[subject]`` and every Megatron symbol the framework touches
-(:mod:`~harness.contracts.api_fingerprint.framework_scan`), each with its usage word and where it is used. What the
-source alone cannot settle is written as guesses, commented out and marked ``# guess``: how the patch is applied and
-undone (from the function that makes each patch assignment), where the budget lives and in what unit (from the apply
-function's parameters, the module's globals and the environment variables it reads), and the provider wrapper and
-its ``args`` names. Editing the guesses (uncommenting what is right) is the whole of the work left.
+(:mod:`~harness.contracts.api_fingerprint.framework_scan`), the replaced ones first, each with its usage word and
+where it is used, a replaced one with the framework's replacement (:mod:`.scan_patches`). What the source alone cannot
+settle is marked ``# guess``. For a framework that replaces the chunked all-reduce, ``[patch]`` and ``[budget]`` are
+commented out: how the patch is applied and undone (from the function that makes the assignment), where the budget
+lives and in what unit (from the apply function's parameters, the module's globals and the environment variables it
+reads). Any other framework gets ``[symbols_patch]``, written out because its bare ``replaces`` lines need it: the
+function that makes its patch assignments (or calls every one making them). Last, the provider wrapper and its
+``args`` names, commented out. Checking the guesses (uncommenting what is right) is the work left.
 """
 
 from __future__ import annotations
 
 import ast
+import json
 import os
 import re
 import sys
 from collections.abc import Sequence
 from pathlib import Path
 
-from harness.contracts.api_fingerprint.framework_scan import FrameworkScan, Patch, scan_framework
+from harness.contracts.api_fingerprint.framework_scan import (
+    FrameworkScan,
+    Patch,
+    Symbol,
+    callers_of,
+    scan_framework,
+)
+from harness.contracts.api_fingerprint.scan_patches import (
+    FrameworkPatches,
+    Replaced,
+    defined_everywhere,
+    read_patches,
+    short_place,
+)
+from harness.contracts.api_fingerprint.scan_subject import ScanSubjectError, newest_release_source, scan_subject
 from harness.subjects.declaration import ROLE_ATTRIBUTES
-from harness.targets.megatron_names import FINALIZE_MODULE, UPSTREAM_NAME
+from harness.targets.megatron_names import ALIAS_NAME, FINALIZE_MODULE, UPSTREAM_NAME
 
 ROLE_REPLACEMENT = ROLE_ATTRIBUTES["patch"][0]
 _BUDGET_NAME = re.compile(r"byte|budget|bucket|chunk|_mb$|^mb$|mib", re.IGNORECASE)
@@ -40,39 +59,161 @@ def megatron_trees(envdir: Path) -> list[Path]:
     return [Path(entry) for entry in sys.path if (Path(entry) / "megatron" / "core").is_dir()]
 
 
-def starter_declaration(found: FrameworkScan, written_for: Path) -> str:
-    """The declaration text for ``found``, with paths relative to ``written_for`` (where the file will live)."""
+def starter_declaration(found: FrameworkScan, written_for: Path, distribution: str | None = None) -> str:
+    """The declaration text for ``found``, with paths relative to ``written_for`` (where the file will live); a
+    framework read from a published or installed release is named by ``distribution`` (``name==version``)."""
+    patches = read_patches(found.root, found.megatron[0], found.packages, found.patches) if found.megatron else None
+    allreduce = _replaces_allreduce(found, patches)
+    guess = patches.guess if patches is not None and not allreduce else None
     source_root = os.path.relpath(found.root, written_for)
-    adapter = _adapter_package(found)
+    adapter, why = (
+        (guess.adapter, "the package whose import applies the patches")
+        if guess is not None and guess.adapter
+        else (_adapter_package(found), "the package whose files reach Megatron")
+    )
     lines = [
-        f"# Starter declaration, written by `megatron-conformance scan {source_root}` from the framework's source.",
+        f"# Starter declaration, written by `megatron-conformance scan {distribution or source_root}` from the "
+        "framework's source.",
         "# Lines marked '# guess' are what the source alone cannot settle: check them, uncomment what is right.",
         "[subject]",
-        f'source_root = "{source_root}"',
-        f'adapter_package = "{adapter}"  # guess: the package whose files reach Megatron',
+        f'distribution = "{distribution}"' if distribution else f'source_root = "{source_root}"',
+        f'adapter_package = "{adapter}"  # guess: {why}',
         "",
-        *_patch_guess(found),
+        *_patches_found(found, patches),
+        *(_patch_guess(found) if allreduce else [_NO_ALLREDUCE]),
+        *_symbols_patch_guess(patches, commented=allreduce),
         "",
         *_provider_guess(found),
         "",
         "[megatron_symbols]",
+        *_symbol_lines(found, patches, active=guess is not None),
     ]
-    for symbol in found.symbols:
-        usage = symbol.usage
-        comment = ", ".join(symbol.places[:3])
-        if usage == "replaces":
-            if symbol.replacement:
-                usage = f"replaces with {symbol.replacement}"
-            else:
-                usage = "relies"
-                comment = (
-                    f"guess: replaced where {comment}; with [patch] declared, 'replaces with "
-                    f"{ROLE_REPLACEMENT}' for {UPSTREAM_NAME}, else the replacement's module:qualname"
-                )
-        if symbol.optional:
-            usage += ", optional"
-        lines.append(f'"{symbol.key}" = "{usage}"  # {comment}')
     return "\n".join(lines) + "\n"
+
+
+_NO_ALLREDUCE = (
+    f"# [patch]: {FINALIZE_MODULE}:{UPSTREAM_NAME} is not replaced: no chunked all-reduce for the equivalence, "
+    "import and chunk-splitting families to check"
+)
+_ALLREDUCE_KEYS = (f"{FINALIZE_MODULE}:{UPSTREAM_NAME}", f"{FINALIZE_MODULE}:{ALIAS_NAME}")
+
+
+def _replaces_allreduce(found: FrameworkScan, patches: FrameworkPatches | None) -> bool:
+    """Whether the framework re-binds Megatron's all-reduce of the non-tensor-parallel grads (or its older name)."""
+    keys = {p.key for p in found.patches} | set(patches.replaced if patches is not None else ())
+    return any(key in keys for key in _ALLREDUCE_KEYS)
+
+
+def _patches_found(found: FrameworkScan, patches: FrameworkPatches | None) -> list[str]:
+    """One comment line per patch assignment: the symbol, what is bound there, and the function making it."""
+    lines = []
+    if patches is not None:
+        for key, entry in patches.replaced.items():
+            for place, maker in entry.makers.items():
+                bound = entry.replacements[place] or f"{entry.values[place]} (no function a module exports)"
+                how = "on built objects, " if entry.on_instances else ""
+                lines.append(f"#   {key} <- {bound}  {how}by {maker} ({place})")
+    read = patches.patch_places if patches is not None else set()
+    lines += [
+        f"#   {p.key} <- {p.value}  in {p.module}:{p.scope or '<module body>'} ({p.place})"
+        for p in found.patches
+        if p.place not in read
+    ]
+    return ["# Patch assignments found (symbol <- value, by what):", *lines] if lines else []
+
+
+def _symbols_patch_guess(patches: FrameworkPatches | None, commented: bool) -> list[str]:
+    """``[symbols_patch]``: the module and the functions whose call makes the patches (commented out beside a
+    guessed all-reduce patch, whose table applies that one)."""
+    guess = patches.guess if patches is not None else None
+    if guess is None:
+        return []
+    mark = "# " if commented else ""
+    lines = ["", f"{mark}[symbols_patch]  # guess: the functions that make the patch assignments"]
+    lines.append(f'{mark}module = "{guess.module}"')
+    if guess.applied == "import":
+        lines.append(f'{mark}applied = "import"')
+    elif len(guess.apply) == 1:
+        lines.append(f'{mark}apply = "{guess.apply[0]}"')
+    else:
+        lines.append(f"{mark}apply = {json.dumps(list(guess.apply))}")
+    return lines
+
+
+def _symbol_lines(found: FrameworkScan, patches: FrameworkPatches | None, active: bool) -> list[str]:
+    """``[megatron_symbols]``: the replaced symbols first (the ones to read), then every other, each with its usage
+    and where. ``active``: a ``[symbols_patch]`` is declared, so a replacement made inside a function is a bare
+    ``replaces``, what its apply binds; one made elsewhere too, read from source."""
+    replaced = patches.replaced if patches is not None else {}
+    named_there = {short_place(place) for entry in replaced.values() for place in entry.makers}
+    read = patches.patch_places if patches is not None else set()
+    first: list[tuple[str, str]] = []
+    rest: list[str] = []
+    known = {symbol.key for symbol in found.symbols}
+    for symbol in found.symbols:
+        if symbol.key in replaced and symbol.key not in _ALLREDUCE_KEYS:
+            continue
+        usage, comment = symbol.usage, ", ".join(symbol.places[:3])
+        if usage == "replaces" and symbol.key not in _ALLREDUCE_KEYS and set(symbol.places) <= read:
+            if set(symbol.places) & named_there:
+                continue  # the same assignment, named where Megatron defines it
+            usage = "reads"  # an undo or a marker the framework leaves: nothing of its own bound there
+        if usage == "replaces":
+            usage, comment = _guessed_replacement(symbol, comment)
+        line = f'"{symbol.key}" = "{usage}{", optional" if symbol.optional else ""}"  # {comment}'
+        if usage.startswith("replaces") or comment.startswith("guess: replaced"):
+            first.append((symbol.key, line))
+        else:
+            rest.append(line)
+    for key, entry in replaced.items():
+        if key in _ALLREDUCE_KEYS and key in known:
+            continue
+        usage, comment = _replaced_usage(patches, key, entry, active)
+        optional = ", optional" if not defined_everywhere(key, found.megatron) else ""
+        first.append((key, f'"{key}" = "{usage}{optional}"  # {comment}'))
+        for caller in callers_of(key, found.megatron[0]) if key not in known else ():
+            if caller not in known and caller not in replaced:
+                rest.append(f'"{caller}" = "relies"  # calls {key.partition(":")[2]}')
+                known.add(caller)
+    return [line for _, line in sorted(first)] + rest
+
+
+def _guessed_replacement(symbol: Symbol, places: str) -> tuple[str, str]:
+    """A replacement the source scan alone found (a registry's record, a name set in a loop): named where it is a
+    function of the framework, else left to the reader, the all-reduce's by its role."""
+    if symbol.replacement:
+        return f"replaces with {symbol.replacement}", places
+    if symbol.key in _ALLREDUCE_KEYS:
+        return "relies", (
+            f"guess: replaced where {places}; with [patch] declared, 'replaces with {ROLE_REPLACEMENT}' for "
+            f"{UPSTREAM_NAME}, else the replacement's module:qualname"
+        )
+    return "relies", (
+        f"guess: replaced where {places}; 'replaces' where [symbols_patch]'s apply makes it, else 'replaces with' "
+        "the replacement's module:qualname"
+    )
+
+
+def _replaced_usage(patches: FrameworkPatches, key: str, entry: Replaced, active: bool) -> tuple[str, str]:
+    """The usage and comment of a symbol the framework patches: ``replaces with`` its replacement where the patch
+    the declared apply makes names one function, a bare ``replaces`` for a closure; made elsewhere, read from
+    source (the apply would not bind it)."""
+    made = patches.made_by_guess(key) if active else list(entry.makers)
+    names = {entry.replacements[place] for place in made}
+    named = names.pop() if len(names) == 1 else None
+    places = ", ".join(made[:3])
+    if active and made:
+        return (f"replaces with {named}" if named else "replaces"), places
+    elsewhere = ", ".join(f"{entry.makers[place]} ({place})" for place in list(entry.makers)[:3])
+    with_what = {name for name in entry.replacements.values() if name}
+    replacement = f" with {', '.join(sorted(with_what))}" if with_what else ""
+    if active:
+        return "replaces", f"replaced{replacement} by {elsewhere}, not by [symbols_patch]'s apply: read from source"
+    if named:
+        return f"replaces with {named}", places
+    return "relies", (
+        f"guess: replaced by {elsewhere} with a closure; 'replaces' where [symbols_patch]'s apply makes it"
+    )
 
 
 def _adapter_package(found: FrameworkScan) -> str:
@@ -97,13 +238,10 @@ def _reaches_megatron(path: Path) -> bool:
 
 
 def _patch_guess(found: FrameworkScan) -> list[str]:
+    """``[patch]`` for a framework replacing the all-reduce: how the assignment's function applies and undoes it."""
     patches = [p for p in found.patches if p.key == f"{FINALIZE_MODULE}:{UPSTREAM_NAME}"] or found.patches
     if not patches:
-        return ["# [patch]: no patch assignment of a Megatron symbol was found"]
-    lines = ["# Patch assignments found (symbol <- value, by what):"]
-    lines += [
-        f"#   {p.key} <- {p.value}  in {p.module}:{p.scope or '<module body>'} ({p.place})" for p in found.patches
-    ]
+        return [_NO_ALLREDUCE]
     first = patches[0]
     tree = found.trees[first.module]
     registry = _registered_as(tree, first.scope)
@@ -111,7 +249,7 @@ def _patch_guess(found: FrameworkScan) -> list[str]:
     if registry:
         module, apply = _registry_apply(found, first.module)
         undo = "returned"
-    lines += ["# [patch]  # guess", f'# module = "{module}"', f'# applied = "{applied}"']
+    lines = ["# [patch]  # guess", f'# module = "{module}"', f'# applied = "{applied}"']
     if apply:
         lines.append(f'# {"context" if applied == "context" else "apply"} = "{apply}"')
     if undo:
@@ -287,8 +425,10 @@ def _provider_guess(found: FrameworkScan) -> list[str]:
 
 
 def main(argv: Sequence[str] | None = None, envdir: Path | None = None) -> int:
-    """``scan [PATH] [--output FILE] [--envdir DIR]``: print (or write) the starter declaration of the framework
-    under PATH, naming symbols against the target venvs under DIR (default ``.nox``)."""
+    """``scan [PATH | NAME==VERSION | NAME] [--output FILE] [--envdir DIR]``: print (or write) the starter
+    declaration of the framework under PATH, of a release on the package index, or of a distribution installed
+    here, naming symbols against the target venvs under DIR (default ``.nox``), else the installed megatron-core,
+    else the newest release of the matrix."""
     arguments = list(sys.argv[1:] if argv is None else argv)
     if "--envdir" in arguments:
         index = arguments.index("--envdir")
@@ -302,20 +442,23 @@ def main(argv: Sequence[str] | None = None, envdir: Path | None = None) -> int:
         if output is None:
             print("megatron-conformance scan: --output needs a file", file=sys.stderr)
             return 2
-    root = Path(arguments[0] if arguments else ".").resolve()
-    if not root.is_dir():
-        print(f"megatron-conformance scan: {root} is not a directory", file=sys.stderr)
+    envdir = envdir or Path(".nox")
+    try:
+        subject = scan_subject(arguments[0] if arguments else ".")
+        trees = megatron_trees(envdir)
+        if not trees:
+            release = newest_release_source(envdir)
+            print(
+                f"megatron-conformance scan: no target venv and no installed megatron-core: naming symbols against "
+                f"megatron-core {release.version}, the matrix's newest release ({release.origin})",
+                file=sys.stderr,
+            )
+            trees = [release.root]
+    except ScanSubjectError as err:
+        print(f"megatron-conformance scan: {err}", file=sys.stderr)
         return 2
-    trees = megatron_trees(envdir or Path(".nox"))
-    if not trees:
-        print(
-            "megatron-conformance scan: no Megatron source to name symbols against: build a target first "
-            "(megatron-conformance -s megatron-0.15), or run it where megatron-core is installed",
-            file=sys.stderr,
-        )
-        return 2
-    found = scan_framework(root, trees)
-    text = starter_declaration(found, (output.resolve().parent if output else Path.cwd()))
+    found = scan_framework(subject.root, trees, subject.packages)
+    text = starter_declaration(found, (output.resolve().parent if output else Path.cwd()), subject.distribution)
     if output:
         output.write_text(text)
         print(f"{output}: {len(found.symbols)} Megatron symbols, {len(found.patches)} patch assignments")

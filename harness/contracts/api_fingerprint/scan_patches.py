@@ -1,0 +1,345 @@
+"""The patches a framework makes, read for its starter declaration: each replaced Megatron symbol with the framework's
+replacement, and the guess of ``[symbols_patch]``, the functions whose call makes them.
+
+The reading is :mod:`.framework_patches`' (the scopes of each assignment, closures, methods and aliases resolved,
+methods bound on built objects whose class the framework's ``isinstance`` tests or the names around them give), named
+as the from-source verdicts name them (:func:`~.source_verdicts.megatron_key`). Restoring assignments (an undo puts
+the original back) and literal markers (``Cls._patched = True``) are no replacements; a replaced function's own
+``__signature__`` or ``__doc__`` is no patch of its own.
+
+``[symbols_patch]`` names one module: its ``apply`` is a function of it that calls every function making the
+patches (``mcore_bridge.patcher.apply_patch``), or the list of those functions (verl's ``apply_patch``,
+``apply_patch_mbridge``, ...); where a module's body makes them, importing it applies them. Of several such groups,
+the one the framework applies when one of its packages is imported wins (the package is then the adapter), then the
+one making most patches. A context manager (``@contextmanager``) patches only inside the framework's own ``with``:
+never an apply.
+"""
+
+from __future__ import annotations
+
+import ast
+import functools
+from collections.abc import Collection, Iterator, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from harness.contracts.api_fingerprint.call_sites import MegatronSource, absolute_module, dotted_name, functions_of
+from harness.contracts.api_fingerprint.framework_patches import Definition, FrameworkSource, read_framework
+from harness.contracts.api_fingerprint.framework_scan import Patch, defined
+from harness.contracts.api_fingerprint.source_verdicts import (
+    has_member,
+    instance_class,
+    is_megatron_owner,
+    megatron_key,
+)
+from harness.targets.megatron_names import FINALIZE_MODULE
+
+
+@dataclass
+class Replaced:
+    """A Megatron symbol the framework replaces: where, with what, and by which of its functions."""
+
+    key: str
+    """``module:qualname`` in Megatron; for a method bound on built objects, under the class of those objects."""
+    replacements: dict[str, str | None] = field(default_factory=dict)
+    """Place of each assignment -> ``module:qualname`` of the framework's replacement there, where it has one (not
+    a closure made inside a function)."""
+    values: dict[str, str] = field(default_factory=dict)
+    """Place of each assignment -> the value bound, as written."""
+    makers: dict[str, str] = field(default_factory=dict)
+    """Place of each assignment -> ``module:function`` around it (``module:Class.method`` for a method, the module
+    alone where its body makes it)."""
+    on_instances: bool = False
+
+
+@dataclass(frozen=True)
+class SymbolsPatchGuess:
+    """What ``[symbols_patch]`` should say: the module, how it is applied, and the functions ``apply`` names."""
+
+    module: str
+    applied: str
+    apply: tuple[str, ...]
+    makers: frozenset[str]
+    """The ``module:function`` makers the apply runs."""
+    adapter: str | None
+    """The package whose import applies it, where one does."""
+
+
+@dataclass
+class FrameworkPatches:
+    """Every replaced symbol, by key, and the ``[symbols_patch]`` guess (``None`` where no function of a module
+    makes a patch)."""
+
+    replaced: dict[str, Replaced]
+    guess: SymbolsPatchGuess | None
+    framework: FrameworkSource
+
+    def made_by_guess(self, key: str) -> list[str]:
+        """The places where the guessed apply makes the patch of ``key`` (empty: made elsewhere)."""
+        makers = self.guess.makers if self.guess else frozenset()
+        return [place for place, maker in self.replaced[key].makers.items() if maker in makers]
+
+    @property
+    def patch_places(self) -> set[str]:
+        """``file:line`` (file name only, as the source scan names places) of every patch assignment read, undos
+        and markers included."""
+        replaced = {place for entry in self.replaced.values() for place in entry.makers}
+        return {f"{p.file.name}:{p.line}" for p in self.framework.patches} | {short_place(place) for place in replaced}
+
+
+def read_patches(
+    root: Path, megatron: Path, packages: Collection[str] | None = None, scanned: Sequence[Patch] = ()
+) -> FrameworkPatches:
+    """The replaced symbols of the framework under ``root`` (its ``packages``, where given), named against the
+    Megatron package under ``megatron``, and the ``[symbols_patch]`` guess. Of the patches only the source scan
+    found (``scanned``: an owner a helper returns, a name held in a constant), those binding a function of the
+    patching module are replacements too."""
+    framework = read_framework(root, is_megatron_owner, packages)
+    source = MegatronSource(megatron)
+    qualnames = _Qualnames(framework)
+    replaced: dict[str, Replaced] = {}
+    for patch in framework.patches:
+        if patch.restores or patch.constant:
+            continue
+        key = megatron_key(patch.path, source)
+        entry = replaced.setdefault(key, Replaced(key))
+        place = framework.place(patch.module, patch.line)
+        entry.replacements[place] = qualnames.of(patch.definition) or qualnames.class_named(patch.module, patch.value)
+        entry.values[place] = patch.value
+        entry.makers[place] = _maker(patch.module, patch.scope)
+    for instance in framework.instances:
+        owner = instance_class(instance, source)
+        if owner is None:
+            continue
+        key = f"{owner}.{instance.method}"
+        entry = replaced.setdefault(key, Replaced(key, on_instances=True))
+        place = framework.place(instance.module, instance.line)
+        entry.replacements[place] = qualnames.of(instance.definition)
+        entry.values[place] = instance.definition.node.name
+        entry.makers[place] = _maker(instance.module, instance.chain)
+    for module, chain, swap, subclass in _class_swaps(framework):
+        owner = _swapped_class(framework, module, chain, subclass, source)
+        for method in (n for n in subclass.body if isinstance(n, ast.FunctionDef | ast.AsyncFunctionDef)):
+            if owner is None or (method.name.startswith("__") and method.name != "__call__"):
+                continue
+            key = f"{owner}.{method.name}"
+            entry = replaced.setdefault(key, Replaced(key, on_instances=True))
+            place = framework.place(module, swap.lineno)
+            entry.replacements[place] = f"{module}:{subclass.name}.{method.name}"
+            entry.values[place] = f"{subclass.name}.{method.name}"
+            entry.makers[place] = _maker(module, chain)
+    read = {f"{p.file.name}:{p.line}" for p in framework.patches}
+    for patch in scanned:
+        if patch.place in read or patch.module not in framework.trees or not patch.scope:
+            continue
+        tree = framework.trees[patch.module][1]
+        function = next((n for n in tree.body if isinstance(n, ast.FunctionDef) and n.name == patch.value), None)
+        maker = next((n for n in tree.body if isinstance(n, ast.FunctionDef) and n.name == patch.scope), None)
+        if function is None or maker is None:
+            continue
+        entry = replaced.setdefault(patch.key, Replaced(patch.key))
+        place = framework.place(patch.module, int(patch.place.rpartition(":")[2]))
+        entry.replacements[place] = f"{patch.module}:{function.name}"
+        entry.values[place] = patch.value
+        entry.makers[place] = f"{patch.module}:{maker.name}"
+    return FrameworkPatches(replaced, _guess(framework, replaced), framework)
+
+
+def _class_swaps(framework: FrameworkSource) -> Iterator[tuple[str, tuple[ast.AST, ...], ast.Assign, ast.ClassDef]]:
+    """``obj.__class__ = Sub`` where ``Sub`` is a class the module defines at module level: each built object so
+    swapped runs ``Sub``'s methods in place of its own class's. With the definitions around each swap."""
+    for module, (_, tree) in framework.trees.items():
+        classes = {node.name: node for node in _module_level(tree.body) if isinstance(node, ast.ClassDef)}
+        stack: list[tuple[ast.AST, ...]] = [(node,) for node in tree.body]
+        while stack:
+            chain = stack.pop()
+            node = chain[-1]
+            if isinstance(node, ast.Assign) and isinstance(node.value, ast.Name) and node.value.id in classes:
+                if any(isinstance(t, ast.Attribute) and t.attr == "__class__" for t in node.targets):
+                    yield module, chain, node, classes[node.value.id]
+            stack += [(*chain, child) for child in ast.iter_child_nodes(node) if isinstance(child, ast.stmt)]
+
+
+def _module_level(body: list[ast.stmt]) -> Iterator[ast.stmt]:
+    """The statements a module runs at import, those in ``if`` and ``try`` blocks included."""
+    for node in body:
+        yield node
+        if isinstance(node, ast.If | ast.Try):
+            nested = [*node.body, *node.orelse, *getattr(node, "finalbody", [])]
+            yield from _module_level(nested + [s for handler in getattr(node, "handlers", []) for s in handler.body])
+
+
+def _swapped_class(
+    framework: FrameworkSource, module: str, chain: tuple[ast.AST, ...], subclass: ast.ClassDef, source: MegatronSource
+) -> str | None:
+    """``module:Class`` of the Megatron class whose objects a ``__class__`` swap changes: the one the function
+    around it tests with ``isinstance`` that the subclass derives from, else the Megatron base it derives from."""
+    path, tree = framework.trees[module]
+    imported = {
+        alias.asname or alias.name: f"{absolute_module(node, module, path.name == '__init__.py')}.{alias.name}"
+        for node in ast.walk(tree)
+        if isinstance(node, ast.ImportFrom)
+        for alias in node.names
+    }
+    bases = [imported.get(name, "") for name in map(dotted_name, subclass.bases) if name]
+    functions = [n for n in chain if isinstance(n, ast.FunctionDef | ast.AsyncFunctionDef)]
+    tested = [
+        imported.get(name, "")
+        for call in (ast.walk(functions[-1]) if functions else ())
+        if isinstance(call, ast.Call) and getattr(call.func, "id", None) == "isinstance" and len(call.args) == 2
+        for kind in (call.args[1].elts if isinstance(call.args[1], ast.Tuple) else [call.args[1]])
+        if (name := dotted_name(kind))
+    ]
+    megatron = [path for path in [*tested, *bases] if path.startswith("megatron.")]
+    chosen = next((path for path in megatron if path in bases), megatron[0] if megatron else None)
+    return megatron_key(chosen, source) if chosen else None
+
+
+def defined_everywhere(key: str, trees: Sequence[Path]) -> bool:
+    """Whether every Megatron tree has ``key``: a name its module binds, or a method its class defines or inherits
+    from a Megatron base (a method swapped on a subclass's objects is the subclass's too)."""
+    return all(defined(tree, key) or has_member(_source(tree), key) for tree in trees)
+
+
+@functools.cache
+def _source(tree: Path) -> MegatronSource:
+    return MegatronSource(tree)
+
+
+class _Qualnames:
+    """The framework's functions and classes that an import reaches, by ``module:qualname``."""
+
+    def __init__(self, framework: FrameworkSource) -> None:
+        self.functions: dict[int, str] = {}
+        self.classes: dict[str, set[str]] = {}
+        for module, (_, tree) in framework.trees.items():
+            self.functions.update((id(node), f"{module}:{qualname}") for node, qualname in functions_of(tree))
+            self.classes[module] = {node.name for node in tree.body if isinstance(node, ast.ClassDef)}
+
+    def of(self, definition: Definition | None) -> str | None:
+        """``module:qualname`` of a function defined at module level or in a class; ``None`` for a closure."""
+        return self.functions.get(id(definition.node)) if definition is not None else None
+
+    def class_named(self, module: str, value: str) -> str | None:
+        """``module:Class`` where the value bound is a class the patching module defines (``router.RouterReplay =
+        RouterReplay``)."""
+        return f"{module}:{value}" if value in self.classes.get(module, ()) else None
+
+
+def _maker(module: str, chain: tuple[ast.AST, ...]) -> str:
+    """``module:function`` of the outermost function around a patch (``module:Class.method`` in a class), the
+    module alone at module level."""
+    outer = [node for node in chain[:-1] if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef)]
+    if not outer:
+        return module
+    if isinstance(outer[0], ast.ClassDef):
+        method = next((n for n in outer[1:] if isinstance(n, ast.FunctionDef | ast.AsyncFunctionDef)), None)
+        return f"{module}:{outer[0].name}.{method.name}" if method else module
+    return f"{module}:{outer[0].name}"
+
+
+def _is_context_manager(framework: FrameworkSource, maker: str) -> bool:
+    """Whether the function ``module:name`` is a ``@contextmanager``: it patches for the ``with`` around its use."""
+    module, _, name = maker.partition(":")
+    definition = framework.definition(module, name)
+    return definition is not None and any(
+        (getattr(d, "id", None) or getattr(d, "attr", None)) in ("contextmanager", "asynccontextmanager")
+        for d in definition.node.decorator_list
+    )
+
+
+@dataclass(frozen=True)
+class _Candidate:
+    """One way ``[symbols_patch]`` could apply the patches, and how many it makes."""
+
+    module: str
+    applied: str
+    apply: tuple[str, ...]
+    makers: frozenset[str]
+    made: int
+    adapter: str | None
+
+    def rank(self) -> tuple[bool, int, int, bool]:
+        """Applied at a package's import first, then most patches made, then fewest names to call."""
+        return (self.adapter is not None, self.made, -len(self.apply), self.applied == "call")
+
+
+def _guess(framework: FrameworkSource, replaced: dict[str, Replaced]) -> SymbolsPatchGuess | None:
+    """The best of the candidate applies: each module whose body patches (applied by import), each module's
+    patching functions as a list, and each function calling patching functions of the framework."""
+    made: dict[str, int] = {}
+    for entry in replaced.values():
+        if entry.on_instances or entry.key.partition(":")[0] == FINALIZE_MODULE:
+            # Bound on objects the framework builds (no function of a module applies it to Megatron), or the
+            # all-reduce, which [patch] applies.
+            continue
+        for maker in set(entry.makers.values()):
+            made[maker] = made.get(maker, 0) + 1
+    functions = {m for m in made if ":" in m and "." not in m.partition(":")[2]}
+    functions -= {m for m in functions if _is_context_manager(framework, m)}
+    candidates = [
+        _Candidate(module, "import", (), frozenset([module]), count, _imported_package(framework, module))
+        for module, count in made.items()
+        if ":" not in module
+    ]
+    by_module: dict[str, list[str]] = {}
+    for maker in sorted(functions, key=lambda m: _line(framework, m)):
+        by_module.setdefault(maker.partition(":")[0], []).append(maker)
+    for module, makers in by_module.items():
+        adapters = [_called_at_import(framework, maker) for maker in makers]
+        names = tuple(maker.partition(":")[2] for maker in makers)
+        count = sum(made[maker] for maker in makers)
+        adapter = next((a for a in adapters if a), None)
+        candidates.append(_Candidate(module, "call", names, frozenset(makers), count, adapter))
+    for entry, makers in _entry_points(framework, functions).items():
+        module, _, name = entry.partition(":")
+        count = sum(made[maker] for maker in makers)
+        candidates.append(
+            _Candidate(module, "call", (name,), frozenset(makers), count, _called_at_import(framework, entry))
+        )
+    if not candidates:
+        return None
+    best = max(candidates, key=_Candidate.rank)
+    return SymbolsPatchGuess(best.module, best.applied, best.apply, best.makers, best.adapter)
+
+
+def _entry_points(framework: FrameworkSource, makers: set[str]) -> dict[str, set[str]]:
+    """Module-level functions of the framework (not makers themselves) that call makers: each with those it calls."""
+    entries: dict[str, set[str]] = {}
+    for maker in makers:
+        module, _, name = maker.partition(":")
+        for call in framework.callers(module, (name,)):
+            outer = call.chain[0] if len(call.chain) > 1 else None
+            if isinstance(outer, ast.FunctionDef | ast.AsyncFunctionDef):
+                entry = f"{call.module}:{outer.name}"
+                if entry not in makers and not _is_context_manager(framework, entry):
+                    entries.setdefault(entry, set()).add(maker)
+    return entries
+
+
+def _called_at_import(framework: FrameworkSource, function: str) -> str | None:
+    """The package (or module) whose body calls ``function``: importing it applies what the function patches."""
+    module, _, name = function.partition(":")
+    for call in framework.callers(module, (name,)):
+        if len(call.chain) == 1:
+            return _imported_package(framework, call.module)
+    return None
+
+
+def _imported_package(framework: FrameworkSource, module: str) -> str:
+    """The package a module's body runs in: itself for a package's ``__init__``, else the package holding it."""
+    path, _ = framework.trees[module]
+    return module if path.name == "__init__.py" else module.rpartition(".")[0] or module
+
+
+def _line(framework: FrameworkSource, maker: str) -> int:
+    """Where the function ``module:name`` is defined: an apply list keeps the source's order."""
+    module, _, name = maker.partition(":")
+    definition = framework.definition(module, name)
+    return definition.node.lineno if definition is not None else 0
+
+
+def short_place(place: str) -> str:
+    """``file:line`` with the file's name alone, as the source scan names places."""
+    path, _, line = place.rpartition(":")
+    return f"{Path(path).name}:{line}"
