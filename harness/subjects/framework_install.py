@@ -20,7 +20,9 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 import re
+import shutil
 import subprocess
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
@@ -42,7 +44,8 @@ _MAX_LEFT_OUT = 8
 """Dependencies that fail to build, left out one by one, before the install gives up."""
 _FAILED_BUILD = re.compile(r"Failed to (?:build|download and build|download)\s+`([^`]+)`")
 _NO_SOLUTION = "No solution found when resolving dependencies"
-_SKIPPED_PARTS = {".git", "__pycache__", "build", "dist", ".nox", ".venv", ".tox"}
+_SKIPPED_PARTS = (".git", "__pycache__", "build", "dist", ".nox", ".venv", ".tox", "reports")
+"""What a folder's state and its build copy leave out: version control, caches, build output, venvs, reports."""
 
 
 class RequirementsError(ValueError):
@@ -107,11 +110,14 @@ def folder_state(folders: Iterable[Path]) -> str:
     """A digest of the folders' files (names, sizes, times): a framework edited since its install is reinstalled."""
     digest = hashlib.sha256()
     for folder in folders:
-        for path in sorted(folder.rglob("*")):
-            relative = path.relative_to(folder)
-            if path.is_file() and not _SKIPPED_PARTS & set(relative.parts) and ".egg-info" not in str(relative):
+        for directory, subdirectories, files in os.walk(folder):
+            subdirectories[:] = sorted(
+                d for d in subdirectories if d not in _SKIPPED_PARTS and not d.endswith(".egg-info")
+            )
+            for name in sorted(files):
+                path = Path(directory, name)
                 stat = path.stat()
-                digest.update(f"{relative}\0{stat.st_size}\0{stat.st_mtime_ns}\n".encode())
+                digest.update(f"{path.relative_to(folder)}\0{stat.st_size}\0{stat.st_mtime_ns}\n".encode())
     return digest.hexdigest()
 
 
@@ -162,7 +168,8 @@ def _install(
     report: list[str] = []
     left_out = list(install.leave_out)
     report += [f"left out {name}, as [subject] leave_out says" for name in install.leave_out]
-    wanted = [*matrix_pins, *install.requirements, *(str(f) for f in install.folders)]
+    copies = _out_of_tree(install.folders, folder / "megatron-conformance-builds")
+    wanted = [*matrix_pins, *install.requirements, *(str(f) for f in copies)]
     while True:
         overrides = folder / "megatron-conformance-overrides.txt"
         overrides.write_text(
@@ -184,7 +191,7 @@ def _install(
                 continue
         if _NO_SOLUTION in done.stderr:
             report.append(_conflict(done.stderr))
-            report += _without_dependencies(python, install, python_version)
+            report += _without_dependencies(python, install, copies, python_version)
             break
         raise RequirementsError(
             f"key 'subject.requirements': {', '.join(install.requirements + tuple(map(str, install.folders)))} "
@@ -221,20 +228,35 @@ def _indented(text: str) -> str:
     return "\n".join(f"  {line}" for line in text.strip().splitlines())
 
 
-def _without_dependencies(python: Path, install: FrameworkInstall, python_version: str) -> list[str]:
+def _out_of_tree(folders: Iterable[Path], builds: Path) -> list[Path]:
+    """Copies of ``folders`` to build from: a build backend writes into the folder it builds (setuptools' ``build/``
+    and ``*.egg-info``), and the gate leaves a user's checkout as it found it."""
+    shutil.rmtree(builds, ignore_errors=True)
+    copies = []
+    for index, folder in enumerate(folders):
+        copy = builds / f"{index}-{folder.name}"
+        shutil.copytree(folder, copy, ignore=shutil.ignore_patterns(*_SKIPPED_PARTS, "*.egg-info"), symlinks=True)
+        copies.append(copy)
+    return copies
+
+
+def _without_dependencies(
+    python: Path, install: FrameworkInstall, copies: list[Path], python_version: str
+) -> list[str]:
     """Install the framework alone (no dependencies), so that its source is there to be read."""
     own = {canonicalize_name(Requirement(r).name) for r in install.frameworks}
     alone = [r for r in install.requirements if canonicalize_name(Requirement(r).name) in own]
-    alone += [str(f) for f in install.folders]
-    if not alone:
+    if not alone and not copies:
         return []
-    done = _uv_install(python, ["--no-deps", *install_command(alone, "uv", python_version)])
+    done = _uv_install(python, ["--no-deps", *install_command([*alone, *map(str, copies)], "uv", python_version)])
     if done.returncode != 0:
         raise RequirementsError(
-            f"key 'subject.requirements': {', '.join(alone)} cannot be installed, even without its dependencies:\n"
+            f"key 'subject.requirements': {', '.join([*alone, *map(str, install.folders)])} cannot be installed, even "
+            f"without its dependencies:\n"
             f"{_indented(done.stderr)}"
         )
-    return [f"installed {', '.join(alone)} without its dependencies: a module it imports may be missing"]
+    named = [*alone, *map(str, install.folders)]
+    return [f"installed {', '.join(named)} without its dependencies: a module it imports may be missing"]
 
 
 def moved_packages(before: Iterable[str], after: Iterable[str], held: dict[str, str]) -> list[str]:
