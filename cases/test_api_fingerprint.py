@@ -44,6 +44,7 @@ from harness.contracts.api_fingerprint.checks import (
 from harness.contracts.api_fingerprint.copies import body_diff, definition, diff_summary, shown
 from harness.contracts.api_fingerprint.inspection import fingerprint_symbols, parameters, signature_text
 from harness.contracts.api_fingerprint.patch_effects import (
+    NOT_APPLIED_HERE,
     bound_kinds,
     bound_to,
     captured_replacements,
@@ -102,11 +103,6 @@ def fingerprints(target: Target, declaration: list[Declared], report_dir: Path) 
     prints = fingerprint_symbols(declared_symbols(declaration))
     write_json(report_dir / "fingerprint.json", {"target": target.session, "symbols": prints})
     return prints
-
-
-NOT_APPLIED_HERE = "not applied here: "
-"""Why a replaced symbol was not checked applied where a function of the declared apply raised before binding it:
-no red of its own, it is read from source."""
 
 
 @pytest.fixture(scope="module")
@@ -367,7 +363,7 @@ def test_megatrons_config_constructs_with_the_patch_applied(
         pytest.skip("no replaced symbol of a Megatron config dataclass with a declared [symbols_patch]")
     from megatron.core.transformer.transformer_config import TransformerConfig
 
-    saved = snapshot([TransformerConfig, *(owner_of(symbol)[0] for symbol in configs)])
+    saved = snapshot([TransformerConfig, *(owner_of(symbol)[0] for symbol in replacements)])
     problems = []
     try:
         apply()

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from harness.contracts.api_fingerprint.scan_subject import newest_release
+from harness.contracts.api_fingerprint.scan_subject import matrix_releases
 from harness.formats.environment import (
     ENVDIR_ENV_VAR,
     LAUNCHER_ENV_VAR,
@@ -120,16 +120,16 @@ def test_repro_lines_start_with_the_command_that_ran_the_gate(monkeypatch: pytes
 
 def test_scan_runs_in_a_child_with_the_gate_on_its_path_and_names_the_framework_venvs(tmp_path: Path) -> None:
     """``megatron-conformance scan`` from a framework's checkout: the scan runs with the gate's code, naming symbols
-    against the framework's target venvs; none built here and no Megatron in this interpreter, against the newest
+    against the framework's target venvs; none built here and no Megatron in this interpreter, against every
     release of the matrix, from the cache (one line on stderr says so)."""
     framework = tmp_path / "framework"
     (framework / "pkg").mkdir(parents=True)
     (framework / "pkg" / "__init__.py").write_text("from megatron.core.parallel_state import get_group\n")
-    release = newest_release()
-    (tmp_path / "cache" / f"megatron-core-{release}" / "megatron" / "core").mkdir(parents=True)
-    (tmp_path / "cache" / f"megatron-core-{release}" / "megatron" / "core" / "parallel_state.py").write_text(
-        "def get_group():\n    return None\n"
-    )
+    for release in matrix_releases():
+        (tmp_path / "cache" / f"megatron-core-{release}" / "megatron" / "core").mkdir(parents=True)
+        (tmp_path / "cache" / f"megatron-core-{release}" / "megatron" / "core" / "parallel_state.py").write_text(
+            "def get_group():\n    return None\n"
+        )
     script = f"import sys; sys.path.insert(0, {str(GATE_ROOT)!r}); from harness.launch.command import main; main()"
     environment = {key: value for key, value in os.environ.items() if key != "PYTHONPATH"}
     environment["MEGATRON_CONFORMANCE_CACHE"] = str(tmp_path / "cache")
@@ -143,5 +143,6 @@ def test_scan_runs_in_a_child_with_the_gate_on_its_path_and_names_the_framework_
     )
     assert done.returncode == 0, done.stderr
     assert done.stderr.startswith("megatron-conformance scan: no target venv and no installed megatron-core: naming")
-    assert f"megatron-core {release}" in done.stderr and done.stderr.count("\n") == 1, done.stderr
+    assert f"megatron-core {', '.join(matrix_releases())}" in done.stderr, done.stderr
+    assert done.stderr.count("\n") == 1, done.stderr
     assert '"megatron.core.parallel_state:get_group" = "reads"' in done.stdout

@@ -16,10 +16,11 @@ import tomllib
 from pathlib import Path
 
 import pytest
+from packaging.version import Version
 
 from harness.contracts.api_fingerprint import scan_subject as scan_subject_module
 from harness.contracts.api_fingerprint.framework_scan import scan_framework
-from harness.contracts.api_fingerprint.scan_subject import newest_release
+from harness.contracts.api_fingerprint.scan_subject import matrix_releases
 from harness.contracts.api_fingerprint.starter import ROLE_REPLACEMENT, main, starter_declaration
 from harness.subjects.declaration import read_declaration_file
 from harness.targets import release_source as release_module
@@ -434,11 +435,12 @@ def test_a_framework_replacing_the_allreduce_keeps_its_patch_guess_and_no_symbol
     assert "symbols_patch" not in tomllib.loads(text)
 
 
-def test_scan_without_a_built_target_names_symbols_against_the_newest_release(
+def test_scan_without_a_built_target_names_symbols_against_every_matrix_release(
     tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    version = newest_release()
-    megatron_tree(tmp_path / "cache" / f"megatron-core-{version}", True)
+    versions = matrix_releases()
+    for version in versions:
+        megatron_tree(tmp_path / "cache" / f"megatron-core-{version}", True)
     monkeypatch.setenv("MEGATRON_CONFORMANCE_CACHE", str(tmp_path / "cache"))
     monkeypatch.setattr(sys, "path", [str(tmp_path)])
     framework = write(
@@ -446,7 +448,8 @@ def test_scan_without_a_built_target_names_symbols_against_the_newest_release(
     )
     assert main([str(framework)], envdir=tmp_path / "no-venvs") == 0
     said = capsys.readouterr()
-    assert f"naming symbols against megatron-core {version}" in said.err and said.err.count("\n") == 1
+    assert f"naming symbols against the matrix's releases, megatron-core {', '.join(versions)}" in said.err
+    assert said.err.count("\n") == 1 and versions[0] == max(versions, key=Version)
     assert '"megatron.core.parallel_state:get_tensor_model_parallel_group" = "calls"' in said.out
 
 

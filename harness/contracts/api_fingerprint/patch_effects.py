@@ -202,6 +202,12 @@ def _describe(value: Any) -> str:
     return f"{module}.{qualname}" if module and qualname else type(value).__name__
 
 
+NOT_APPLIED_HERE = "not applied here: "
+"""Why a replaced symbol was not checked applied where the declared apply left it as it was (the framework's own
+version or device check skipped it, another of its functions makes it, or one of its functions raised first): no red
+of its own; it is read from source, which says which."""
+
+
 def captured_replacements(subject: Any, symbols: list[str]) -> dict[str, tuple[Any, str | None]]:
     """What the subject's declared apply (``apply_replacements``) binds at each of ``symbols``, read after applying
     it once and putting every owner back; with why it cannot be had, where it cannot. For a replacement made inside
@@ -218,7 +224,7 @@ def captured_replacements(subject: Any, symbols: list[str]) -> dict[str, tuple[A
     except Exception as err:
         raised = f"the declared apply or undo raised {type(err).__name__}: {err}"
         return {symbol: (None, raised) for symbol in symbols}
-    unchanged = "the declared apply binds nothing there"
+    unchanged = f"{NOT_APPLIED_HERE}the declared apply binds nothing there"
     return {
         symbol: (value, None)
         if value is not saved[id(owners[symbol][0])][1].get(owners[symbol][1], _MISSING)

@@ -5,8 +5,9 @@ unpacked into the cache, never installed, :func:`~harness.targets.release_source
 distribution installed in the running interpreter (``verl``): only that distribution's own top-level packages are
 read, as its ``top_level.txt`` or ``RECORD`` lists them, never the rest of ``site-packages``.
 
-Megatron's source is the built target venvs', else the installed megatron-core's, else the newest release of the
-matrix, its wheel fetched once into the same cache: a newcomer scans before building anything.
+Megatron's source is the built target venvs', else the installed megatron-core's, else every release of the matrix,
+their wheels fetched once into the same cache: a newcomer scans before building anything, and a symbol some release
+lacks is optional as with every target built.
 """
 
 from __future__ import annotations
@@ -89,8 +90,8 @@ def _neither(argument: str) -> str:
     )
 
 
-def newest_release(matrix: Path = REPO_ROOT / "matrix.yaml") -> str:
-    """The newest megatron-core release the matrix pins from the package index."""
+def matrix_releases(matrix: Path = REPO_ROOT / "matrix.yaml") -> list[str]:
+    """The megatron-core releases the matrix pins from the package index, newest first."""
     pinned = [
         target.megatron.location.partition("==")[2]
         for target in load_matrix(matrix).targets
@@ -98,13 +99,13 @@ def newest_release(matrix: Path = REPO_ROOT / "matrix.yaml") -> str:
     ]
     if not pinned:
         raise ScanSubjectError(f"{matrix} pins no megatron-core release from the package index to name symbols against")
-    return max(pinned, key=Version)
+    return sorted(set(pinned), key=Version, reverse=True)
 
 
-def newest_release_source(envdir: Path) -> ReleaseSource:
-    """The newest matrix release's source, from a venv under ``envdir``, else the cache, else its wheel fetched."""
-    version = newest_release()
+def matrix_release_sources(envdir: Path) -> list[ReleaseSource]:
+    """Every matrix release's source, newest first, each from a venv under ``envdir``, else the cache, else its wheel
+    fetched: a symbol some release lacks is then marked optional, as with every target built."""
     try:
-        return release_source(version, venvs=envdir)
+        return [release_source(version, venvs=envdir) for version in matrix_releases()]
     except ReleaseSourceError as err:
         raise ScanSubjectError(f"no Megatron source to name symbols against: {err}") from None

@@ -36,7 +36,7 @@ from harness.contracts.api_fingerprint.scan_patches import (
     read_patches,
     short_place,
 )
-from harness.contracts.api_fingerprint.scan_subject import ScanSubjectError, newest_release_source, scan_subject
+from harness.contracts.api_fingerprint.scan_subject import ScanSubjectError, matrix_release_sources, scan_subject
 from harness.subjects.declaration import ROLE_ATTRIBUTES
 from harness.targets.megatron_names import ALIAS_NAME, FINALIZE_MODULE, UPSTREAM_NAME
 
@@ -428,7 +428,7 @@ def main(argv: Sequence[str] | None = None, envdir: Path | None = None) -> int:
     """``scan [PATH | NAME==VERSION | NAME] [--output FILE] [--envdir DIR]``: print (or write) the starter
     declaration of the framework under PATH, of a release on the package index, or of a distribution installed
     here, naming symbols against the target venvs under DIR (default ``.nox``), else the installed megatron-core,
-    else the newest release of the matrix."""
+    else every release of the matrix."""
     arguments = list(sys.argv[1:] if argv is None else argv)
     if "--envdir" in arguments:
         index = arguments.index("--envdir")
@@ -447,13 +447,14 @@ def main(argv: Sequence[str] | None = None, envdir: Path | None = None) -> int:
         subject = scan_subject(arguments[0] if arguments else ".")
         trees = megatron_trees(envdir)
         if not trees:
-            release = newest_release_source(envdir)
+            releases = matrix_release_sources(envdir)
             print(
-                f"megatron-conformance scan: no target venv and no installed megatron-core: naming symbols against "
-                f"megatron-core {release.version}, the matrix's newest release ({release.origin})",
+                "megatron-conformance scan: no target venv and no installed megatron-core: naming symbols against "
+                f"the matrix's releases, megatron-core {', '.join(r.version for r in releases)} (their wheels, "
+                "unpacked into the cache)",
                 file=sys.stderr,
             )
-            trees = [release.root]
+            trees = [release.root for release in releases]
     except ScanSubjectError as err:
         print(f"megatron-conformance scan: {err}", file=sys.stderr)
         return 2
