@@ -35,6 +35,10 @@ NOT_DECLARED = {
     "megatron.core.models.gpt.fine_grained_callables:PostProcessNode.forward_impl": (
         "declared where the newest release defines the class, megatron.core.models.common.utils"
     ),
+    "megatron.core.transformer.experimental_attention_variant.dsa:hadamard_transform": (
+        "verl back-fills fast_hadamard_transform in sys.modules, which dsa reads once, when first imported: an apply "
+        "cannot bind it again, and declared replaced it would be checked against a binding that is never remade"
+    ),
 }
 """Symbols of the blind tables the declarations name otherwise, and why."""
 

@@ -121,6 +121,10 @@ def bound_to(value: Any, replacement: Any) -> bool:
     property's getter, or, for
     a replacement the apply makes anew each time (a closure), a function of the same code; a replaced value (a
     default) equal to it."""
+    if isinstance(replacement, staticmethod | classmethod):
+        # What a bare ``replaces`` captured is the class's own binding: the wrapper, where Megatron's lookup finds
+        # the function it wraps.
+        replacement = replacement.__func__
     candidates = [value, getattr(value, "__func__", None), inspect.unwrap(value) if callable(value) else None]
     candidates.append(value.fget if isinstance(value, property) else None)
     if any(candidate is replacement for candidate in candidates if candidate is not None):
