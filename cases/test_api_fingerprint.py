@@ -25,6 +25,7 @@ The fingerprint of the declared symbols on this target is written to ``reports/<
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Callable
 from pathlib import Path
 from types import ModuleType
 from typing import Any
@@ -35,6 +36,7 @@ from harness.contracts.api_fingerprint.cache import write_json
 from harness.contracts.api_fingerprint.call_sites import MegatronCall, MegatronSource, calls_in_replacement
 from harness.contracts.api_fingerprint.checks import (
     changed_copies,
+    machine_bound,
     missing_symbols,
     replacement_of,
     replacement_problems,
@@ -42,15 +44,19 @@ from harness.contracts.api_fingerprint.checks import (
     unbound_calls,
 )
 from harness.contracts.api_fingerprint.copies import body_diff, definition, diff_summary, shown
+from harness.contracts.api_fingerprint.framework_patches import read_framework
+from harness.contracts.api_fingerprint.from_source import versions_of
 from harness.contracts.api_fingerprint.inspection import fingerprint_symbols, parameters, signature_text
 from harness.contracts.api_fingerprint.patch_effects import (
     NOT_APPLIED_HERE,
     bound_kinds,
     bound_to,
     captured_replacements,
+    module_namespaces,
     namespace_changes,
     owner_of,
     restore,
+    restore_modules,
     snapshot,
     upstream_kind,
 )
@@ -61,8 +67,14 @@ from harness.contracts.api_fingerprint.replacement_fit import (
     returned_count,
 )
 from harness.contracts.api_fingerprint.session_source import SessionSource, session_verdicts
-from harness.contracts.api_fingerprint.source_scan import SourceScan, scan_sources, subject_files, undeclared_uses
-from harness.contracts.api_fingerprint.source_verdicts import judge, megatron_calls_of
+from harness.contracts.api_fingerprint.source_scan import (
+    CallSite,
+    SourceScan,
+    scan_sources,
+    subject_files,
+    undeclared_uses,
+)
+from harness.contracts.api_fingerprint.source_verdicts import call_skipped, is_megatron_owner, judge, megatron_calls_of
 from harness.contracts.api_fingerprint.symbol_table import (
     BODY_HASHES_NAME,
     DeclarationError,
@@ -168,8 +180,16 @@ def test_declaration_covers_every_megatron_use_in_the_source(
 
 
 def test_declared_symbols_exist(
-    target: Target, declaration: list[Declared], fingerprints: dict[str, dict[str, Any]]
+    target: Target, declaration: list[Declared], fingerprints: dict[str, dict[str, Any]], record_finding
 ) -> None:
+    """Every non-optional declared symbol exists here. One that only Transformer Engine completes (its extension
+    classes are stand-ins without it) is not checked on a CPU machine, and a finding says so."""
+    for entry in declaration:
+        absent = [m for m in entry.members if not fingerprints[m]["exists"]]
+        if absent and len(absent) == len(entry.members) and all(machine_bound(m) for m in absent):
+            record_finding(
+                FAMILY.name, f"{entry.key}: not checked here: Megatron defines it only with Transformer Engine"
+            )
     problems = missing_symbols(declaration, fingerprints)
     assert not problems, contract_failure(target, FAMILY.name, "declared symbols missing on this target", problems)
 
@@ -330,6 +350,7 @@ def test_the_patch_binds_each_replacement_and_undo_restores_exactly(
     ]
     owners = {symbol: owner_of(symbol) for symbol, _, _ in checked}
     saved = snapshot(owner for owner, _ in owners.values())
+    modules = module_namespaces()
     problems = []
     try:
         try:
@@ -346,6 +367,7 @@ def test_the_patch_binds_each_replacement_and_undo_restores_exactly(
             problems += [f"after undo, {change}" for change in namespace_changes(saved)]
     finally:
         restore(saved)
+        restore_modules(modules)
     assert not problems, contract_failure(
         target, FAMILY.name, "the declared patch of the replaced symbols does not bind or undo as declared", problems
     )
@@ -364,6 +386,7 @@ def test_megatrons_config_constructs_with_the_patch_applied(
     from megatron.core.transformer.transformer_config import TransformerConfig
 
     saved = snapshot([TransformerConfig, *(owner_of(symbol)[0] for symbol in replacements)])
+    modules = module_namespaces()
     problems = []
     try:
         apply()
@@ -376,6 +399,7 @@ def test_megatrons_config_constructs_with_the_patch_applied(
                 problems.append(f"TransformerConfig({shown}) raised {type(err).__name__}: {err}")
     finally:
         restore(saved)
+        restore_modules(modules)
     assert not problems, contract_failure(
         target, FAMILY.name, "Megatron's config does not construct with the declared patch applied", problems
     )
@@ -460,21 +484,52 @@ def test_keywords_megatron_passes_are_read_by_the_replacements(target: Target, m
 
 
 def test_subject_calls_bind_to_upstream_signatures(
-    target: Target, declaration: list[Declared], fingerprints: dict[str, dict[str, Any]], scan: SourceScan
+    target: Target,
+    declaration: list[Declared],
+    fingerprints: dict[str, dict[str, Any]],
+    scan: SourceScan,
+    subject_ref: SubjectRef,
+    record_finding,
 ) -> None:
+    """Each call of a declared Megatron function binds its signature here, except a call the framework's own check
+    (a version comparison, ``hasattr``, an import that fails) keeps from running on this target: a finding names it."""
+    skipped = _skipped_calls(subject_ref)
     problems = []
     for symbol in declared_symbols(declaration):
         upstream = fingerprints[symbol].get("parameters")
         calls = [call for call in scan.calls if call.path == dotted(symbol)]
         if upstream is None or not calls:
             continue
-        failures = unbound_calls(upstream, calls)
+        failures = []
+        for call, reason in unbound_calls(upstream, calls):
+            place = skipped(call)
+            if place is None:
+                failures.append((call, reason))
+            else:
+                record_finding(
+                    FAMILY.name, f"{symbol}: the call at {call.file}:{call.line} is not made here, by {place}"
+                )
         if failures:
             shapes = "; ".join(f"{call.describe()}: {reason}" for call, reason in failures)
             problems.append(f"{symbol} {signature_text(upstream)}: no call shape of the subject binds: {shapes}")
     assert not problems, contract_failure(
         target, FAMILY.name, "the subject's calls do not fit upstream's signature", problems
     )
+
+
+def _skipped_calls(subject_ref: SubjectRef) -> Callable[[CallSite], str | None]:
+    """For a declared framework: where its own check keeps a call from running on this target (None: it runs)."""
+    declaration = subject_ref.declaration
+    if declaration is None:
+        return lambda call: None
+    try:
+        root = framework_source_root(declaration)
+    except ReleaseSourceError:
+        return lambda call: None
+    framework = read_framework(root, is_megatron_owner)
+    versions = installed_versions()
+    found = versions_of(MegatronSource.installed(), versions["megatron-core"] or "0", versions["torch"] or "0")
+    return lambda call: call.source and call_skipped(framework, found, call.source, call.line)
 
 
 def test_copied_upstream_bodies_are_unchanged(target: Target, subject: ModuleType) -> None:

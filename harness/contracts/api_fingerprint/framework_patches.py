@@ -187,6 +187,44 @@ class FrameworkSource:
         return f"{self.trees[module][0].relative_to(self.root).as_posix()}:{line}"
 
 
+def statement_at(framework: FrameworkSource, path: Path, line: int) -> tuple[str, tuple[ast.AST, ...], dict[str, str]]:
+    """The framework's module holding ``path`` (this file, or the same one in another copy of the framework), the
+    chain of definitions enclosing the innermost statement at ``line`` (the statement last), and the names its scopes
+    bind: what the framework's own checks around any of its statements (a call, not only a patch) are read from.
+    ``StopIteration`` where ``path`` is none of its files."""
+    # The same files may be read from another copy (the venv's, where the framework is read from its wheel).
+    module = next(
+        name
+        for name, (file, _) in framework.trees.items()
+        if path.parts[-len(file.relative_to(framework.root).parts) :] == file.relative_to(framework.root).parts
+    )
+    tree = framework.trees[module][1]
+    scope = _module_scope(module, tree, path)
+    names = dict(scope.names)
+    chain: list[ast.AST] = []
+    body: list[ast.stmt] = tree.body
+    while True:
+        inner = next((n for n in body if n.lineno <= line <= (n.end_lineno or n.lineno)), None)
+        if inner is None:
+            break
+        if isinstance(inner, ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef):
+            chain.append(inner)
+            if not isinstance(inner, ast.ClassDef):
+                inner_scope = _Scope()
+                _bind(inner_scope, inner.body, module, path.name == "__init__.py")
+                names.update(inner_scope.names)
+            body = inner.body
+            continue
+        nested = [b for field in ("body", "orelse", "finalbody") for b in [getattr(inner, field, None)] if b]
+        nested += [handler.body for handler in getattr(inner, "handlers", [])]
+        holding = next((b for b in nested if any(n.lineno <= line <= (n.end_lineno or n.lineno) for n in b)), None)
+        if holding is None:
+            chain.append(inner)
+            break
+        body = holding
+    return module, tuple(chain), names
+
+
 def read_framework(root: Path, is_megatron_owner, packages: Collection[str] | None = None) -> FrameworkSource:
     """Every patch assignment in the framework below ``root`` (its ``packages`` only, where given: a distribution
     in a ``site-packages``), and the calls of its own functions; ``is_megatron_owner(dotted)`` says whether a dotted

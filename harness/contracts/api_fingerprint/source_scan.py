@@ -42,6 +42,8 @@ class CallSite:
     keywords: tuple[str, ...]
     file: str
     line: int
+    source: Path | None = None
+    """The file the call is in: where the framework's own checks around it are read."""
 
     def describe(self) -> str:
         """The shape and place, e.g. ``(2 positional) at allreduce.py:108``."""
@@ -463,5 +465,5 @@ class _Collector(ast.NodeVisitor):
         if not shapeless:
             keywords = tuple(k.arg for k in node.keywords if k.arg)
             for path in sorted(self.resolver.paths(node.func)):
-                self.calls.append(CallSite(path, len(node.args), keywords, self.file, node.lineno))
+                self.calls.append(CallSite(path, len(node.args), keywords, self.file, node.lineno, self.path))
         self.generic_visit(node)

@@ -37,6 +37,7 @@ from harness.contracts.api_fingerprint.framework_patches import (
     InstancePatch,
     SourcePatch,
     read_framework,
+    statement_at,
 )
 from harness.contracts.api_fingerprint.framework_scan import defined, symbol_key
 from harness.contracts.api_fingerprint.module_calls import instance_calls, spec_constructions
@@ -387,6 +388,18 @@ def judge(
 
 CALLER_DEPTH = 3
 """How many callers up a patching function's runs are followed (the patch's own function, its callers, theirs)."""
+
+
+def call_skipped(framework: FrameworkSource, versions: Versions, path: Path, line: int) -> str | None:
+    """The framework file and line of its own check that keeps the statement at ``path:line`` (a call of Megatron)
+    from running on this target, read as a patch's are; ``None`` where it runs or is none of the framework's."""
+    try:
+        module, chain, names = statement_at(framework, path, line)
+    except (KeyError, StopIteration):
+        return None
+    if not chain:
+        return None
+    return _skipped_by(framework, module, chain, names, versions, 0)
 
 
 def _skipped_by(
