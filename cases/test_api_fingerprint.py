@@ -25,6 +25,7 @@ The fingerprint of the declared symbols on this target is written to ``reports/<
 from __future__ import annotations
 
 import dataclasses
+import functools
 from collections.abc import Callable
 from pathlib import Path
 from types import ModuleType
@@ -493,7 +494,7 @@ def test_subject_calls_bind_to_upstream_signatures(
 ) -> None:
     """Each call of a declared Megatron function binds its signature here, except a call the framework's own check
     (a version comparison, ``hasattr``, an import that fails) keeps from running on this target: a finding names it."""
-    skipped = _skipped_calls(subject_ref)
+    skipped = functools.cache(lambda: _skipped_calls(subject_ref))
     problems = []
     for symbol in declared_symbols(declaration):
         upstream = fingerprints[symbol].get("parameters")
@@ -502,7 +503,7 @@ def test_subject_calls_bind_to_upstream_signatures(
             continue
         failures = []
         for call, reason in unbound_calls(upstream, calls):
-            place = skipped(call)
+            place = skipped()(call)
             if place is None:
                 failures.append((call, reason))
             else:

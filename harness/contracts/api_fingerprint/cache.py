@@ -30,7 +30,7 @@ def _package_digest() -> str:
     return digest.hexdigest()[:12]
 
 
-_HARNESS_DIGEST = _package_digest()
+HARNESS_DIGEST = _package_digest()
 
 
 def _install_key() -> str | None:
@@ -56,21 +56,21 @@ def cached_fingerprint(symbols: list[str], session: str, cache_dir: Path) -> dic
     """Fingerprints of ``symbols`` on the running interpreter's Megatron, read from or added to the cache.
 
     The cache file of an install holds every symbol fingerprinted there so far and the digest of this package's code
-    (:data:`_HARNESS_DIGEST`), so a change of how fingerprints are made invalidates it.
+    (:data:`HARNESS_DIGEST`), so a change of how fingerprints are made invalidates it.
     """
     key = _install_key()
     path = cache_dir / f"{session}-{key}.json" if key else None
     known: dict[str, Any] = {}
     if path is not None and path.is_file():
         stored = json.loads(path.read_text())
-        if stored.get("harness") == _HARNESS_DIGEST:
+        if stored.get("harness") == HARNESS_DIGEST:
             known = stored["symbols"]
     missing = [s for s in symbols if s not in known]
     known.update(fingerprint_symbols(missing))
     record = {
         "session": session,
         "key": key,
-        "harness": _HARNESS_DIGEST,
+        "harness": HARNESS_DIGEST,
         "megatron_core": installed_versions()[_DISTRIBUTION],
         "origin": megatron_origin(),
         "symbols": known,

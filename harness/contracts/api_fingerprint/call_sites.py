@@ -140,7 +140,7 @@ class MegatronSource:
         """The functions defined in the class body of ``info``."""
         if info not in self._methods:
             tree = self.tree(info.module)
-            classes = [n for n in ast.walk(tree) if isinstance(n, ast.ClassDef) and n.name == info.name] if tree else []
+            classes = classes_in(tree).get(info.name, []) if tree else []
             body = classes[0].body if classes else []
             self._methods[info] = {f.name: f for f in body if isinstance(f, ast.FunctionDef | ast.AsyncFunctionDef)}
         return self._methods[info]
@@ -153,7 +153,7 @@ class MegatronSource:
         if same or len(candidates) <= 1:
             return (same or candidates or [None])[0]
         tree = self.tree(near)
-        for node in ast.walk(tree) if tree is not None else ():
+        for node in walked(tree) if tree is not None else ():
             if isinstance(node, ast.ImportFrom) and any((a.asname or a.name) == name for a in node.names):
                 source = absolute_module(node, near, self.is_package(near))
                 return next((c for c in candidates if c.module == source or c.module.startswith(f"{source}.")), None)
@@ -373,6 +373,23 @@ def calls_in_replacement(function: Any, method: str, caller: str) -> list[Megatr
     return calls_in(tree, Path(file).name, caller, is_self_call(method))
 
 
+@functools.cache
+def walked(node: ast.AST) -> tuple[ast.AST, ...]:
+    """Every node below ``node`` (itself included), as ``ast.walk`` gives them, listed once: the same Megatron and
+    framework trees are searched for one replaced symbol after another (a node is hashed by identity)."""
+    return tuple(ast.walk(node))
+
+
+@functools.cache
+def classes_in(tree: ast.Module) -> dict[str, list[ast.ClassDef]]:
+    """The classes a module defines anywhere in it, by name."""
+    found: dict[str, list[ast.ClassDef]] = {}
+    for node in walked(tree):
+        if isinstance(node, ast.ClassDef):
+            found.setdefault(node.name, []).append(node)
+    return found
+
+
 def parsed_file(path: Path) -> ast.Module:
     """A framework file's syntax tree, parsed once per version of the file: the scan, the patch reader and the
     from-source verdicts read the same files, a framework against several Megatron releases in one process."""
@@ -486,13 +503,13 @@ def _is_named_call(name: str, names: set[str], modules: set[str]):
 def calls_in(function: ast.AST, file: str, caller: str, matches) -> list[MegatronCall]:
     """The matching calls in ``function``'s body (nested functions included: they run on its behalf)."""
     unpacked: dict[int, int] = {}
-    for node in ast.walk(function):
+    for node in walked(function):
         if isinstance(node, ast.Assign) and isinstance(node.value, ast.Call) and len(node.targets) == 1:
             target = node.targets[0]
             if isinstance(target, ast.Tuple | ast.List) and not any(isinstance(e, ast.Starred) for e in target.elts):
                 unpacked[id(node.value)] = len(target.elts)
     found = []
-    for node in ast.walk(function):
+    for node in walked(function):
         if isinstance(node, ast.Call) and matches(node.func):
             found.append(
                 MegatronCall(

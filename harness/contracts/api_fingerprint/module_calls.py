@@ -23,6 +23,7 @@ from harness.contracts.api_fingerprint.call_sites import (
     calls_in,
     functions_of,
     last_name,
+    walked,
 )
 
 BUILDERS = ("build_module",)
@@ -44,7 +45,7 @@ def instance_calls(source: MegatronSource, symbol: str, upstream_fits) -> list[M
         if not (classes & _words(text) or fields & _words(text)):
             continue
         tree = source.tree(other)
-        for node in ast.walk(tree) if tree is not None else ():
+        for node in walked(tree) if tree is not None else ():
             if isinstance(node, ast.ClassDef):
                 attributes = _holding(node, classes, fields)
                 if attributes:
@@ -64,7 +65,7 @@ def _spec_fields(source: MegatronSource, classes: set[str]) -> set[str]:
         if "ModuleSpec" not in text and not any(f"={name}" in text.replace(" ", "") for name in classes):
             continue
         tree = source.tree(module)
-        for node in ast.walk(tree) if tree is not None else ():
+        for node in walked(tree) if tree is not None else ():
             if isinstance(node, ast.Call):
                 for keyword in node.keywords:
                     if keyword.arg is not None and keyword.arg != "module" and _builds(keyword.value, classes):
@@ -88,7 +89,7 @@ def _builds(value: ast.expr, classes: set[str]) -> bool:
 def _holding(cls: ast.ClassDef, classes: set[str], fields: set[str]) -> set[str]:
     """The ``self.<attribute>`` names the class's methods assign an instance of ``classes`` to."""
     held = set()
-    for node in ast.walk(cls):
+    for node in walked(cls):
         if not (isinstance(node, ast.Assign) and isinstance(node.value, ast.Call)):
             continue
         targets = [
@@ -172,7 +173,7 @@ def spec_constructions(source: MegatronSource, symbol: str, upstream_fits) -> li
 def _builder_calls(function: ast.AST, fields: set[str]) -> list[ast.Call]:
     return [
         node
-        for node in ast.walk(function)
+        for node in walked(function)
         if isinstance(node, ast.Call)
         and last_name(node.func) in BUILDERS
         and node.args

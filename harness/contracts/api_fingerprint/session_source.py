@@ -17,6 +17,7 @@ from pathlib import Path
 from harness.contracts.api_fingerprint.call_sites import MegatronSource
 from harness.contracts.api_fingerprint.from_source import versions_of
 from harness.contracts.api_fingerprint.source_verdicts import SymbolVerdict, framework_verdicts
+from harness.contracts.api_fingerprint.verdict_cache import cached_verdicts, verdicts_key
 from harness.formats.megatron_symbols import parse_declaration
 
 
@@ -90,8 +91,11 @@ def session_verdicts(
     live (read from source too, to compare); each other one is read from source, ``why[symbol]`` (else
     ``because``) saying why."""
     source = source or MegatronSource.installed()
-    versions = versions_of(source, megatron, torch)
-    verdicts = framework_verdicts(root, source, versions, declared_replacements(megatron_symbols, tables))
+    declared = declared_replacements(megatron_symbols, tables)
+    key = verdicts_key(root, source.root, (megatron, torch), declared)
+    verdicts = cached_verdicts(
+        key, lambda: framework_verdicts(root, source, versions_of(source, megatron, torch), declared)
+    )
     for verdict in verdicts:
         verdict.why = why.get(verdict.symbol, because)
     read = [v for v in verdicts if v.symbol not in applied]
