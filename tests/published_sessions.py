@@ -6,7 +6,8 @@ target's requirements venv (:mod:`harness.subjects.framework_install`) and run a
 symbol's verdict in ``replaced_symbols.json`` (checked applied where the declared apply binds it, else read from
 source) is set against the tables written beforehand (``tests/published/expected/``), cell by cell as
 ``nox -s published`` does from the wheels alone. The reference subject's session on the same target, in the same
-run and on a warm venv, is the time each framework's session must not exceed. Writes its section of
+run and on a warm venv, is the time each framework's session, run a second time (venv and caches warm), must not
+exceed. Writes its section of
 ``docs/frameworks.md``; exits 1 where a cell differs or a session is slower than the reference's.
 """
 
