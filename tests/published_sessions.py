@@ -21,6 +21,7 @@ import time
 from pathlib import Path
 
 from harness import REPO_ROOT
+from harness.subjects.framework_install import RECORD
 from harness.targets.matrix import load_matrix
 from tests.published_table import PUBLISHED, Cell, cells, differing, framework_table, table_of
 from tests.pytest_helpers import run_target_cases, subject_python
@@ -43,7 +44,7 @@ def session_run(
     outcome."""
     declaration = declaration_of(name)
     python = subject_python(session, [declaration])
-    report = json.loads((python.parent.parent / "megatron-conformance-requirements.json").read_text())["report"]
+    report = json.loads((python.parent.parent / RECORD).read_text())["report"]
     if warm:
         run_target_cases(session, ["cases"], work.with_name(f"{work.name}-warm"), declaration)
     start = time.monotonic()

@@ -20,18 +20,18 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
 import re
 import shutil
 import subprocess
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from email.parser import HeaderParser
 from pathlib import Path
 
 from packaging.requirements import InvalidRequirement, Requirement
 from packaging.utils import canonicalize_name
 
+from harness.formats.file_state import NOT_SOURCE, files_state
 from harness.targets.venv_install import install_command
 
 HELD = ("torch", "megatron-core")
@@ -44,8 +44,6 @@ _MAX_LEFT_OUT = 8
 """Dependencies that fail to build, left out one by one, before the install gives up."""
 _FAILED_BUILD = re.compile(r"Failed to (?:build|download and build|download)\s+`([^`]+)`")
 _NO_SOLUTION = "No solution found when resolving dependencies"
-_SKIPPED_PARTS = (".git", "__pycache__", "build", "dist", ".nox", ".venv", ".tox", "reports")
-"""What a folder's state and its build copy leave out: version control, caches, build output, venvs, reports."""
 
 
 class RequirementsError(ValueError):
@@ -76,13 +74,6 @@ class FrameworkInstall:
         return hashlib.sha256("\n".join(parts).encode()).hexdigest()[:10]
 
 
-@dataclass
-class InstallReport:
-    """What the install did that the user should know: one line each."""
-
-    lines: list[str] = field(default_factory=list)
-
-
 def venv_folder(target_venv: Path, install: FrameworkInstall) -> Path:
     """The requirements venv for ``install`` on the target whose venv is ``target_venv``: beside it."""
     return target_venv.parent / f"{target_venv.name}-with-{install.key()}"
@@ -106,21 +97,6 @@ def held_versions(pins: Iterable[str]) -> dict[str, str]:
     return held
 
 
-def folder_state(folders: Iterable[Path]) -> str:
-    """A digest of the folders' files (names, sizes, times): a framework edited since its install is reinstalled."""
-    digest = hashlib.sha256()
-    for folder in folders:
-        for directory, subdirectories, files in os.walk(folder):
-            subdirectories[:] = sorted(
-                d for d in subdirectories if d not in _SKIPPED_PARTS and not d.endswith(".egg-info")
-            )
-            for name in sorted(files):
-                path = Path(directory, name)
-                stat = path.stat()
-                digest.update(f"{path.relative_to(folder)}\0{stat.st_size}\0{stat.st_mtime_ns}\n".encode())
-    return digest.hexdigest()
-
-
 def requirements_python(
     target_python: Path, install: FrameworkInstall, matrix_pins: Sequence[str], python_version: str
 ) -> tuple[Path, list[str]]:
@@ -137,7 +113,7 @@ def requirements_python(
         "requirements": sorted(install.requirements),
         "folders": [str(f) for f in install.folders],
         "leave_out": sorted(install.leave_out),
-        "folder_state": folder_state(install.folders),
+        "folder_state": [files_state(f) for f in install.folders],
     }
     recorded = folder / RECORD
     if python.exists() and recorded.is_file():
@@ -235,7 +211,7 @@ def _out_of_tree(folders: Iterable[Path], builds: Path) -> list[Path]:
     copies = []
     for index, folder in enumerate(folders):
         copy = builds / f"{index}-{folder.name}"
-        shutil.copytree(folder, copy, ignore=shutil.ignore_patterns(*_SKIPPED_PARTS, "*.egg-info"), symlinks=True)
+        shutil.copytree(folder, copy, ignore=shutil.ignore_patterns(*NOT_SOURCE, "*.egg-info"), symlinks=True)
         copies.append(copy)
     return copies
 

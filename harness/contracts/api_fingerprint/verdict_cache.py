@@ -20,28 +20,18 @@ from pathlib import Path
 
 from harness.contracts.api_fingerprint.cache import HARNESS_DIGEST
 from harness.contracts.api_fingerprint.source_verdicts import SymbolVerdict
+from harness.formats.file_state import files_state
 from harness.targets.release_source import cache_dir
-
-_PRUNED = {".git", "__pycache__", ".nox", ".venv", "venv", "build", "dist", ".tox", "reports", ".hypothesis"}
-
-
-def files_state(root: Path) -> str:
-    """A digest of the ``.py`` files below ``root``: their paths, sizes and modification times."""
-    digest = hashlib.sha256()
-    for directory, subdirectories, files in os.walk(root):
-        subdirectories[:] = sorted(d for d in subdirectories if d not in _PRUNED)
-        for name in sorted(f for f in files if f.endswith(".py")):
-            stat = os.stat(os.path.join(directory, name))
-            digest.update(f"{os.path.join(directory, name)}\0{stat.st_size}\0{stat.st_mtime_ns}\n".encode())
-    return digest.hexdigest()
 
 
 def verdicts_key(root: Path, megatron_root: Path, releases: tuple[str, str], declared: Mapping[str, str]) -> str:
     """What the verdicts of the framework under ``root`` on the Megatron under ``megatron_root`` depend on."""
     parts = [
         HARNESS_DIGEST,
-        files_state(root),
-        files_state(megatron_root / "megatron"),
+        str(root),
+        files_state(root, ".py"),
+        str(megatron_root),
+        files_state(megatron_root / "megatron", ".py"),
         *releases,
         json.dumps(sorted(declared.items())),
     ]
