@@ -29,6 +29,9 @@ import nox
 ROOT = Path(__file__).resolve().parent
 sys.path.insert(0, str(ROOT))
 
+from harness.bisect import report as bisect_report  # noqa: E402
+from harness.bisect import run as bisect_run  # noqa: E402
+from harness.bisect.gate_step import GateStep  # noqa: E402
 from harness.formats.environment import (  # noqa: E402
     DEFAULT_MATRIX,
     ENVDIR_ENV_VAR,
@@ -573,17 +576,10 @@ def _nested_nox(session: nox.Session, arguments: list[str], matrix: Path | None 
 
 
 def _derived_contract(session: nox.Session, python: Path) -> dict | None:
-    """The provider contract the installed candidate declares itself (``python -m harness.targets.provider_shapes``);
-    ``None`` where it cannot be read (a candidate whose Megatron does not import): the gate then runs on the newest
-    target's contract and says, family by family, what keeps it from checking."""
-    completed = subprocess.run(
-        [str(python), "-m", "harness.targets.provider_shapes"], cwd=ROOT, capture_output=True, text=True
-    )
-    if completed.returncode != 0:
-        last = (completed.stderr.strip().splitlines() or ["(no output)"])[-1]
-        session.warn(f"candidate: the provider contract of the installed Megatron could not be read: {last}")
-        return None
-    return json.loads(completed.stdout.strip().splitlines()[-1])
+    derived, why = candidates.derived_contract(python, ROOT)
+    if derived is None:
+        session.warn(f"candidate: {why}")
+    return derived
 
 
 @nox.session(venv_backend="none")
@@ -625,6 +621,26 @@ def candidate(session: nox.Session) -> None:
     if gate != 0:
         session.error(f"candidate {spec}: the gate is red (exit {gate}); reports/{candidates.SESSION}/ has the details")
     session.log(f"candidate {spec}: every family green")
+
+
+@nox.session(name="bisect", venv_backend="none")
+def bisect_session(session: nox.Session) -> None:
+    """Which build of megatron-core first turned cases red: -- <good> <bad> [case id ...] [--max-steps N]."""
+    try:
+        request = bisect_run.parse_request(session.posargs)
+    except bisect_run.BisectError as err:
+        session.error(f"{err} ({launcher()} {bisect_run.USAGE})")
+    out = REPORTS / "bisect"
+    step = GateStep(ROOT, ENVDIR, out, MATRIX.targets, request.index)
+    try:
+        result = bisect_run.run_bisect(request, step, _one_subject(session), session.log)
+    except bisect_run.BisectError as err:
+        session.error(str(err))
+    markdown, page = bisect_report.write_reports(result, out)
+    session.log(bisect_report.headline(result))
+    for diff in result.diffs:
+        session.log(f"{diff.symbol} ({diff.role}):\n{diff.diff or '(unchanged)'}")
+    session.log(f"bisect took {result.seconds:.0f} s; the report: {markdown} and {page}")
 
 
 GPU_SELECTION = ("cases/test_equivalence.py", "-k", "cuda or nccl")

@@ -17,6 +17,9 @@
   providers, import isolation and side effects, fingerprints). May import ``formats``, ``targets``, ``subjects``,
   ``plugin`` and ``ranks``.
 - ``reference``: the built-in reference subject. Imports only Megatron and torch.
+- ``bisect``: the search for the first build of megatron-core on the index that turns a subject's cases red, its
+  steps, their cache and the source diff of its answer. May import ``formats``, ``targets``, ``subjects``,
+  ``plugin`` and ``reports``.
 - ``launch``: the ``megatron-conformance`` command of the installed gate, which runs the noxfile from a framework's
   checkout. Imports only ``formats``.
 - ``reports``, ``sensitivity``, ``bench``: tools that read what target sessions left behind, or drive them. May
@@ -40,5 +43,6 @@ MAY_IMPORT = {
     "sensitivity": ("formats", "targets", "subjects", "plugin", "ranks", "contracts", "reference", "reports"),
     "bench": ("formats", "targets", "subjects", "plugin", "ranks", "contracts", "reference", "reports"),
     "launch": ("formats",),
+    "bisect": ("formats", "targets", "subjects", "plugin", "reports"),
 }
 """The packages each package may import besides itself and this one (tests/unit/test_layout.py enforces it)."""

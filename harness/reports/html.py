@@ -31,7 +31,7 @@ from harness.reports.results import (
     part_text,
 )
 
-_CSS = """
+CSS = """
 body { font: 14px/1.45 "DejaVu Sans", "Segoe UI", Helvetica, Arial, sans-serif; margin: 24px; color: #1f2328; }
 h1 { font-size: 22px; margin: 0 0 4px; }
 h2 { font-size: 18px; margin: 18px 0 6px; }
@@ -231,7 +231,7 @@ def render_html(grid: ResultGrid, baseline: str | None = None) -> str:
             "<!DOCTYPE html>",
             '<html lang="en"><head><meta charset="utf-8">',
             '<meta name="viewport" content="width=device-width, initial-scale=1">',
-            f"<title>Megatron compatibility</title><style>{_CSS}</style></head><body>",
+            f"<title>Megatron compatibility</title><style>{CSS}</style></head><body>",
             "<h1>Megatron compatibility</h1>",
             f'<p class="headline">{html.escape(headline(grid))}</p>',
             *comparison_html(compare(grid, baseline)),

@@ -11,6 +11,7 @@ line naming the spec and the reason, before any venv is built.
 from __future__ import annotations
 
 import email.parser
+import json
 import re
 import shutil
 import subprocess
@@ -267,6 +268,20 @@ def with_derived_contract(
             f"or below it ({shapes_from})"
         )
     return {**entry, "provider": provider}, notes
+
+
+def derived_contract(python: Path, root: Path) -> tuple[dict[str, Any] | None, str]:
+    """The provider contract the Megatron installed beside ``python`` declares itself (``python -m
+    harness.targets.provider_shapes``, run from the checkout ``root``), or ``None`` and why it could not be read (a
+    Megatron that does not import): the gate then runs on the matrix's contract and says, family by family, what
+    keeps it from checking."""
+    completed = subprocess.run(
+        [str(python), "-m", "harness.targets.provider_shapes"], cwd=root, capture_output=True, text=True
+    )
+    if completed.returncode != 0:
+        last = (completed.stderr.strip().splitlines() or ["(no output)"])[-1]
+        return None, f"the provider contract of the installed Megatron could not be read: {last}"
+    return json.loads(completed.stdout.strip().splitlines()[-1]), ""
 
 
 def baseline_for(candidate_version: str | None, targets: tuple[Target, ...]) -> Target:
