@@ -29,6 +29,7 @@ import nox
 ROOT = Path(__file__).resolve().parent
 sys.path.insert(0, str(ROOT))
 
+from harness.bisect import early_warning  # noqa: E402
 from harness.bisect import report as bisect_report  # noqa: E402
 from harness.bisect import run as bisect_run  # noqa: E402
 from harness.bisect.gate_step import GateStep  # noqa: E402
@@ -41,6 +42,7 @@ from harness.formats.environment import (  # noqa: E402
 )
 from harness.formats.generator_error import GATE_ERROR_STATUS, NOT_A_VERDICT  # noqa: E402
 from harness.formats.generator_error import PREFIX as GATE_ERROR_PREFIX  # noqa: E402
+from harness.formats.junit import read_cases  # noqa: E402
 from harness.formats.scale_findings import DEFAULT_MODELS  # noqa: E402
 from harness.formats.scale_findings import finding as scale_finding  # noqa: E402
 from harness.formats.summary import FILE_NAME as SUMMARY_FILE  # noqa: E402
@@ -65,6 +67,7 @@ from harness.subjects.framework_source import framework_source_root  # noqa: E40
 from harness.subjects.loading import SubjectError, resolve_subject, subject_spec, subject_specs  # noqa: E402
 from harness.subjects.requirements import declared_install, merged  # noqa: E402
 from harness.targets import candidate as candidates  # noqa: E402
+from harness.targets.index_builds import BuildIndexError, default_index, find, index_builds  # noqa: E402
 from harness.targets.interpreters import expose_on_path, missing_message, running_version  # noqa: E402
 from harness.targets.matrix import MatrixError, Target, load_matrix, venv_python  # noqa: E402
 from harness.targets.release_source import ReleaseSourceError  # noqa: E402
@@ -591,10 +594,22 @@ def candidate(session: nox.Session) -> None:
         )
     spec, pytest_args = session.posargs[0], session.posargs[1:]
     _one_subject(session)  # its drift and findings are one subject's
+    if spec == "latest":
+        _early_warning(session, pytest_args)
+        return
+    gate = _run_candidate(session, spec, pytest_args)
+    if gate != 0:
+        session.error(f"candidate {spec}: the gate is red (exit {gate}); reports/{candidates.SESSION}/ has the details")
+    session.log(f"candidate {spec}: every family green")
+
+
+def _run_candidate(session: nox.Session, spec: str, pytest_args: list[str], python: str | None = None) -> int:
+    """Every family on the candidate ``spec`` (on ``python`` where given), then its drift and findings; returns the
+    gate's exit status."""
     out = REPORTS / "candidate"
     try:
         found = candidates.resolve(spec, out)
-        python = candidates.pick_python(found)
+        python = python or candidates.pick_python(found)
     except candidates.CandidateError as err:
         session.error(str(err))
     baseline = candidates.baseline_for(found.version, MATRIX.targets)
@@ -618,9 +633,39 @@ def candidate(session: nox.Session) -> None:
     _print_drift(session, pythons, fatal=gate == 0)
     for finding in _findings(REPORTS / candidates.SESSION):
         session.log(f"candidate finding ({finding['family']}): {finding['text']}")
-    if gate != 0:
-        session.error(f"candidate {spec}: the gate is red (exit {gate}); reports/{candidates.SESSION}/ has the details")
-    session.log(f"candidate {spec}: every family green")
+    return gate
+
+
+def _early_warning(session: nox.Session, pytest_args: list[str]) -> None:
+    """``candidate -- latest``: per Python of the matrix, the newest megatron-core on the index against the newest
+    matrix release; reports/candidate-latest/ holds the comparison, and the session fails when a case turned red."""
+    release_target = MATRIX.targets[-1]
+    try:
+        builds = index_builds()
+        release = find(builds, release_target.pinned_version() or "", default_index())
+    except BuildIndexError as err:
+        session.error(f"candidate latest: {err}")
+    out = REPORTS / "candidate-latest"
+    session.log(f"candidate latest: the newest matrix release is megatron-core {release.version}; its cases first")
+    _nested_nox(session, ["-r", "-s", release_target.session, "--", *pytest_args], check=False)
+    release_cases = read_cases(REPORTS / release_target.session / "junit.xml")
+    sections = []
+    for latest in early_warning.latest_per_python(builds, [t.python for t in MATRIX.targets]):
+        if latest.build is None:
+            sections.append(early_warning.no_build_section(latest.python))
+            continue
+        session.log(f"candidate latest: Python {latest.python}: megatron-core {latest.build.version} is the newest")
+        _run_candidate(session, f"megatron-core=={latest.build.version}", pytest_args, python=latest.python)
+        cases = read_cases(REPORTS / candidates.SESSION / "junit.xml")
+        shutil.copytree(REPORTS / candidates.SESSION, out / f"python-{latest.python}", dirs_exist_ok=True)
+        sections.append(early_warning.warning_section(latest.python, latest.build, release, cases, release_cases))
+    markdown, page = bisect_report.write_reports(sections, out, early_warning.STEM, "Early warning")
+    for section in sections:
+        session.log(section.headline)
+    session.log(f"the comparison: {markdown} and {page}")
+    turned = [case for section in sections for case in section.cases]
+    if turned:
+        session.error(f"candidate latest: {len(turned)} cases turned red against {release.version} ({markdown})")
 
 
 @nox.session(name="bisect", venv_backend="none")
@@ -636,8 +681,9 @@ def bisect_session(session: nox.Session) -> None:
         result = bisect_run.run_bisect(request, step, _one_subject(session), session.log)
     except bisect_run.BisectError as err:
         session.error(str(err))
-    markdown, page = bisect_report.write_reports(result, out)
-    session.log(bisect_report.headline(result))
+    section = bisect_report.bisect_section(result)
+    markdown, page = bisect_report.write_reports([section], out, "bisect", section.title)
+    session.log(section.headline)
     for diff in result.diffs:
         session.log(f"{diff.symbol} ({diff.role}):\n{diff.diff or '(unchanged)'}")
     session.log(f"bisect took {result.seconds:.0f} s; the report: {markdown} and {page}")

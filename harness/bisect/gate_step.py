@@ -28,7 +28,7 @@ from harness.bisect.search import GREEN, RED, SKIPPED, StepVerdict
 from harness.formats import red_section
 from harness.formats.environment import MATRIX_ENV_VAR
 from harness.formats.generator_error import GATE_ERROR_STATUS
-from harness.formats.junit import read_cases
+from harness.formats.junit import JUnitCase, read_cases
 from harness.plugin.families import family_of_case
 from harness.targets import candidate as candidates
 from harness.targets.index_builds import Build
@@ -36,6 +36,7 @@ from harness.targets.matrix import MEGATRON_DISTRIBUTION, Target, venv_python
 
 SESSION = "megatron-bisect"
 _CALL_SITE = re.compile(r"\bmegatron/[\w/]+\.py:\d+")
+_SYMBOL = re.compile(r"\bmegatron(?:\.\w+)+:[A-Za-z_][\w.]*\w")
 _INSTALL_FAILED = re.compile(r"(error|could not|failed|no solution|\u00d7)", re.I)
 
 
@@ -81,7 +82,8 @@ class GateStep:
         if not cases:
             return StepVerdict(SKIPPED, reason=f"no case ran (exit {status}; see {log})", seconds=_since(started))
         red = tuple(sorted(c.nodeid for c in cases if c.verdict == "failed"))
-        details = _details([c for c in cases if c.verdict == "failed"], left_out, why)
+        details = red_details([c for c in cases if c.verdict == "failed"])
+        details["notes"] = [note for note in (left_out, why) if note]
         return StepVerdict(RED if red else GREEN, red=red, seconds=_since(started), details=details)
 
     def _entry(self, build: Build) -> dict:
@@ -147,11 +149,7 @@ def _ships_training(python: Path) -> bool:
 
 
 def _is_matrix_release(build: Build, targets: tuple[Target, ...]) -> bool:
-    for target in targets:
-        specifiers = list(target.megatron.version or [])
-        if len(specifiers) == 1 and specifiers[0].operator == "==" and specifiers[0].version == build.version:
-            return True
-    return False
+    return any(target.pinned_version() == build.version for target in targets)
 
 
 def _index_environment(index: str | None) -> dict[str, str]:
@@ -175,16 +173,18 @@ def _install_reason(log: Path) -> str:
     return (telling[0] if telling else lines[-1])[:300]
 
 
-def _details(reds: list, left_out: str, contract_note: str) -> dict:
-    """What the report needs of a step's reds: the symbols their red sections name and the Megatron call sites their
-    messages cite, and the step's own notes."""
-    symbols, call_sites = [], []
+def red_details(reds: list[JUnitCase]) -> dict[str, list[str]]:
+    """What a report needs of red cases: the Megatron symbols their red sections and messages name and the Megatron
+    call sites their messages cite, each once."""
+    symbols: list[str] = []
+    call_sites: list[str] = []
     for case in reds:
         section, _ = red_section.parse(case.text)
-        if section is not None and ":" in section.symbol and section.symbol not in symbols:
-            symbols.append(section.symbol)
+        named = [section.symbol] if section is not None and _SYMBOL.fullmatch(section.symbol) else []
+        for symbol in [*named, *_SYMBOL.findall(case.text)]:
+            if symbol not in symbols:
+                symbols.append(symbol)
         for site in _CALL_SITE.findall(case.text):
             if site not in call_sites:
                 call_sites.append(site)
-    notes = [note for note in (left_out, contract_note) if note]
-    return {"symbols": symbols, "call_sites": call_sites, "notes": notes}
+    return {"symbols": symbols, "call_sites": call_sites}

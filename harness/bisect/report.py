@@ -1,21 +1,35 @@
-"""A bisect's answer as the gate's other reports show theirs: Markdown (a CI job summary, a PR comment) and one
-HTML page with the compatibility report's style. One section: the last green and first red builds with their
-upload dates, the cases searched, every step, then each Megatron symbol's diff between the two builds, folded."""
+"""Two builds compared, as the gate's other reports show their results: Markdown (a CI job summary, a PR comment)
+and one HTML page with the compatibility report's style. A bisect and an early warning each write one section: the
+last green and first red builds (or the release and the candidate) with their upload dates, the cases, the steps
+taken, then each Megatron symbol's source diff between the two builds, folded."""
 
 from __future__ import annotations
 
 import html
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from harness.bisect.run import Result, step_text, stop_text
+from harness.bisect.symbol_diff import SymbolDiff
 from harness.formats.markdown import code_block, code_span, table_row
 from harness.reports.html import CSS
 
-MARKDOWN_FILE = "bisect.md"
-HTML_FILE = "bisect.html"
+
+@dataclass(frozen=True)
+class Section:
+    """One comparison of two builds: its title and headline, the cases it is about, a table of what ran (label,
+    what it said), notes, and the diffs."""
+
+    title: str
+    headline: str
+    cases_label: str
+    cases: tuple[str, ...]
+    rows: tuple[tuple[str, str], ...] = ()
+    notes: tuple[str, ...] = ()
+    diffs: tuple[SymbolDiff, ...] = field(default_factory=tuple)
 
 
-def headline(result: Result) -> str:
+def bisect_headline(result: Result) -> str:
     outcome = result.outcome
     return (
         f"Last green: megatron-core {outcome.last_green.version} (uploaded {outcome.last_green.date()}); "
@@ -24,66 +38,70 @@ def headline(result: Result) -> str:
     )
 
 
-def _steps(result: Result) -> list[tuple[str, str]]:
-    rows = [("good", step_text(result.good)), ("bad", step_text(result.bad))]
-    return rows + [(str(step.number), step_text(step)) for step in result.outcome.steps]
-
-
-def render_markdown(result: Result) -> str:
-    request = result.request
-    blocks = [
-        f"## Bisect of megatron-core {request.good} → {request.bad}",
-        headline(result),
-        f"Cases searched ({len(result.selection)}): " + ", ".join(code_span(c) for c in result.selection),
-        "\n".join(
-            [table_row(["step", "build and verdict"]), table_row(["---", "---"])]
-            + [table_row(list(r)) for r in _steps(result)]
-        ),
-    ]
-    if result.notes:
-        blocks.append("\n".join(f"- {note}" for note in result.notes))
-    for diff in result.diffs:
-        summary = f"{code_span(diff.symbol)} ({diff.role}): " + ("changed" if diff.diff else "unchanged")
-        body = code_block(diff.diff, "diff") if diff.diff else "No change between the two builds."
-        blocks.append("\n".join([f"<details><summary>{summary}</summary>", "", body, "", "</details>"]))
-    return "\n\n".join(blocks) + "\n"
-
-
-def render_html(result: Result) -> str:
-    request = result.request
-    title = f"Bisect of megatron-core {request.good} → {request.bad}"
-    rows = [f"<tr><td>{html.escape(a)}</td><td>{html.escape(b)}</td></tr>" for a, b in _steps(result)]
-    cases = "".join(f"<li><code>{html.escape(c)}</code></li>" for c in result.selection)
-    notes = "".join(f"<li>{html.escape(n)}</li>" for n in result.notes)
-    diffs = []
-    for diff in result.diffs:
-        state = "changed" if diff.diff else "unchanged"
-        body = f"<pre>{html.escape(diff.diff)}</pre>" if diff.diff else "<p>No change between the two builds.</p>"
-        summary = f"<code>{html.escape(diff.symbol)}</code> ({html.escape(diff.role)}): {state}"
-        diffs.append(f'<details class="section"><summary>{summary}</summary>{body}</details>')
-    return "\n".join(
-        [
-            "<!DOCTYPE html>",
-            '<html lang="en"><head><meta charset="utf-8">',
-            f"<title>{html.escape(title)}</title><style>{CSS}</style></head><body>",
-            f"<h1>{html.escape(title)}</h1>",
-            f'<p class="headline">{html.escape(headline(result))}</p>',
-            f"<p>Cases searched ({len(result.selection)}):</p><ul>{cases}</ul>",
-            "<table><tr><th>step</th><th>build and verdict</th></tr>",
-            *rows,
-            "</table>",
-            *([f"<ul>{notes}</ul>"] if notes else []),
-            *diffs,
-            "</body></html>",
-            "",
-        ]
+def bisect_section(result: Result) -> Section:
+    steps = [("good", step_text(result.good)), ("bad", step_text(result.bad))]
+    steps += [(str(step.number), step_text(step)) for step in result.outcome.steps]
+    return Section(
+        f"Bisect of megatron-core {result.request.good} → {result.request.bad}",
+        bisect_headline(result),
+        "Cases searched",
+        result.selection,
+        tuple(steps),
+        tuple(result.notes),
+        tuple(result.diffs),
     )
 
 
-def write_reports(result: Result, directory: Path) -> tuple[Path, Path]:
+def _diff_summary(diff: SymbolDiff) -> str:
+    return f"{diff.symbol} ({diff.role}): " + ("changed" if diff.diff else "unchanged")
+
+
+def render_markdown(sections: list[Section]) -> str:
+    blocks = []
+    for section in sections:
+        blocks += [f"## {section.title}", section.headline]
+        if section.cases:
+            blocks.append(f"{section.cases_label} ({len(section.cases)}): " + ", ".join(map(code_span, section.cases)))
+        if section.rows:
+            table = [table_row(["", "build and verdict"]), table_row(["---", "---"])]
+            blocks.append("\n".join(table + [table_row(list(row)) for row in section.rows]))
+        if section.notes:
+            blocks.append("\n".join(f"- {note}" for note in section.notes))
+        for diff in section.diffs:
+            body = code_block(diff.diff, "diff") if diff.diff else "No change between the two builds."
+            summary = html.escape(_diff_summary(diff))
+            blocks.append("\n".join([f"<details><summary>{summary}</summary>", "", body, "", "</details>"]))
+    return "\n\n".join(blocks) + "\n"
+
+
+def render_html(sections: list[Section], title: str) -> str:
+    lines = [
+        "<!DOCTYPE html>",
+        '<html lang="en"><head><meta charset="utf-8">',
+        f"<title>{html.escape(title)}</title><style>{CSS}</style></head><body>",
+        f"<h1>{html.escape(title)}</h1>",
+    ]
+    for section in sections:
+        lines += [f"<h2>{html.escape(section.title)}</h2>", f'<p class="headline">{html.escape(section.headline)}</p>']
+        if section.cases:
+            items = "".join(f"<li><code>{html.escape(c)}</code></li>" for c in section.cases)
+            lines.append(f"<p>{html.escape(section.cases_label)} ({len(section.cases)}):</p><ul>{items}</ul>")
+        if section.rows:
+            rows = "".join(f"<tr><td>{html.escape(a)}</td><td>{html.escape(b)}</td></tr>" for a, b in section.rows)
+            lines.append(f"<table><tr><th></th><th>build and verdict</th></tr>{rows}</table>")
+        if section.notes:
+            lines.append("<ul>" + "".join(f"<li>{html.escape(n)}</li>" for n in section.notes) + "</ul>")
+        for diff in section.diffs:
+            body = f"<pre>{html.escape(diff.diff)}</pre>" if diff.diff else "<p>No change between the two builds.</p>"
+            summary = html.escape(_diff_summary(diff))
+            lines.append(f'<details class="section"><summary>{summary}</summary>{body}</details>')
+    return "\n".join([*lines, "</body></html>", ""])
+
+
+def write_reports(sections: list[Section], directory: Path, stem: str, title: str) -> tuple[Path, Path]:
+    """``<stem>.md`` and ``<stem>.html`` under ``directory``."""
     directory.mkdir(parents=True, exist_ok=True)
-    markdown = directory / MARKDOWN_FILE
-    page = directory / HTML_FILE
-    markdown.write_text(render_markdown(result))
-    page.write_text(render_html(result))
+    markdown, page = directory / f"{stem}.md", directory / f"{stem}.html"
+    markdown.write_text(render_markdown(sections))
+    page.write_text(render_html(sections, title))
     return markdown, page

@@ -287,11 +287,7 @@ def derived_contract(python: Path, root: Path) -> tuple[dict[str, Any] | None, s
 def baseline_for(candidate_version: str | None, targets: tuple[Target, ...]) -> Target:
     """The matrix target to diff the candidate against: the newest whose pinned version differs from it."""
 
-    def pinned(target: Target) -> str | None:
-        specifiers = list(target.megatron.version or [])
-        return specifiers[0].version if len(specifiers) == 1 and specifiers[0].operator == "==" else None
-
-    others = [t for t in targets if candidate_version is None or pinned(t) != candidate_version]
+    others = [t for t in targets if candidate_version is None or t.pinned_version() != candidate_version]
     return (others or list(targets))[-1]
 
 
@@ -299,11 +295,7 @@ def release_at_or_below(candidate_version: str | None, targets: tuple[Target, ..
     """The matrix target whose pinned release is the newest at or below ``candidate_version`` (a nightly build of
     main, ``0.16.0rc0.dev100085``, gets 0.15's): what a candidate without ``megatron/training`` takes its provider
     call shapes from. The newest target where the version is unknown or older than every target."""
-    pinned = []
-    for target in targets:
-        specifiers = list(target.megatron.version or [])
-        if len(specifiers) == 1 and specifiers[0].operator == "==":
-            pinned.append((Version(specifiers[0].version), target))
+    pinned = [(Version(t.pinned_version() or ""), t) for t in targets if t.pinned_version()]
     try:
         version = Version(candidate_version) if candidate_version else None
     except InvalidVersion:

@@ -76,6 +76,11 @@ class Target:
     def __repr__(self) -> str:
         return f"Target({self.session!r})"
 
+    def pinned_version(self) -> str | None:
+        """The one megatron-core version the target pins (``==0.19.2``), ``None`` where it pins none."""
+        specifiers = list(self.megatron.version or [])
+        return specifiers[0].version if len(specifiers) == 1 and specifiers[0].operator == "==" else None
+
     def requirements(self) -> list[str]:
         """Everything pinned by the target, in install order (Megatron first, pins after)."""
         reqs = [self.megatron.requirement(), f"torch{self.torch}"]

@@ -21,7 +21,7 @@ from pathlib import Path
 
 import pytest
 
-from harness.bisect.report import render_html, render_markdown
+from harness.bisect.report import bisect_section, render_html, render_markdown
 from harness.bisect.run import BisectError, Request, parse_request, run_bisect
 from harness.bisect.search import GREEN, RED, SKIPPED, StepVerdict, search
 from harness.bisect.symbol_diff import enclosing
@@ -167,7 +167,8 @@ def test_bisect_names_the_first_red_build_and_steps_around_one_that_does_not_ins
     assert "-def scale(x, factor):" in diff.diff and "+def scale(x, factor, bias=0):" in diff.diff
     [call] = [d for d in result.diffs if d.role.startswith("call site")]
     assert "+    return scale(x, 2, bias=1)" in call.diff
-    markdown, page = render_markdown(result), render_html(result)
+    section = bisect_section(result)
+    markdown, page = render_markdown([section]), render_html([section], section.title)
     assert f"first red: megatron-core {FIRST_RED}" in markdown and "<details>" in markdown
     assert f"first red: megatron-core {FIRST_RED}" in page and '<details class="section">' in page
 
