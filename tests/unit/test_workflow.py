@@ -268,3 +268,69 @@ def test_every_third_party_action_is_pinned_by_commit_with_its_tag_beside_it(pat
 def test_a_third_party_action_named_by_tag_is_caught() -> None:
     moved = {"jobs": {"gate": {"steps": [{"uses": "actions/checkout@v4"}, {"uses": "./local"}]}}}
     assert [u for u in _third_party_uses(moved) if not PINNED.match(u)] == ["actions/checkout@v4"]
+
+
+def _early_warning_example() -> str:
+    blocks = re.findall(r"```yaml\n(.*?)```", (ROOT / "docs" / "ci.md").read_text(), re.DOTALL)
+    examples = [block for block in blocks if "schedule:" in block]
+    assert len(examples) == 1, "docs/ci.md shows one scheduled caller"
+    return examples[0]
+
+
+@pytest.fixture(scope="module")
+def early_warning() -> dict[Any, Any]:
+    return yaml.safe_load(_early_warning_example())
+
+
+def test_the_weekly_example_is_valid_against_the_workflow_schema(tmp_path: Path) -> None:
+    path = tmp_path / "megatron-early-warning.yml"
+    path.write_text(_early_warning_example())
+    test_valid_against_the_github_workflow_schema(path)
+    test_every_third_party_action_is_pinned_by_commit_with_its_tag_beside_it(path)
+
+
+def test_the_weekly_example_runs_latest_weekly_and_reports_where_no_pull_request_is(
+    early_warning: dict[Any, Any],
+) -> None:
+    [cron] = [entry["cron"] for entry in early_warning[True]["schedule"]]
+    _minute, _hour, day, month, weekday = cron.split()
+    assert day == month == "*" and weekday.isdigit(), f"{cron} is not once a week"
+    assert early_warning["permissions"]["issues"] == "write"
+    job = next(iter(early_warning["jobs"].values()))
+    pythons = _step(job, _uses("actions/setup-python"))["with"]["python-version"].split()
+    assert sorted(pythons) == sorted({t["python"] for t in SHIPPED}), "every Python of the matrix is set up"
+    run = _step(job, _runs("-s candidate -- latest"))
+    assert "--subject" in run["run"]
+    summary = _step(job, _runs("GITHUB_STEP_SUMMARY"))
+    assert summary["if"] == "${{ !cancelled() }}"
+    assert "reports/candidate-latest/early-warning.md" in summary["run"]
+    issue = _step(job, _runs("gh issue"))
+    assert issue["if"] == "${{ failure() }}"
+
+
+@pytest.mark.parametrize(("open_issue", "expected"), [("", "issue create --title"), ("7", "issue comment 7 --body")])
+def test_the_weekly_issue_step_as_written_opens_one_issue_or_comments_on_it(
+    early_warning: dict[Any, Any], tmp_path: Path, open_issue: str, expected: str
+) -> None:
+    """The step's shell, run with a stand-in ``gh`` that answers the issue search and records what it is asked."""
+    job = next(iter(early_warning["jobs"].values()))
+    step = _step(job, _runs("gh issue"))
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    calls = tmp_path / "calls"
+    gh = bin_dir / "gh"
+    record = f'printf "%s " "$@" | tr "\\n" " " >> {calls}; echo >> {calls}'
+    gh.write_text(f'#!/bin/sh\n{record}\nif [ "$1 $2" = "issue list" ]; then echo "{open_issue}"; fi\n')
+    gh.chmod(0o755)
+    report = tmp_path / "reports" / "candidate-latest" / "early-warning.md"
+    report.parent.mkdir(parents=True)
+    report.write_text("## Early warning on Python 3.12: megatron-core 0.20.0rc0 against 0.19.2\n")
+    environment = {**os.environ, "PATH": f"{bin_dir}{os.pathsep}{os.environ['PATH']}", "RUN_URL": "https://run/1"}
+    completed = subprocess.run(
+        ["bash", "-e", "-c", step["run"]], cwd=tmp_path, env=environment, capture_output=True, text=True
+    )
+    assert completed.returncode == 0, completed.stderr
+    said = calls.read_text().splitlines()
+    assert said[0].startswith("issue list --state open --search")
+    assert len(said) == 2 and said[1].startswith(expected), said
+    assert "https://run/1" in said[1] and "0.20.0rc0 against 0.19.2" in said[1]
