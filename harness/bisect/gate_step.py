@@ -26,7 +26,7 @@ from packaging.specifiers import InvalidSpecifier, SpecifierSet
 from harness.bisect.run import ALL_CASES
 from harness.bisect.search import GREEN, RED, SKIPPED, StepVerdict
 from harness.formats import red_section
-from harness.formats.environment import MATRIX_ENV_VAR
+from harness.formats.environment import MATRIX_ENV_VAR, REPORTS_ENV_VAR
 from harness.formats.generator_error import GATE_ERROR_STATUS
 from harness.formats.junit import JUnitCase, read_cases
 from harness.plugin.families import family_of_case
@@ -37,7 +37,6 @@ from harness.targets.matrix import MEGATRON_DISTRIBUTION, Target, venv_python
 SESSION = "megatron-bisect"
 _CALL_SITE = re.compile(r"\bmegatron/[\w/]+\.py:\d+")
 _SYMBOL = re.compile(r"\bmegatron(?:\.\w+)+:[A-Za-z_][\w.]*\w")
-_INSTALL_FAILED = re.compile(r"(error|could not|failed|no solution|\u00d7)", re.I)
 
 
 @dataclass
@@ -111,7 +110,8 @@ class GateStep:
         return kept, why if len(kept) < len(selection) else ""
 
     def _nox(self, arguments: list[str], matrix: Path, log: Path, append: bool = False) -> int:
-        environment = {**os.environ, MATRIX_ENV_VAR: str(matrix), **_index_environment(self.index)}
+        environment = {**os.environ, MATRIX_ENV_VAR: str(matrix), REPORTS_ENV_VAR: str(self.reports.parent)}
+        environment.update(_index_environment(self.index))
         command = [sys.executable, "-m", "nox", "-f", str(self.root / "noxfile.py"), *arguments]
         with log.open("a" if append else "w") as stream:
             stream.write("$ " + " ".join(command) + "\n")
@@ -165,12 +165,20 @@ def _index_environment(index: str | None) -> dict[str, str]:
 
 
 def _install_reason(log: Path) -> str:
-    """The line of the install log that says what went wrong, else its last line."""
+    """What the installer said went wrong: uv's ``error:`` line, the causes after it and the last line the failed
+    build wrote to its stderr; else the last line nox did not write itself."""
     lines = [line.strip() for line in log.read_text(errors="replace").splitlines() if line.strip()]
-    if not lines:
-        return "(no output)"
-    telling = [line for line in lines if _INSTALL_FAILED.search(line) and not line.startswith("$ ")]
-    return (telling[0] if telling else lines[-1])[:300]
+    own = [line for line in lines if not line.startswith(("nox >", "$ "))]
+    for index, line in enumerate(own):
+        if line.startswith(("error:", "ERROR")):
+            rest = own[index + 1 :]
+            said = [line, *[cause for cause in rest[:3] if cause.startswith("cause:")][:2]]
+            if "[stderr]" in rest:
+                block = rest[rest.index("[stderr]") + 1 :]
+                block = block[: next((i for i, b in enumerate(block) if b.startswith("hint:")), len(block))]
+                said += block[-1:]
+            return " ".join(said)[:500]
+    return (own or lines or ["(no output)"])[-1][:500]
 
 
 def red_details(reds: list[JUnitCase]) -> dict[str, list[str]]:

@@ -85,6 +85,8 @@ def run_bisect(
 
     def progress(step: Step) -> None:
         say(f"bisect step {step.number} ({bound}): {step_text(step)}")
+        for note in step.verdict.details.get("notes", []):
+            say(f"  {note}")
 
     outcome = search(line, lambda build: judge(build, list(selection)), request.max_steps, progress)
     notes += [n for step in (good_step, bad_step, *outcome.steps) for n in step.verdict.details.get("notes", [])]
@@ -113,6 +115,8 @@ def _cached_judge(runner: StepRunner, subject: str, gate: str, cache: Path | Non
 def _end(judge: StepRunner, build: Build, selection: list[str], which: str, say: Callable[[str], None]) -> Step:
     step = Step(0, build, judge(build, selection))
     say(f"bisect {which} end: {step_text(step)}")
+    for note in step.verdict.details.get("notes", []):
+        say(f"  {note}")
     if step.verdict.status == SKIPPED:
         raise BisectError(f"bisect: {which} {build.version} could not be run: {step.verdict.reason}")
     return step

@@ -21,6 +21,7 @@ from pathlib import Path
 
 import pytest
 
+from harness.bisect.gate_step import _install_reason
 from harness.bisect.report import bisect_section, render_html, render_markdown
 from harness.bisect.run import BisectError, Request, parse_request, run_bisect
 from harness.bisect.search import GREEN, RED, SKIPPED, StepVerdict, search
@@ -72,11 +73,16 @@ def _wheel(folder: Path, version: str, files: dict[str, str]) -> Path:
     return path
 
 
+_IN_TREE_BACKEND = '[build-system]\nrequires = []\nbuild-backend = "backend"\nbackend-path = ["."]\n'
+"""A build backend inside the source distribution, so that building it needs nothing from an index."""
+
+
 def _broken_sdist(folder: Path, version: str) -> Path:
     path = folder / f"megatron_core-{version}.tar.gz"
     with tarfile.open(path, "w:gz") as archive:
         for name, text in {
-            "setup.py": "raise SystemExit('this build needs a compiler it cannot find')\n",
+            "pyproject.toml": _IN_TREE_BACKEND,
+            "backend.py": "raise SystemExit('this build needs a compiler it cannot find')\n",
             "PKG-INFO": f"Metadata-Version: 2.1\nName: megatron-core\nVersion: {version}\n",
         }.items():
             data = text.encode()
@@ -250,3 +256,22 @@ def test_a_call_site_is_read_as_the_function_around_it(tmp_path: Path) -> None:
     (tmp_path / "megatron" / "core" / "caller.py").write_text(CALLER_NEW)
     assert enclosing(tmp_path, "megatron/core/caller.py:5") == ("megatron.core.caller", "step")
     assert enclosing(tmp_path, "megatron/core/caller.py:1") is None
+
+
+def test_a_build_that_fails_is_said_in_uvs_words(fake_index: Path, tmp_path: Path) -> None:
+    """The reason a step gives for a build that did not install is read from the install's real output: uv building
+    the fake index's broken source distribution, inside the lines nox writes around it."""
+    venv = tmp_path / "venv"
+    subprocess.run([sys.executable, "-m", "uv", "venv", "-q", str(venv)], check=True)
+    command = [sys.executable, "-m", "uv", "pip", "install", "-p", str(venv / "bin" / "python"), "--no-index"]
+    command += ["--find-links", str(fake_index), "megatron-core==0.16.0rc0.dev700"]
+    environment = {**os.environ, "UV_CACHE_DIR": str(tmp_path / "uv-cache"), "NO_COLOR": "1"}
+    failed = subprocess.run(command, capture_output=True, text=True, env=environment)
+    assert failed.returncode != 0
+    log = tmp_path / "step.log"
+    log.write_text(
+        f"$ nox -s megatron-bisect --install-only\nnox > uv pip install ...\n{failed.stderr}\nnox > Session failed.\n"
+    )
+    reason = _install_reason(log)
+    assert reason.startswith("error: Failed to build `megatron-core==0.16.0rc0.dev700`"), reason
+    assert reason.endswith("this build needs a compiler it cannot find"), reason
