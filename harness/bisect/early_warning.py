@@ -55,6 +55,11 @@ def warning_section(
     notes = []
     if candidate.version == release.version:
         notes.append(f"megatron-core {candidate.version} is the newest matrix release itself: nothing newer installs")
+    elif candidate.parsed < release.parsed:
+        notes.append(
+            f"nothing on the index newer than {candidate.version} installs on Python {python}: the comparison shows "
+            f"what {release.version} fixed, not what is coming"
+        )
     if red_anyway:
         notes.append(f"{red_anyway} more cases are red on both, or did not run on the release")
     diffs: tuple = ()

@@ -8,15 +8,10 @@ nightly builds (docs/bisect.md)."""
 from __future__ import annotations
 
 import ast
-import base64
-import hashlib
 import inspect
-import io
 import os
 import subprocess
 import sys
-import tarfile
-import zipfile
 from pathlib import Path
 
 import pytest
@@ -27,13 +22,9 @@ from harness.bisect.run import BisectError, Request, parse_request, run_bisect
 from harness.bisect.search import GREEN, RED, SKIPPED, StepVerdict, search
 from harness.bisect.symbol_diff import enclosing
 from harness.targets.index_builds import Build, index_builds, main_line, newest_for
+from tests.fake_index import CALLER_NEW, CALLER_OLD, NEW, OLD, broken_sdist, wheel
 
 CASE = "cases/test_api_fingerprint.py::test_megatrons_calls_bind_to_the_replacements"
-OLD = "def scale(x, factor):\n    return x * factor\n"
-NEW = "def scale(x, factor, bias=0):\n    return x * factor + bias\n"
-CALLER_OLD = "from megatron.core.widget import scale\n\n\ndef step(x):\n    return scale(x, 2)\n"
-CALLER_NEW = "from megatron.core.widget import scale\n\n\ndef step(x):\n    return scale(x, 2, bias=1)\n"
-
 # (version, upload order, widget source, caller source); None: a source distribution whose build fails.
 BUILDS = [
     ("0.15.3", 9, OLD, CALLER_OLD),
@@ -54,55 +45,17 @@ def replacement(x, factor):
     return x * factor
 
 
-def _wheel(folder: Path, version: str, files: dict[str, str]) -> Path:
-    dist_info = f"megatron_core-{version}.dist-info"
-    contents = {
-        **files,
-        f"{dist_info}/METADATA": f"Metadata-Version: 2.1\nName: megatron-core\nVersion: {version}\n",
-        f"{dist_info}/WHEEL": "Wheel-Version: 1.0\nGenerator: test\nRoot-Is-Purelib: true\nTag: py3-none-any\n",
-    }
-    record = []
-    for name, text in contents.items():
-        digest = base64.urlsafe_b64encode(hashlib.sha256(text.encode()).digest()).rstrip(b"=").decode()
-        record.append(f"{name},sha256={digest},{len(text.encode())}")
-    contents[f"{dist_info}/RECORD"] = "\n".join([*record, f"{dist_info}/RECORD,,"]) + "\n"
-    path = folder / f"megatron_core-{version}-py3-none-any.whl"
-    with zipfile.ZipFile(path, "w") as archive:
-        for name, text in contents.items():
-            archive.writestr(name, text)
-    return path
-
-
-_IN_TREE_BACKEND = '[build-system]\nrequires = []\nbuild-backend = "backend"\nbackend-path = ["."]\n'
-"""A build backend inside the source distribution, so that building it needs nothing from an index."""
-
-
-def _broken_sdist(folder: Path, version: str) -> Path:
-    path = folder / f"megatron_core-{version}.tar.gz"
-    with tarfile.open(path, "w:gz") as archive:
-        for name, text in {
-            "pyproject.toml": _IN_TREE_BACKEND,
-            "backend.py": "raise SystemExit('this build needs a compiler it cannot find')\n",
-            "PKG-INFO": f"Metadata-Version: 2.1\nName: megatron-core\nVersion: {version}\n",
-        }.items():
-            data = text.encode()
-            info = tarfile.TarInfo(f"megatron_core-{version}/{name}")
-            info.size = len(data)
-            archive.addfile(info, io.BytesIO(data))
-    return path
-
-
 @pytest.fixture
 def fake_index(tmp_path: Path) -> Path:
     folder = tmp_path / "index"
     folder.mkdir()
     for version, order, widget, caller in BUILDS:
         if widget is None:
-            path = _broken_sdist(folder, version)
+            path = broken_sdist(folder, version)
         else:
             files = {"megatron/__init__.py": "", "megatron/core/__init__.py": ""}
             files |= {"megatron/core/widget.py": widget, "megatron/core/caller.py": caller}
-            path = _wheel(folder, version, files)
+            path = wheel(folder, version, files)
         os.utime(path, (1_700_000_000 + order * 86_400,) * 2)
     return folder
 

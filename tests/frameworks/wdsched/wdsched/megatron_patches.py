@@ -19,13 +19,13 @@ Megatron is imported only when ``apply_patches()`` / ``remove_patches()`` run.
 from __future__ import annotations
 
 import threading
-from typing import Callable, Optional
+from collections.abc import Callable
 
 __all__ = [
     "DEFAULT_HOLD_STEPS",
     "apply_patches",
-    "remove_patches",
     "patches_applied",
+    "remove_patches",
     "wdsched_get_wd",
 ]
 
@@ -34,7 +34,7 @@ DEFAULT_HOLD_STEPS: int = 100
 _hold_steps: int = DEFAULT_HOLD_STEPS
 
 # Megatron's own ``OptimizerParamScheduler.get_wd``, captured by apply_patches().
-_orig_get_wd: Optional[Callable] = None
+_orig_get_wd: Callable | None = None
 _lock = threading.Lock()
 
 
@@ -49,7 +49,7 @@ def wdsched_get_wd(self) -> float:
     return _orig_get_wd(self)
 
 
-def apply_patches(hold_steps: Optional[int] = None) -> None:
+def apply_patches(hold_steps: int | None = None) -> None:
     """Replace ``OptimizerParamScheduler.get_wd`` with :func:`wdsched_get_wd`.
 
     Idempotent: a second call only updates ``hold_steps`` (when given) and
