@@ -178,12 +178,24 @@ def _rank(version: Version) -> float:
     return major * 1e6 + minor * 1e3 + micro
 
 
+def _before(first: Build, second: Build) -> bool:
+    """Whether ``first`` comes before ``second`` in Megatron's history: two nightly builds by their upload, anything
+    else by version (a release's upload says nothing: 0.15.3 was uploaded after 0.16's nightlies)."""
+    if first.is_nightly and second.is_nightly:
+        epoch = datetime.min.replace(tzinfo=UTC)
+        return (first.uploaded or epoch, first.parsed) < (second.uploaded or epoch, second.parsed)
+    return first.parsed < second.parsed
+
+
 def main_line(builds: list[Build], good: Build, bad: Build) -> tuple[list[Build], list[Build]]:
     """The builds from ``good`` to ``bad`` in history order (both ends included), and the patch releases between them
     left out as not being on main's line."""
-    if good.parsed >= bad.parsed:
-        raise BuildIndexError(f"good {good.version} is not older than bad {bad.version}: name the older build first")
-    between = [b for b in builds if good.parsed < b.parsed < bad.parsed]
+    if not _before(good, bad):
+        raise BuildIndexError(
+            f"good {good.version} is not older than bad {bad.version}: name the older build first "
+            "(nightly builds are ordered by their upload, not their dev number)"
+        )
+    between = [b for b in builds if b not in (good, bad) and _before(good, b) and _before(b, bad)]
     left_out = [b for b in between if b.is_patch_release]
     kept = [b for b in between if not b.is_patch_release]
     epoch = datetime.min.replace(tzinfo=UTC)

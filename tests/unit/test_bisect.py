@@ -21,7 +21,7 @@ from harness.bisect.report import bisect_section, render_html, render_markdown
 from harness.bisect.run import BisectError, Request, parse_request, run_bisect
 from harness.bisect.search import GREEN, RED, SKIPPED, StepVerdict, search
 from harness.bisect.symbol_diff import enclosing
-from harness.targets.index_builds import Build, index_builds, main_line, newest_for
+from harness.targets.index_builds import Build, BuildIndexError, index_builds, main_line, newest_for
 from tests.fake_index import CALLER_NEW, CALLER_OLD, NEW, OLD, broken_sdist, wheel
 
 CASE = "cases/test_api_fingerprint.py::test_megatrons_calls_bind_to_the_replacements"
@@ -146,6 +146,14 @@ def test_the_step_bound_stops_the_search_with_builds_left_between(fake_index: Pa
     result, _ = _bisect(fake_index, tmp_path, PipStep(fake_index, tmp_path / "venvs"), max_steps=1)
     assert result.outcome.stopped == "bounded"
     assert len(result.outcome.steps) == 1 and result.outcome.between
+
+
+def test_between_two_nightly_builds_history_is_their_upload_order(fake_index: Path) -> None:
+    builds = {b.version: b for b in index_builds(str(fake_index))}
+    line, _ = main_line(list(builds.values()), builds["0.16.0rc0.dev100"], builds["0.16.0rc0.dev300"])
+    assert [b.version for b in line] == ["0.16.0rc0.dev100", "0.16.0rc0.dev700", "0.16.0rc0.dev300"]
+    with pytest.raises(BuildIndexError, match=r"good 0\.16\.0rc0\.dev300 is not older than bad 0\.16\.0rc0\.dev100"):
+        main_line(list(builds.values()), builds["0.16.0rc0.dev300"], builds["0.16.0rc0.dev100"])
 
 
 @pytest.mark.parametrize(
