@@ -137,10 +137,14 @@ def replacements(
             bare.append(symbol)
         else:
             found[symbol] = (entry.replacement, *replacement_of(subject, entry.replacement))
-    for symbol, (value, problem) in captured_replacements(subject, bare).items():
-        found[symbol] = ("what the declared apply binds", value, problem)
+    several = len(getattr(getattr(subject, "DECLARATION", None), "symbols_patch", {}).get("apply", ())) > 1
+    # One apply captures what every function bound: the bare entries' replacements, and, of an apply of several,
+    # what each replaced symbol holds after it (a symbol none of them bound is read from source).
+    captured = captured_replacements(subject, list(dict.fromkeys([*bare, *(found if several else ())])))
+    for symbol in bare:
+        found[symbol] = ("what the declared apply binds", *captured[symbol])
     candidates = [s for s, (name, _, problem) in found.items() if problem is None or s in bare]
-    raised, unbound = _apply_raised(subject, candidates)
+    raised, unbound = _apply_raised(subject, candidates, captured) if several else ([], {})
     for line in raised:
         record_finding(FAMILY.name, f"the declared apply's {line}: what it bound before is checked applied")
     for symbol, why in unbound.items():
@@ -148,18 +152,17 @@ def replacements(
     return found
 
 
-def _apply_raised(subject: ModuleType, symbols: list[str]) -> tuple[list[str], dict[str, str]]:
-    """What the functions of a declared apply of several raised (a framework's patch that needs Transformer Engine,
-    applied on a CPU), one line each, and which of ``symbols`` none of them bound, with why."""
-    patch = getattr(getattr(subject, "DECLARATION", None), "symbols_patch", {})
-    if len(patch.get("apply", ())) < 2 or not symbols:
-        return [], {}
-    bound = captured_replacements(subject, symbols)
+def _apply_raised(
+    subject: ModuleType, symbols: list[str], captured: dict[str, tuple[Any, str | None]]
+) -> tuple[list[str], dict[str, str]]:
+    """What the functions of a declared apply of several raised in the apply that ``captured`` what they bound (a
+    framework's patch that needs Transformer Engine, applied on a CPU), one line each, and which of ``symbols`` none
+    of them bound, with why."""
     raised = list(subject.SYMBOLS_PATCH.raised)
-    if not raised:
+    if not raised or not symbols:
         return [], {}
     why = f"{NOT_APPLIED_HERE}the declared apply's {'; '.join(raised)}"
-    return raised, {symbol: why for symbol, (value, _) in bound.items() if value is None}
+    return raised, {symbol: why for symbol in symbols if captured.get(symbol, (None, None))[0] is None}
 
 
 @pytest.fixture(scope="module")
