@@ -229,9 +229,8 @@ def parse_request(arguments: list[str]) -> Request:
     steps = options.get("--max-steps")
     if steps is not None and (not steps.isdigit() or int(steps) < 1):
         raise BisectError(f"bisect: --max-steps takes a whole number of at least 1, not {steps!r}")
-    return Request(
-        positional[0], positional[1], tuple(positional[2:]), int(steps) if steps else None, options.get("--index")
-    )
+    good, bad = (version.removeprefix(f"{MEGATRON_DISTRIBUTION}==") for version in positional[:2])
+    return Request(good, bad, tuple(positional[2:]), int(steps) if steps else None, options.get("--index"))
 
 
 USAGE = "-s bisect -- <good> <bad> [case id ...] [--max-steps N] [--index URL-or-folder]"

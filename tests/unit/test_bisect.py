@@ -193,7 +193,7 @@ def test_the_command_line_refuses_what_it_cannot_use(arguments: list[str], messa
 
 
 def test_the_command_line_reads_cases_and_options() -> None:
-    request = parse_request(["0.15.3", "0.16.0", CASE, "--max-steps=4", "--index", "/srv/index"])
+    request = parse_request(["0.15.3", "megatron-core==0.16.0", CASE, "--max-steps=4", "--index", "/srv/index"])
     assert request == Request("0.15.3", "0.16.0", (CASE,), 4, "/srv/index")
 
 
