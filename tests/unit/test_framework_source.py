@@ -181,3 +181,46 @@ def test_a_subject_that_needs_a_cuda_only_module_is_skipped_not_red() -> None:
     assert cuda_only_module("cannot import name 'TEGroupedLinear' from 'megatron.core.extensions.transformer_engine'")
     assert cuda_only_module("No module named 'peft'") is None
     assert subject_blocker(line).machine_bound and not subject_blocker("No module named 'peft'").machine_bound
+
+
+LORA = """
+from contextlib import contextmanager
+
+from megatron.core.transformer.moe.router import TopKRouter
+
+
+class LoraLayer:
+    @contextmanager
+    def _patch_gating(self):
+        origin = self.base_layer.__class__.gating
+
+        def gating(_self, x):
+            return origin(_self, x)
+
+        self.base_layer.__class__.gating = gating
+        try:
+            yield
+        finally:
+            self.base_layer.__class__.gating = origin
+
+    def forward(self, x):
+        if isinstance(self.other, int):
+            return x
+        elif isinstance(self.base_layer, TopKRouter):
+            with self._patch_gating():
+                return self.base_layer(x)
+        return self.base_layer(x)
+"""
+
+
+def test_the_class_a_patching_method_binds_on_is_read_from_where_its_callers_test_the_object(tmp_path: Path) -> None:
+    """``self.base_layer.__class__.gating = ...`` in a method its class enters only under ``isinstance(self.base_layer,
+    TopKRouter)``: the objects are TopKRouters (mcore-bridge's LoRA router patch)."""
+    [instance] = read_framework(framework(tmp_path, lora=LORA), owner).instances
+    assert instance.method == "gating" and instance.classes == ("megatron.core.transformer.moe.router.TopKRouter",)
+
+
+def test_a_caller_that_tests_another_object_says_nothing_of_the_patched_ones(tmp_path: Path) -> None:
+    unguarded = LORA.replace("isinstance(self.base_layer, TopKRouter)", "isinstance(self.other, TopKRouter)")
+    [instance] = read_framework(framework(tmp_path, lora=unguarded), owner).instances
+    assert instance.classes == ()

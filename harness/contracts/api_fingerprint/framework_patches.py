@@ -392,11 +392,11 @@ class _Reader:
         if definition is None or (target.attr.startswith("__") and target.attr != "__call__"):
             return
         functions = [n for n in enclosing if isinstance(n, ast.FunctionDef | ast.AsyncFunctionDef)]
-        tested = []
-        for call in ast.walk(functions[-1]) if functions else ():
-            if isinstance(call, ast.Call) and getattr(call.func, "id", None) == "isinstance" and len(call.args) == 2:
-                kinds = call.args[1].elts if isinstance(call.args[1], ast.Tuple) else [call.args[1]]
-                tested += [self.resolve(d, scopes) for d in map(dotted_name, kinds) if d]
+        tested = [self.resolve(d, scopes) for d in _isinstance_tests(functions[-1] if functions else None)]
+        owner = next((n for n in reversed(enclosing) if isinstance(n, ast.ClassDef)), None)
+        if functions and owner is not None and not any(t.startswith("megatron.") for t in tested):
+            guards = _guards_of_calls(owner, functions[-1].name, ast.unparse(target.value).removesuffix(".__class__"))
+            tested += [self.resolve(d, scopes) for d in guards]
         hint = " ".join([definition.node.name, *(f.name for f in functions), ast.unparse(target.value)])
         self.instances.append(
             InstancePatch(
@@ -540,3 +540,36 @@ def _decorated(node: ast.FunctionDef | ast.AsyncFunctionDef) -> str | None:
         if name in WRAPPERS:
             return WRAPPERS[name]
     return None
+
+
+def _isinstance_tests(function: ast.AST | None) -> list[str]:
+    """The dotted names of the classes ``function`` tests anything against with ``isinstance``."""
+    found = []
+    for call in ast.walk(function) if function is not None else ():
+        if isinstance(call, ast.Call) and getattr(call.func, "id", None) == "isinstance" and len(call.args) == 2:
+            kinds = call.args[1].elts if isinstance(call.args[1], ast.Tuple) else [call.args[1]]
+            found += [d for d in map(dotted_name, kinds) if d]
+    return found
+
+
+def _guards_of_calls(owner: ast.ClassDef, method: str, target: str) -> list[str]:
+    """The classes ``target`` (``self.base_layer``) is tested against where the class's own methods call
+    ``self.<method>()`` only under ``isinstance(target, ...)``: a patching method whose object's class its callers
+    decide (mcore-bridge's ``_patch_router_gating``, entered under ``isinstance(self.base_layer, TopKRouter)``)."""
+    guards: list[str] = []
+    for branch in ast.walk(owner):
+        if not isinstance(branch, ast.If):
+            continue
+        test = branch.test
+        if not (
+            isinstance(test, ast.Call)
+            and getattr(test.func, "id", None) == "isinstance"
+            and len(test.args) == 2
+            and ast.unparse(test.args[0]) == target
+        ):
+            continue
+        calls = (n for statement in branch.body for n in ast.walk(statement) if isinstance(n, ast.Call))
+        if any(ast.unparse(call.func) == f"self.{method}" for call in calls):
+            kinds = test.args[1].elts if isinstance(test.args[1], ast.Tuple) else [test.args[1]]
+            guards += [d for d in map(dotted_name, kinds) if d]
+    return guards
