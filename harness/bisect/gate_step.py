@@ -18,7 +18,7 @@ import re
 import subprocess
 import sys
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 
 from packaging.specifiers import InvalidSpecifier, SpecifierSet
@@ -49,7 +49,6 @@ class GateStep:
     reports: Path
     targets: tuple[Target, ...]
     index: str | None = None
-    notes: list[str] = field(default_factory=list)
 
     def __call__(self, build: Build, selection: list[str]) -> StepVerdict:
         started = time.monotonic()
