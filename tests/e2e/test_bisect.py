@@ -1,7 +1,8 @@
 """``nox -s bisect`` end to end on two real nightly builds of megatron-core, as a user runs it: wdsched
 (``tests/frameworks/wdsched/``, written against 0.15.3's ``OptimizerParamScheduler.get_wd``) between the last build
 whose ``step`` calls ``self.get_wd()`` and the first that calls ``self.get_wd(param_group)``. The two are adjacent
-on main's line, so the answer needs no step: both ends run in venvs of their own through nox, the red is read from
+on main's line, so the answer needs no step: both ends run in venvs of their own through nox (under the test's
+folder, not the checkout's ``.nox``), the red is read from
 the case that failed, the source diff is read from the builds' files on the index, and a second run reads both
 verdicts from the cache. The whole search over the 339 nightlies is measured by hand (docs/bisect.md), not here.
 """
@@ -26,6 +27,7 @@ def _bisect(tmp_path: Path, *arguments: str) -> subprocess.CompletedProcess[str]
         "MEGATRON_CONFORMANCE_SUBJECT": str(WDSCHED),
         "MEGATRON_CONFORMANCE_CACHE": str(tmp_path / "cache"),
         "MEGATRON_CONFORMANCE_REPORTS": str(tmp_path / "reports"),
+        "MEGATRON_CONFORMANCE_ENVDIR": str(tmp_path / "venvs"),
     }
     command = [sys.executable, "-m", "nox", "-f", str(ROOT / "noxfile.py"), "-s", "bisect", "--", *arguments]
     return subprocess.run(command, cwd=ROOT, env=environment, capture_output=True, text=True, timeout=900)

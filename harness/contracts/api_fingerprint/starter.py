@@ -46,14 +46,20 @@ _PROVIDER_NAME = re.compile(r"provider", re.IGNORECASE)
 _RULE_NAME = re.compile(r"freeze|frozen|train", re.IGNORECASE)
 
 
+_RELEASE_VENV = re.compile(r"megatron-(\d+)-(\d+)")
+"""The venv folder of a release target (``megatron-0-19``); not a candidate's, a bisect step's or a framework's
+requirements venv, whose Megatron is not a release of the matrix."""
+
+
 def megatron_trees(envdir: Path) -> list[Path]:
-    """Folders holding a ``megatron`` package to name symbols against: every built target venv under ``envdir``
-    (newest target first), else the running interpreter's."""
-    trees = sorted(
-        (p.parents[1] for p in envdir.glob("*/lib/python*/site-packages/megatron/core") if "-with-" not in str(p)),
-        key=lambda p: p.parts[-4],
-        reverse=True,
-    )
+    """Folders holding a ``megatron`` package to name symbols against: every built release target's venv under
+    ``envdir`` (newest release first), else the running interpreter's."""
+    releases = {}
+    for core in envdir.glob("*/lib/python*/site-packages/megatron/core"):
+        named = _RELEASE_VENV.fullmatch(core.parents[4].name)
+        if named:
+            releases[core.parents[1]] = tuple(int(part) for part in named.groups())
+    trees = sorted(releases, key=releases.__getitem__, reverse=True)
     if trees:
         return trees
     return [Path(entry) for entry in sys.path if (Path(entry) / "megatron" / "core").is_dir()]
