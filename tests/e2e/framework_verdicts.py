@@ -40,6 +40,14 @@ _NO_PATCH = (
     ("equivalence", "the framework has no chunked all-reduce: its patch replaces other Megatron methods"),
 )
 _NO_PROVIDER = ("model-provider", "the framework does not wrap Megatron's model provider")
+_GET_WD_CALLS = {
+    "megatron-0.16": "OptimizerParamScheduler.step passes param_group to get_wd "
+    "(megatron/core/optimizer_param_scheduler.py:294)",
+    "megatron-0.19": "OptimizerParamScheduler.step passes param_group to get_wd "
+    "(megatron/core/optimizer_param_scheduler.py:300)",
+}
+"""Where Megatron calls ``get_wd`` with the argument 0.15.3's signature has no room for; 0.13 and 0.15 call
+``self.get_wd()`` (line 194)."""
 
 
 @dataclass(frozen=True)
@@ -83,4 +91,14 @@ EXPECTED: dict[str, dict[str, Expected]] = {
     "lark": dict.fromkeys(TARGETS, Expected(not_declared=(*_NO_PATCH, _NO_PROVIDER))),
     "dove": dict.fromkeys(TARGETS, Expected(not_declared=(*_NO_PATCH, _NO_PROVIDER))),
     "swift": dict.fromkeys(TARGETS, Expected(not_declared=(*_NO_PATCH, _NO_PROVIDER))),
+    # Written blind against 0.15.3's OptimizerParamScheduler.get_wd (its NOTES.md): a replacement of one argument.
+    "wdsched": {
+        session: Expected(
+            {"test_megatrons_calls_bind_to_the_replacements": _GET_WD_CALLS[session]}
+            if session in _GET_WD_CALLS
+            else {},
+            not_declared=(*_NO_PATCH, _NO_PROVIDER),
+        )
+        for session in TARGETS
+    },
 }
