@@ -30,7 +30,7 @@ def build_source(build: Build, cache: Path | None = None) -> Path:
     root = (cache_dir() if cache is None else cache) / "builds" / build.version
     if (root / "megatron").is_dir():
         return root
-    file = _smallest(build)
+    file = _file_to_read(build)
     try:
         with urllib.request.urlopen(file.url, timeout=_TIMEOUT_S) as response:
             payload = response.read()
@@ -51,7 +51,7 @@ def build_source(build: Build, cache: Path | None = None) -> Path:
     return root
 
 
-def _smallest(build: Build) -> BuildFile:
+def _file_to_read(build: Build) -> BuildFile:
     sources = [f for f in build.files if not f.is_wheel]
     if sources:
         return sources[0]

@@ -29,7 +29,7 @@ from harness.formats import red_section
 from harness.formats.environment import MATRIX_ENV_VAR, REPORTS_ENV_VAR
 from harness.formats.generator_error import GATE_ERROR_STATUS
 from harness.formats.junit import JUnitCase, read_cases
-from harness.plugin.families import family_of_case
+from harness.plugin.families import FAMILIES, family_of_case
 from harness.targets import candidate as candidates
 from harness.targets.index_builds import Build
 from harness.targets.matrix import MEGATRON_DISTRIBUTION, Target, venv_python
@@ -58,7 +58,8 @@ class GateStep:
             return StepVerdict(SKIPPED, reason=str(err), seconds=time.monotonic() - started)
 
     def _run(self, build: Build, selection: list[str], started: float) -> StepVerdict:
-        matrix = self._matrix(build)
+        entry = self._entry(build)
+        matrix = candidates.write_matrix(entry, self.reports / "matrix.yaml")
         log = self.reports / "steps" / f"{build.version}.log"
         log.parent.mkdir(parents=True, exist_ok=True)
         if self._nox(["-s", SESSION, "--install-only"], matrix, log) != 0:
@@ -66,8 +67,7 @@ class GateStep:
         python = venv_python(self.envdir, SESSION)
         derived, why = candidates.derived_contract(python, self.root)
         if derived is not None:
-            entry, _ = candidates.with_derived_contract(self._entry(build), derived)
-            candidates.write_matrix(entry, matrix)
+            candidates.write_matrix(candidates.with_derived_contract(entry, derived)[0], matrix)
         selection, left_out = self._without_provider(build, python, selection)
         if not selection:
             return StepVerdict(SKIPPED, reason=left_out, seconds=_since(started))
@@ -94,16 +94,13 @@ class GateStep:
         entry = candidates.matrix_entry(found, python, self.targets[-1], expected, shapes)
         return {**entry, "session": SESSION, "description": f"bisect step on {spec}"}
 
-    def _matrix(self, build: Build) -> Path:
-        return candidates.write_matrix(self._entry(build), self.reports / "matrix.yaml")
-
     def _without_provider(self, build: Build, python: Path, selection: list[str]) -> tuple[list[str], str]:
         """``selection`` less the provider family where the build cannot judge it, and the line that says so."""
         if _ships_training(python) or _is_matrix_release(build, self.targets):
             return selection, ""
         why = f"{build.version} ships no megatron/training: the provider family is left out of this step"
         if selection == [ALL_CASES]:
-            provider = [f.case_file for f in _provider_families()]
+            provider = [f.case_file for f in FAMILIES if f.role == "provider"]
             return [ALL_CASES, *(f"--deselect={path}" for path in provider)], why
         kept = [case for case in selection if not _is_provider(case)]
         return kept, why if len(kept) < len(selection) else ""
@@ -129,12 +126,6 @@ def _requires_python(value: str | None) -> SpecifierSet | None:
 
 def _since(started: float) -> float:
     return round(time.monotonic() - started, 1)
-
-
-def _provider_families() -> list:
-    from harness.plugin.families import FAMILIES
-
-    return [f for f in FAMILIES if f.role == "provider"]
 
 
 def _is_provider(nodeid: str) -> bool:

@@ -30,6 +30,8 @@ from harness.targets.venv_install import pip_settings
 
 DEFAULT_INDEX = "https://pypi.org/simple"
 _TIMEOUT_S = 120
+_EPOCH = datetime.min.replace(tzinfo=UTC)
+"""Where a build with no upload time sorts: first."""
 _SDIST = re.compile(r"^megatron[-_]core-(?P<version>.+?)\.(?:tar\.gz|zip)$", re.I)
 
 
@@ -182,8 +184,7 @@ def _before(first: Build, second: Build) -> bool:
     """Whether ``first`` comes before ``second`` in Megatron's history: two nightly builds by their upload, anything
     else by version (a release's upload says nothing: 0.15.3 was uploaded after 0.16's nightlies)."""
     if first.is_nightly and second.is_nightly:
-        epoch = datetime.min.replace(tzinfo=UTC)
-        return (first.uploaded or epoch, first.parsed) < (second.uploaded or epoch, second.parsed)
+        return (first.uploaded or _EPOCH, first.parsed) < (second.uploaded or _EPOCH, second.parsed)
     return first.parsed < second.parsed
 
 
@@ -198,8 +199,7 @@ def main_line(builds: list[Build], good: Build, bad: Build) -> tuple[list[Build]
     between = [b for b in builds if b not in (good, bad) and _before(good, b) and _before(b, bad)]
     left_out = [b for b in between if b.is_patch_release]
     kept = [b for b in between if not b.is_patch_release]
-    epoch = datetime.min.replace(tzinfo=UTC)
-    kept.sort(key=lambda b: (b.uploaded or epoch, b.parsed))
+    kept.sort(key=lambda b: (b.uploaded or _EPOCH, b.parsed))
     return [good, *kept, bad], left_out
 
 
@@ -209,11 +209,10 @@ def newest_for(builds: list[Build], python: str) -> Build | None:
     admitted = [b for b in builds if b.admits(python)]
     if not admitted:
         return None
-    epoch = datetime.min.replace(tzinfo=UTC)
 
     def key(build: Build) -> tuple:
         version = build.parsed
         stage = 0 if version.is_devrelease else (1 if version.is_prerelease else 2)
-        return (version.release, stage, version.pre or (), build.uploaded or epoch)
+        return (version.release, stage, version.pre or (), build.uploaded or _EPOCH)
 
     return max(admitted, key=key)
