@@ -72,11 +72,17 @@ def gate_verdicts(name: str, megatron: str, torch: str) -> Found:
 
 def named_as_table(found: Found, table: dict) -> Found:
     """The gate's verdicts under the table's names: a method bound on built objects is ``symbol@file:line`` at the
-    gate; a table that names no other patch of that symbol calls it by the symbol alone."""
+    gate; a table that names no other patch of that symbol calls it by the symbol alone. A class that moved to
+    another module on this release keeps the one row the table gives its ``Class.member``."""
     named = {}
     for symbol, verdict in found.items():
         plain = symbol.partition("@")[0]
         alone = plain not in found and sum(s.partition("@")[0] == plain for s in found) == 1
+        if symbol not in table and plain not in table and alone:
+            qualname = plain.partition(":")[2]
+            plains = {other.partition("@")[0] for other in found}
+            moved = [s for s in table if s.partition(":")[2] == qualname and s not in plains]
+            plain = moved[0] if len(moved) == 1 else plain
         named[plain if symbol not in table and plain in table and alone else symbol] = verdict
     return named
 

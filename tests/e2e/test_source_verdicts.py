@@ -30,6 +30,13 @@ QKV_UNPACK = "megatron/core/transformer/multi_latent_attention.py:236"
 """Where ``MultiLatentAttention.forward`` unpacks three values of ``get_query_key_value_tensors``."""
 MLA = "megatron.core.transformer.multi_latent_attention"
 FORWARD = f"{MLA}:MultiLatentAttention.forward"
+POST_PROCESS = "megatron.core.models.gpt.fine_grained_callables:PostProcessNode.forward_impl"
+NODE_KEEPS = "megatron/core/models/gpt/fine_grained_callables.py:148"
+"""Where ``PostProcessNode.__init__`` hands ``weak_method(self.forward_impl)`` to its base, before any swap."""
+ROUTER = "megatron.core.transformer.moe.router:TopKRouter"
+BLOCK = "megatron.core.models.gpt.gpt_model:TransformerBlock"
+BLOCK_BUILT = "megatron/core/models/gpt/gpt_model.py:202"
+"""Where ``GPTModel.__init__`` builds its decoder through the module's ``TransformerBlock`` name."""
 QKV = f"{MLA}:MLASelfAttention.get_query_key_value_tensors"
 
 HEAD = """\
@@ -92,6 +99,54 @@ def apply():
         return original(self, *args, **kwargs)
 
     MultiLatentAttention.forward = forward
+""",
+    "node_method_swapped_after_build": """
+from megatron.core.models.gpt.fine_grained_callables import PostProcessNode
+
+def forward_impl(self, hidden_states):
+    return hidden_states
+
+def apply(node):
+    if isinstance(node, PostProcessNode):
+        node.forward_impl = forward_impl.__get__(node, PostProcessNode)
+""",
+    "router_method_swapped_after_build": """
+from megatron.core.transformer.moe.router import TopKRouter
+
+def routing(self, logits):
+    return logits, logits
+
+def apply(router):
+    if isinstance(router, TopKRouter):
+        router.routing = routing.__get__(router, TopKRouter)
+""",
+    "block_class_missing_a_keyword": """
+from megatron.core.models.gpt import gpt_model
+from megatron.core.transformer.transformer_block import TransformerBlock
+
+class Block(TransformerBlock):
+    def __init__(self, config, spec, pre_process=True, post_process=True, vp_stage=None):
+        super().__init__(config=config, spec=spec, pre_process=pre_process, post_process=post_process)
+
+class Loader:
+    block = Block
+
+    def build(self):
+        gpt_model.TransformerBlock = self.block
+""",
+    "block_class_inheriting_its_constructor": """
+from megatron.core.models.gpt import gpt_model
+from megatron.core.transformer.transformer_block import TransformerBlock
+
+class Block(TransformerBlock):
+    def _checkpointed_forward(self, *args, **kwargs):
+        return super()._checkpointed_forward(*args, **kwargs)
+
+class Loader:
+    block = Block
+
+    def build(self):
+        gpt_model.TransformerBlock = self.block
 """,
     "same_name_in_another_package": """
 import transformer_engine.pytorch.attention as te_attention
@@ -167,6 +222,42 @@ def test_a_wrapper_forwarding_everything_fits_every_call_site(tmp_path: Path, me
     verdict = verdicts(write_framework(tmp_path, "forwards_everything"), megatron)[FORWARD]
     assert verdict.verdict == "fits", verdict.line()
     assert LAYER_CALL in verdict.calls, verdict.calls
+
+
+def test_a_method_swapped_on_objects_whose_constructor_kept_it_by_value_is_red(
+    tmp_path: Path, megatron: MegatronSource
+) -> None:
+    found = verdicts(write_framework(tmp_path, "node_method_swapped_after_build"), megatron)
+    verdict = found[f"{POST_PROCESS}@seeded/patch.py:13"]
+    assert verdict.verdict == "red", verdict.line()
+    kept = f"{NODE_KEEPS} (PostProcessNode.__init__) keeps self.forward_impl by value"
+    assert any(f.startswith(kept) for f in verdict.findings), verdict.findings
+
+
+def test_a_method_swapped_on_objects_whose_constructor_does_not_keep_it_fits(
+    tmp_path: Path, megatron: MegatronSource
+) -> None:
+    found = verdicts(write_framework(tmp_path, "router_method_swapped_after_build"), megatron)
+    verdict = found[f"{ROUTER}.routing@seeded/patch.py:13"]
+    assert verdict.verdict == "fits", verdict.line()
+    assert "megatron/core/transformer/moe/router.py:" in " ".join(verdict.calls), verdict.calls
+
+
+def test_a_class_held_in_an_attribute_whose_constructor_misses_a_keyword_megatron_passes_is_red(
+    tmp_path: Path, megatron: MegatronSource
+) -> None:
+    verdict = verdicts(write_framework(tmp_path, "block_class_missing_a_keyword"), megatron)[BLOCK]
+    assert verdict.verdict == "red", verdict.line()
+    assert any(BLOCK_BUILT in f and "'pg_collection'" in f for f in verdict.findings), verdict.findings
+    assert verdict.replacement == "seeded/patch.py:9", verdict.replacement
+
+
+def test_a_class_held_in_an_attribute_that_inherits_megatrons_constructor_fits(
+    tmp_path: Path, megatron: MegatronSource
+) -> None:
+    verdict = verdicts(write_framework(tmp_path, "block_class_inheriting_its_constructor"), megatron)[BLOCK]
+    assert verdict.verdict == "fits", verdict.line()
+    assert verdict.calls == [BLOCK_BUILT], verdict.calls
 
 
 def test_a_same_named_function_of_another_package_is_no_megatron_symbol(
@@ -264,19 +355,24 @@ def test_verl_as_published_drops_rotary_pos_cos_sin_in_its_mla_forward_until_its
 
 def test_verl_as_published_in_its_target_session(tmp_path: Path) -> None:
     """The same, end to end in a target session, the framework declared from its unpacked wheel: api-fingerprint
-    reads every replaced symbol from source (nothing declared to apply), green with the dropped keyword an
-    advisory, and every symbol in ``replaced_symbols.json`` with how it was checked."""
+    reads every replaced symbol from source (nothing declared to apply). One red, naming Megatron's line: verl swaps
+    ``forward_impl`` on a built ``PostProcessNode``, whose constructor already handed ``weak_method(self.forward_impl)``
+    to its base; the dropped keyword an advisory; every symbol in ``replaced_symbols.json`` with how it was checked."""
     declaration = tmp_path / "megatron-conformance.toml"
     declaration.write_text(
         f'[subject]\nsource_root = "{distribution_source(*VERL)}"\nadapter_package = "verl"\nlabel = "verl 0.9.1"\n'
     )
     run = run_target_cases(SESSION, ["cases/test_api_fingerprint.py"], tmp_path / "run", declaration)
-    assert run.returncode == 0, run.failed()
+    failed = run.require_red("verl's node method swapped after its constructor kept it")
+    assert list(failed) == ["test_replaced_symbols_read_from_source_fit_megatrons_calls"], failed
+    assert POST_PROCESS in run.output and NODE_KEEPS in run.output, run.output[-3000:]
     assert run.report_dir is not None
     summary = json.loads((run.report_dir / "summary.json").read_text())
     dropped = [a for a in summary["advisories"] if "keep_what_megatron_passes" in a["case"]]
     assert dropped and "rotary_pos_cos_sin" in dropped[0].get("detail", dropped[0]["text"]), summary["advisories"]
     recorded = json.loads((run.report_dir / "replaced_symbols.json").read_text())["symbols"]
     assert {r["how"] for r in recorded} == {"from source"} and len(recorded) >= 10, recorded
+    reds = [r["symbol"] for r in recorded if r["verdict"] == "red"]
+    assert reds == [f"{POST_PROCESS}@verl/models/mcore/model_forward_1f1b_overlap.py:247"], reds
     forward = next(r for r in recorded if r["symbol"] == FORWARD)
     assert forward["verdict"] == "advisory" and forward["why"].startswith("no [megatron_symbols] declared"), forward

@@ -265,6 +265,20 @@ class MegatronSource:
         found = self._method_calls(owner, name, reads=True) if owner is not None and owner_name else []
         return [read for read in found if read.caller not in set(replaced)]
 
+    def held_when_built(self, symbol: str) -> list[MegatronCall]:
+        """Where the constructors of ``module:Class.method``'s class (its own and its bases') read ``self.method``
+        without calling it (``weak_method(self.forward_impl)`` handed to a base): the bound method is kept before any
+        built object exists, so a method swapped on the object afterwards is never called through what was kept."""
+        module, _, qualname = symbol.partition(":")
+        owner_name, _, name = qualname.rpartition(".")
+        owner = self.class_named(module, owner_name) if owner_name else None
+        found = []
+        for info in self.mro(owner) if owner is not None else ():
+            init = self.methods(info).get("__init__")
+            if init is not None and name in self.texts[info.module][1]:
+                found += _reads_in(init, self.file_of(info.module), f"{info.module}:{info.name}.__init__", name)
+        return found
+
     def _function_calls(self, module: str, name: str) -> list[MegatronCall]:
         calls = []
         for other, names, modules, bindings in self._function_names(module, name):

@@ -40,6 +40,19 @@ class Definition:
 
 
 @dataclass(frozen=True)
+class ClassValue:
+    """A class of the framework bound in place of a Megatron name (``gpt_model.TransformerBlock = Block``): what
+    Megatron's constructions of the name then bind is the class's own ``__init__``, or the one it inherits."""
+
+    name: str
+    place: str
+    init: Definition | None
+    """The first ``__init__`` along the framework's own classes, the replacement's first."""
+    megatron_base: str | None
+    """The Megatron class (dotted) whose ``__init__`` it inherits, where no class of the framework defines one."""
+
+
+@dataclass(frozen=True)
 class SourcePatch:
     """One assignment of the framework onto Megatron: ``path`` (dotted, as resolved) gets ``value``."""
 
@@ -69,6 +82,8 @@ class SourcePatch:
     """Not an assignment found in the source: the declaration names the symbol and its replacement."""
     objects: dict[str, str] = field(default_factory=dict)
     """For a method bound on built objects: the object's expression -> the Megatron class it was resolved to."""
+    constructs: ClassValue | None = None
+    """Where the value is a class of the framework (named, or held in a class attribute: ``self.block_class``)."""
 
     @property
     def place(self) -> str:
@@ -429,8 +444,9 @@ class _Reader:
             wrapper, inner = WRAPPERS[value.func.id], value.args[0]
         written = dotted_name(inner)
         definition = self.definition(written, scopes, enclosing) if written else None
+        constructs = self.class_value(written, scopes, enclosing) if written and definition is None else None
         resolved = self.resolve(written, scopes) if written else None
-        restores = definition is None and bool(resolved and resolved.startswith("megatron."))
+        restores = definition is None and constructs is None and bool(resolved and resolved.startswith("megatron."))
         if definition is not None and wrapper is None:
             wrapper = _decorated(definition.node)
         captured = {name for scope in scopes for name, bound in scope.names.items() if bound.startswith("=")}
@@ -450,9 +466,75 @@ class _Reader:
                 restores,
                 isinstance(value, ast.Constant),
                 bool(written and written.split(".")[0] in ("self", "cls") and written.count(".") == 1),
+                constructs=constructs,
             )
         )
         return True
+
+    def class_value(self, written: str, scopes: list[_Scope], enclosing: list[ast.AST]) -> ClassValue | None:
+        """The framework class ``written`` names: directly, or through the enclosing class's attribute it reads
+        (``self.transformer_block`` where the class body says ``transformer_block = TransformerBlock``)."""
+        head, _, rest = written.partition(".")
+        owner = next((n for n in reversed(enclosing) if isinstance(n, ast.ClassDef)), None)
+        if head in ("self", "cls") and owner is not None and rest and "." not in rest:
+            held = next(
+                (
+                    node.value
+                    for node in owner.body
+                    if isinstance(node, ast.Assign)
+                    and any(isinstance(t, ast.Name) and t.id == rest for t in node.targets)
+                ),
+                None,
+            )
+            written = dotted_name(held) if held is not None else None
+            if written is None:
+                return None
+            scopes = scopes[:1]  # a class body's names are the module's
+        found = self.framework_class(self.module, self.resolve(written, scopes))
+        if found is None:
+            return None
+        module, node = found
+        init, base = self.constructor(module, node)
+        return ClassValue(node.name, f"{module.replace('.', '/')}.py:{node.lineno}", init, base)
+
+    def framework_class(self, module: str, dotted: str) -> tuple[str, ast.ClassDef] | None:
+        """The module and class definition ``dotted`` names among the framework's modules (a name of ``module``
+        itself where it has no dot), re-exports followed."""
+        for _ in range(5):
+            if "." not in dotted:
+                dotted = f"{module}.{dotted}"
+            module, _, name = dotted.rpartition(".")
+            if module not in self.trees:
+                return None
+            path, tree = self.trees[module]
+            found = next((n for n in _statements(tree.body) if isinstance(n, ast.ClassDef) and n.name == name), None)
+            if found is not None:
+                return module, found
+            scope = _module_scope(module, tree, path)
+            if name not in scope.names:
+                return None
+            dotted = scope.names[name].lstrip("=")
+        return None
+
+    def constructor(self, module: str, node: ast.ClassDef) -> tuple[Definition | None, str | None]:
+        """The ``__init__`` a framework class's instances run (its own, or the first along its framework bases),
+        else the Megatron base it inherits one from (dotted)."""
+        for _ in range(10):
+            path, tree = self.trees[module]
+            init = _method(node, "__init__")
+            if init is not None:
+                return Definition(init, path, module), None
+            base = dotted_name(node.bases[0]) if node.bases else None
+            if base is None:
+                return None, None
+            resolved = self.resolve(base, [_module_scope(module, tree, path)])
+            if resolved.startswith("megatron."):
+                return None, resolved
+            found = self.framework_class(module, resolved)
+            if found is None:
+                return None, None
+            module, node = found
+        return None, None
 
     def definition(self, written: str, scopes: list[_Scope], enclosing: list[ast.AST]) -> Definition | None:
         """The function ``written`` names: a def in an enclosing scope, a method of a class of the framework

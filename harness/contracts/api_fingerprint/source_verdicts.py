@@ -7,7 +7,8 @@ definition as written:
 
 - red: a Megatron call site passes what the replacement cannot bind; a call site unpacks another number of values
   than every ``return`` of the replacement gives; the replacement calls the original it captured with what the
-  target's original does not take; a Megatron module holds the function by value and calls it there;
+  target's original does not take; a Megatron module holds the function by value and calls it there; a method
+  swapped on built objects was kept by value by the class's constructor;
 - advisory: keywords a call site passes that the replacement takes in a ``**kwargs`` it never reads; a by-value
   binding Megatron never calls; an unpacking call whose count the replacement's source does not decide;
 - ``fits`` with the call sites it fits; ``undecided`` (never a fit) where no call site is found or the replacement is
@@ -32,6 +33,7 @@ from harness.contracts.api_fingerprint.call_sites import (
 )
 from harness.contracts.api_fingerprint.framework_guards import Versions, guard_of
 from harness.contracts.api_fingerprint.framework_patches import (
+    ClassValue,
     Definition,
     FrameworkSource,
     InstancePatch,
@@ -282,6 +284,8 @@ def _verdict(
                 f"{_defined_at(source, key)}: the apply raises AttributeError here",
             )
         return _set(result, "absent", f"{missing}: the patch adds a name Megatron does not call")
+    if patch.definition is None and patch.constructs is not None:
+        return _class_verdict(result, patch.constructs, source, key, replaced)
     if patch.definition is None:
         return _set(
             result, "undecided", f"the replacement `{patch.value}` is not a function the framework's source defines"
@@ -291,11 +295,47 @@ def _verdict(
     calls += _calls_by_other_replacements(key, definitions)
     kind = patch.wrapper or ("method" if "." in key.partition(":")[2] or upstream_kind == "property" else "function")
     verdict, findings = judge(source, key, replacement, result.replacement, calls, kind, replaced)
-    originals = _original_calls(patch, key, source)
+    originals = _original_calls(patch, key, source) + (_held_when_built(source, key) if patch.objects else [])
     result.calls = [c.place for c in calls]
     if originals:
         return _set(result, "red", *(findings if verdict == "red" else []), *originals)
     return _set(result, verdict, *findings)
+
+
+def _class_verdict(
+    result: SymbolVerdict, built: ClassValue, source: MegatronSource, key: str, replaced: set[str]
+) -> SymbolVerdict:
+    """A framework class bound in place of a Megatron name: Megatron's constructions of the name against the
+    ``__init__`` the class runs (its own, or the Megatron base's it inherits)."""
+    result.replacement = built.place
+    if built.init is not None:
+        init, name = ReadFunction(built.init.node), f"{built.name}.__init__ ({built.init.place})"
+    else:
+        base = megatron_key(built.megatron_base, source) if built.megatron_base else None
+        module, _, qualname = base.partition(":") if base else ("", "", "")
+        upstream = upstream_definition(source, module, f"{qualname}.__init__") if base else None
+        if upstream is None:
+            return _set(
+                result,
+                "undecided",
+                f"the replacement class {built.name} ({built.place}) takes its __init__ from outside the framework's "
+                "and Megatron's source",
+            )
+        init, name = ReadFunction(upstream), f"{built.name} (with {qualname}.__init__ of {module})"
+    calls, _ = megatron_calls_of(source, key, replaced - {key})
+    verdict, findings = judge(source, key, init, name, calls, "method", replaced)
+    result.calls = [c.place for c in calls]
+    return _set(result, verdict, *findings)
+
+
+def _held_when_built(source: MegatronSource, key: str) -> list[str]:
+    """For a method swapped on built objects: where Megatron's constructor kept the bound method by value, which
+    the swap never reaches."""
+    return [
+        f"{read.place} ({read.caller.split(':')[-1]}) keeps {read.name} by value when the object is built: "
+        f"the method swapped on the built object is never called through it"
+        for read in source.held_when_built(key)
+    ]
 
 
 def _calls_by_other_replacements(key: str, definitions: Mapping[str, Definition]) -> list[MegatronCall]:
