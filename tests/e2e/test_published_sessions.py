@@ -1,8 +1,9 @@
 """A framework as published, end to end on one target: verl 0.9.1 declared with ``[subject] distribution``
 (``tests/published/verl/``), installed from the package index beside megatron-0.16 and run as a user runs it. Its
 patches that verl's own apply makes are checked applied, the rest read from source; the one red is the node method it
-swaps after Megatron's constructor kept it; every verdict that is no fit names the Megatron line behind it, and the cells agree with the table written for verl beforehand as ``nox -s frameworks``
-counts them (every target and framework: ``nox -s frameworks``, not CI's job).
+swaps after Megatron's constructor kept it; every verdict that is no fit names the Megatron line behind it, and the
+cells agree with the table written for verl beforehand as ``nox -s frameworks`` counts them (every target and
+framework: ``nox -s frameworks``, not CI's job).
 """
 
 from __future__ import annotations

@@ -34,6 +34,9 @@ POST_PROCESS = "megatron.core.models.gpt.fine_grained_callables:PostProcessNode.
 NODE_KEEPS = "megatron/core/models/gpt/fine_grained_callables.py:148"
 """Where ``PostProcessNode.__init__`` hands ``weak_method(self.forward_impl)`` to its base, before any swap."""
 ROUTER = "megatron.core.transformer.moe.router:TopKRouter"
+FLASH = "megatron.core.models.common.embeddings.rope_utils:apply_rotary_emb_flash"
+FLASH_CALL = "megatron/core/models/common/embeddings/rope_utils.py:342"
+"""Where ``rope_utils`` calls ``apply_rotary_emb_flash``, ``None`` there where ``flash_attn`` does not import."""
 BLOCK = "megatron.core.models.gpt.gpt_model:TransformerBlock"
 BLOCK_BUILT = "megatron/core/models/gpt/gpt_model.py:202"
 """Where ``GPTModel.__init__`` builds its decoder through the module's ``TransformerBlock`` name."""
@@ -148,6 +151,53 @@ class Loader:
     def build(self):
         gpt_model.TransformerBlock = self.block
 """,
+    "router_class_swapped_for_one_missing_logits": """
+from megatron.core.transformer.moe.router import TopKRouter
+
+class NoisyRouter(TopKRouter):
+    def routing(self):
+        return None
+
+def retrofit(router):
+    if isinstance(router, TopKRouter):
+        router.__class__ = NoisyRouter
+""",
+    "router_class_swapped_for_one_taking_logits": """
+from megatron.core.transformer.moe.router import TopKRouter
+
+class NoisyRouter(TopKRouter):
+    def routing(self, logits):
+        probs, routing_map = super().routing(logits)
+        return probs * 0.5, routing_map
+
+def retrofit(router):
+    if isinstance(router, TopKRouter):
+        router.__class__ = NoisyRouter
+""",
+    "flash_rotary_back_filled_with_two_parameters": """
+import sys
+
+def rotary(x, cos):
+    return x
+
+def provide():
+    for module in list(sys.modules.values()):
+        namespace = getattr(module, "__dict__", None)
+        if namespace is not None and namespace.get("apply_rotary_emb_flash", "keep") is None:
+            namespace["apply_rotary_emb_flash"] = rotary
+""",
+    "flash_rotary_back_filled_with_its_four": """
+import sys
+
+def rotary(x, cos, sin, interleaved=False):
+    return x
+
+def provide():
+    for module in list(sys.modules.values()):
+        namespace = getattr(module, "__dict__", None)
+        if namespace is not None and namespace.get("apply_rotary_emb_flash", "keep") is None:
+            namespace["apply_rotary_emb_flash"] = rotary
+""",
     "same_name_in_another_package": """
 import transformer_engine.pytorch.attention as te_attention
 
@@ -258,6 +308,42 @@ def test_a_class_held_in_an_attribute_that_inherits_megatrons_constructor_fits(
     verdict = verdicts(write_framework(tmp_path, "block_class_inheriting_its_constructor"), megatron)[BLOCK]
     assert verdict.verdict == "fits", verdict.line()
     assert verdict.calls == [BLOCK_BUILT], verdict.calls
+
+
+def test_a_class_swapped_onto_built_objects_whose_method_cannot_bind_megatrons_call_is_red(
+    tmp_path: Path, megatron: MegatronSource
+) -> None:
+    found = verdicts(write_framework(tmp_path, "router_class_swapped_for_one_missing_logits"), megatron)
+    verdict = found[f"{ROUTER}.routing@seeded/patch.py:14"]
+    assert verdict.verdict == "red", verdict.line()
+    assert any("megatron/core/transformer/moe/router.py:" in f and "does not bind" in f for f in verdict.findings)
+
+
+def test_a_class_swapped_onto_built_objects_whose_method_takes_what_megatron_passes_fits(
+    tmp_path: Path, megatron: MegatronSource
+) -> None:
+    found = verdicts(write_framework(tmp_path, "router_class_swapped_for_one_taking_logits"), megatron)
+    verdict = found[f"{ROUTER}.routing@seeded/patch.py:15"]
+    assert verdict.verdict == "fits", verdict.line()
+
+
+def test_a_stand_in_back_filled_through_sys_modules_that_cannot_bind_megatrons_call_is_red(
+    tmp_path: Path, megatron: MegatronSource
+) -> None:
+    """The back-fill names no module: it reaches the one whose failed optional import left the name ``None``."""
+    found = verdicts(write_framework(tmp_path, "flash_rotary_back_filled_with_two_parameters"), megatron)
+    verdict = found[FLASH]
+    assert verdict.verdict == "red", verdict.line()
+    assert any(FLASH_CALL in f and "does not bind" in f for f in verdict.findings), verdict.findings
+    assert verdict.patched_at == ["seeded/patch.py:15"], verdict.patched_at
+
+
+def test_a_stand_in_back_filled_through_sys_modules_that_takes_what_megatron_passes_fits(
+    tmp_path: Path, megatron: MegatronSource
+) -> None:
+    verdict = verdicts(write_framework(tmp_path, "flash_rotary_back_filled_with_its_four"), megatron)[FLASH]
+    assert verdict.verdict == "fits", verdict.line()
+    assert verdict.calls == [FLASH_CALL], verdict.calls
 
 
 def test_a_same_named_function_of_another_package_is_no_megatron_symbol(

@@ -171,6 +171,39 @@ def test_the_frameworks_own_checks_are_read_against_the_target(
     assert guard(CHECKS[check], megatron, frozenset({"megatron.core.a.b"})) == expected
 
 
+SUBCLASS_IF_IMPORTED = """\
+try:
+    from megatron.core.a import b
+    HAVE_B = True
+except ImportError:
+    b = None
+    HAVE_B = False
+
+if HAVE_B:
+    class Sub(b):
+        pass
+else:
+    Sub = None
+
+def f():
+    if unknown() or Sub is None:
+        return
+    X.y = z
+"""
+
+
+@pytest.mark.parametrize(
+    ("defined", "expected"), [(frozenset(), (False, "line 15")), (frozenset({"megatron.core.a.b"}), (True, "line 15"))]
+)
+def test_a_class_defined_only_where_its_import_goes_through_is_read_through_the_imports_flag(
+    defined: frozenset[str], expected: tuple[bool, str | None]
+) -> None:
+    """mcore-bridge's ``__class__`` swap: ``Sub`` exists only under a flag its ``try`` of imports sets, and the swap
+    returns early where it is None; where the import fails the swap is not made, where it goes through the check
+    left unread (``unknown()``) takes it as made."""
+    assert guard(SUBCLASS_IF_IMPORTED, "0.16.1", defined) == expected
+
+
 def test_release_numbers_compare_as_versions() -> None:
     assert release("0.16.0rc0") == (0, 16) < release("0.16.1") and release("2.13.0+cpu") == (2, 13)
 

@@ -209,6 +209,8 @@ def _fallbacks(module: list[ast.stmt]) -> dict[str, ast.expr]:
             if test is None:
                 continue
             bound = {a.asname or a.name for s in imported if isinstance(s, ast.ImportFrom) for a in s.names}
+            # A class or function defined only where the test holds (``if HAVE_X: class Sub(Base): ...``).
+            bound |= {s.name for s in imported if isinstance(s, ast.ClassDef | ast.FunctionDef | ast.AsyncFunctionDef)}
             for statement in fallback:
                 if (
                     isinstance(statement, ast.Assign)
@@ -217,6 +219,34 @@ def _fallbacks(module: list[ast.stmt]) -> dict[str, ast.expr]:
                 ):
                     found.update({t.id: test for t in statement.targets if isinstance(t, ast.Name) and t.id in bound})
     return found
+
+
+def _flags(module: list[ast.stmt]) -> dict[str, ast.expr]:
+    """Module-level flags a ``try`` of imports sets one way and its ``except ImportError`` the other
+    (``HAVE_X = True`` / ``HAVE_X = False``): name -> the flag's value as an expression of the imports' test."""
+    found: dict[str, ast.expr] = {}
+    for node in (n for n in module if isinstance(n, ast.Try)):
+        imports = [_Import(s).test for s in node.body if isinstance(s, ast.ImportFrom)]
+        if not imports:
+            continue
+        handlers = [s for h in node.handlers if _catches_import_error(h) for s in h.body]
+        tried, fallen = _constants(node.body), _constants(handlers)
+        for name in tried.keys() & fallen.keys():
+            found[name] = ast.IfExp(
+                ast.BoolOp(ast.And(), imports), ast.Constant(tried[name]), ast.Constant(fallen[name])
+            )
+    return found
+
+
+def _constants(body: list[ast.stmt]) -> dict[str, object]:
+    """Names a block binds to a literal (``HAVE_X = True``)."""
+    return {
+        target.id: statement.value.value
+        for statement in body
+        if isinstance(statement, ast.Assign) and isinstance(statement.value, ast.Constant)
+        for target in statement.targets
+        if isinstance(target, ast.Name)
+    }
 
 
 class _Reader:
@@ -254,6 +284,7 @@ class _Reader:
             if isinstance(node, ast.Assign) and len(node.targets) == 1 and isinstance(node.targets[0], ast.Name):
                 self.assigned.setdefault(node.targets[0].id, node.value)
         self.fallbacks = _fallbacks(module)
+        self.flags = _flags(module)
 
     def dotted(self, node: ast.expr) -> str | None:
         """``node`` as a dotted path, its first name resolved through the names the patch sees."""
@@ -288,6 +319,11 @@ class _Reader:
         if isinstance(node, ast.Name) and node.id in self.fallbacks:
             imported = self.value(self.fallbacks[node.id], depth + 1)
             return UNKNOWN if imported is UNKNOWN else PRESENT if imported else None
+        if isinstance(node, ast.Name) and node.id in self.flags and node.id not in self.assigned:
+            return self.value(self.flags[node.id], depth + 1)
+        if isinstance(node, ast.IfExp):
+            test = self.value(node.test, depth + 1)
+            return UNKNOWN if test is UNKNOWN else self.value(node.body if test else node.orelse, depth + 1)
         if isinstance(node, ast.Name) and node.id in self.assigned:
             return self.value(self.assigned[node.id], depth + 1)
         if isinstance(node, ast.Attribute):

@@ -19,11 +19,12 @@ from __future__ import annotations
 
 import ast
 import functools
-from collections.abc import Collection, Iterator, Sequence
+from collections.abc import Collection, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from harness.contracts.api_fingerprint.call_sites import MegatronSource, absolute_module, dotted_name, functions_of
+from harness.contracts.api_fingerprint.call_sites import MegatronSource, functions_of
+from harness.contracts.api_fingerprint.class_swaps import class_swaps
 from harness.contracts.api_fingerprint.framework_patches import Definition, FrameworkSource, read_framework
 from harness.contracts.api_fingerprint.framework_scan import Patch, defined
 from harness.contracts.api_fingerprint.source_verdicts import (
@@ -117,17 +118,15 @@ def read_patches(
         entry.replacements[place] = qualnames.of(instance.definition)
         entry.values[place] = instance.definition.node.name
         entry.makers[place] = _maker(instance.module, instance.chain)
-    for module, chain, swap, subclass in _class_swaps(framework):
-        owner = _swapped_class(framework, module, chain, subclass, source)
-        for method in (n for n in subclass.body if isinstance(n, ast.FunctionDef | ast.AsyncFunctionDef)):
-            if owner is None or (method.name.startswith("__") and method.name != "__call__"):
-                continue
+    for swap in class_swaps(framework):
+        owner = megatron_key(swap.swapped, source) if swap.swapped else None
+        for method in swap.methods() if owner is not None else ():
             key = f"{owner}.{method.name}"
             entry = replaced.setdefault(key, Replaced(key, on_instances=True))
-            place = framework.place(module, swap.lineno)
-            entry.replacements[place] = f"{module}:{subclass.name}.{method.name}"
-            entry.values[place] = f"{subclass.name}.{method.name}"
-            entry.makers[place] = _maker(module, chain)
+            place = framework.place(swap.module, swap.line)
+            entry.replacements[place] = f"{swap.module}:{swap.subclass.name}.{method.name}"
+            entry.values[place] = f"{swap.subclass.name}.{method.name}"
+            entry.makers[place] = _maker(swap.module, swap.chain)
     read = {f"{p.file.name}:{p.line}" for p in framework.patches}
     for patch in scanned:
         if patch.place in read or patch.module not in framework.trees or not patch.scope:
@@ -143,56 +142,6 @@ def read_patches(
         entry.values[place] = patch.value
         entry.makers[place] = f"{patch.module}:{maker.name}"
     return FrameworkPatches(replaced, _guess(framework, replaced), framework)
-
-
-def _class_swaps(framework: FrameworkSource) -> Iterator[tuple[str, tuple[ast.AST, ...], ast.Assign, ast.ClassDef]]:
-    """``obj.__class__ = Sub`` where ``Sub`` is a class the module defines at module level: each built object so
-    swapped runs ``Sub``'s methods in place of its own class's. With the definitions around each swap."""
-    for module, (_, tree) in framework.trees.items():
-        classes = {node.name: node for node in _module_level(tree.body) if isinstance(node, ast.ClassDef)}
-        stack: list[tuple[ast.AST, ...]] = [(node,) for node in tree.body]
-        while stack:
-            chain = stack.pop()
-            node = chain[-1]
-            if isinstance(node, ast.Assign) and isinstance(node.value, ast.Name) and node.value.id in classes:
-                if any(isinstance(t, ast.Attribute) and t.attr == "__class__" for t in node.targets):
-                    yield module, chain, node, classes[node.value.id]
-            stack += [(*chain, child) for child in ast.iter_child_nodes(node) if isinstance(child, ast.stmt)]
-
-
-def _module_level(body: list[ast.stmt]) -> Iterator[ast.stmt]:
-    """The statements a module runs at import, those in ``if`` and ``try`` blocks included."""
-    for node in body:
-        yield node
-        if isinstance(node, ast.If | ast.Try):
-            nested = [*node.body, *node.orelse, *getattr(node, "finalbody", [])]
-            yield from _module_level(nested + [s for handler in getattr(node, "handlers", []) for s in handler.body])
-
-
-def _swapped_class(
-    framework: FrameworkSource, module: str, chain: tuple[ast.AST, ...], subclass: ast.ClassDef, source: MegatronSource
-) -> str | None:
-    """``module:Class`` of the Megatron class whose objects a ``__class__`` swap changes: the one the function
-    around it tests with ``isinstance`` that the subclass derives from, else the Megatron base it derives from."""
-    path, tree = framework.trees[module]
-    imported = {
-        alias.asname or alias.name: f"{absolute_module(node, module, path.name == '__init__.py')}.{alias.name}"
-        for node in ast.walk(tree)
-        if isinstance(node, ast.ImportFrom)
-        for alias in node.names
-    }
-    bases = [imported.get(name, "") for name in map(dotted_name, subclass.bases) if name]
-    functions = [n for n in chain if isinstance(n, ast.FunctionDef | ast.AsyncFunctionDef)]
-    tested = [
-        imported.get(name, "")
-        for call in (ast.walk(functions[-1]) if functions else ())
-        if isinstance(call, ast.Call) and getattr(call.func, "id", None) == "isinstance" and len(call.args) == 2
-        for kind in (call.args[1].elts if isinstance(call.args[1], ast.Tuple) else [call.args[1]])
-        if (name := dotted_name(kind))
-    ]
-    megatron = [path for path in [*tested, *bases] if path.startswith("megatron.")]
-    chosen = next((path for path in megatron if path in bases), megatron[0] if megatron else None)
-    return megatron_key(chosen, source) if chosen else None
 
 
 def defined_everywhere(key: str, trees: Sequence[Path]) -> bool:

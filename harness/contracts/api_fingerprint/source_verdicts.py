@@ -31,6 +31,7 @@ from harness.contracts.api_fingerprint.call_sites import (
     calls_in,
     is_self_call,
 )
+from harness.contracts.api_fingerprint.class_swaps import ClassSwap, class_swaps
 from harness.contracts.api_fingerprint.framework_guards import Versions, guard_of
 from harness.contracts.api_fingerprint.framework_patches import (
     ClassValue,
@@ -42,6 +43,7 @@ from harness.contracts.api_fingerprint.framework_patches import (
     statement_at,
 )
 from harness.contracts.api_fingerprint.framework_scan import defined, symbol_key
+from harness.contracts.api_fingerprint.module_backfills import BackFill, backfilled_modules, backfills
 from harness.contracts.api_fingerprint.module_calls import instance_calls, spec_constructions
 from harness.contracts.api_fingerprint.replacement_fit import (
     ReadFunction,
@@ -101,6 +103,14 @@ def framework_verdicts(
         owner = instance_class(instance, source)
         if owner is not None:
             keyed.setdefault(f"{owner}.{instance.method}@{instance.place}", []).append(_instance_patch(instance, owner))
+    for fill in backfills(framework):
+        for module in backfilled_modules(source, fill):
+            keyed.setdefault(f"{module}:{fill.name}", []).append(_backfill_patch(framework, fill, module))
+    for swap in class_swaps(framework):
+        owner = megatron_key(swap.swapped, source) if swap.swapped else None
+        for method in swap.methods() if owner is not None else ():
+            patch = _swap_patch(framework, swap, method, owner)
+            keyed.setdefault(f"{owner}.{method.name}@{patch.place}", []).append(patch)
     # A method swapped on some built objects (an ``@`` key) leaves Megatron's own calls inside it standing for the
     # others: only replacements of a class's or module's name take Megatron's calls in them out.
     replaced = {key for key, found in keyed.items() if "@" not in key and any(not p.restores for p in found)}
@@ -176,6 +186,41 @@ def _instance_patch(instance: InstancePatch, owner: str) -> SourcePatch:
         None,
         names=instance.names,
         objects={instance.target: owner.replace(":", ".")},
+    )
+
+
+def _backfill_patch(framework: FrameworkSource, fill: BackFill, module: str) -> SourcePatch:
+    """A back-fill through ``sys.modules`` as a patch of the name in one Megatron module it reaches."""
+    return SourcePatch(
+        f"{module}.{fill.name}",
+        fill.value,
+        framework.trees[fill.module][0],
+        fill.module,
+        fill.line,
+        fill.chain,
+        fill.definition,
+        None,
+        names=fill.names,
+    )
+
+
+def _swap_patch(
+    framework: FrameworkSource, swap: ClassSwap, method: ast.FunctionDef | ast.AsyncFunctionDef, owner: str
+) -> SourcePatch:
+    """One method a ``__class__`` swap brings, as a method swapped on built objects of the class swapped away."""
+    path = framework.trees[swap.module][0]
+    _, _, names = statement_at(framework, path, swap.line)
+    return SourcePatch(
+        f"{owner.replace(':', '.')}.{method.name}",
+        f"{swap.subclass.name}.{method.name}",
+        path,
+        swap.module,
+        swap.line,
+        swap.chain,
+        Definition(method, path, swap.module),
+        _decorated_kind(method),
+        names=names,
+        objects={swap.target: owner.replace(":", ".")},
     )
 
 
