@@ -37,6 +37,9 @@ ROUTER = "megatron.core.transformer.moe.router:TopKRouter"
 FLASH = "megatron.core.models.common.embeddings.rope_utils:apply_rotary_emb_flash"
 FLASH_CALL = "megatron/core/models/common/embeddings/rope_utils.py:342"
 """Where ``rope_utils`` calls ``apply_rotary_emb_flash``, ``None`` there where ``flash_attn`` does not import."""
+EMBEDDINGS = "megatron.core.transformer.multi_token_prediction:MultiTokenPredictionLayer._get_embeddings"
+EMBEDDINGS_UNPACKED = "megatron/core/transformer/multi_token_prediction.py:695"
+"""Where 0.15.3's ``MultiTokenPredictionLayer.forward`` unpacks four values of ``self._get_embeddings(...)``."""
 BLOCK = "megatron.core.models.gpt.gpt_model:TransformerBlock"
 BLOCK_BUILT = "megatron/core/models/gpt/gpt_model.py:202"
 """Where ``GPTModel.__init__`` builds its decoder through the module's ``TransformerBlock`` name."""
@@ -198,6 +201,34 @@ def provide():
         if namespace is not None and namespace.get("apply_rotary_emb_flash", "keep") is None:
             namespace["apply_rotary_emb_flash"] = rotary
 """,
+    "embeddings_counted_by_a_flag_megatron_lacks": """
+from inspect import signature
+from megatron.core.transformer.multi_token_prediction import MultiTokenPredictionLayer
+
+def _get_embeddings(self, input_ids, position_ids, embedding, hidden_states, padding_mask=None):
+    if getattr(self, "_takes_padding_mask", False):
+        return input_ids, position_ids, padding_mask, embedding, hidden_states
+    return input_ids, position_ids, embedding, hidden_states
+
+def patch(layer):
+    if isinstance(layer, MultiTokenPredictionLayer):
+        layer._takes_padding_mask = "padding_mask" in signature(layer._get_embeddings).parameters
+        layer._get_embeddings = _get_embeddings.__get__(layer, MultiTokenPredictionLayer)
+""",
+    "embeddings_counted_by_a_flag_megatron_has": """
+from inspect import signature
+from megatron.core.transformer.multi_token_prediction import MultiTokenPredictionLayer
+
+def _get_embeddings(self, input_ids, position_ids, embedding, hidden_states, padding_mask=None):
+    if getattr(self, "_takes_padding_mask", False):
+        return input_ids, position_ids, padding_mask, embedding, hidden_states
+    return input_ids, position_ids, embedding, hidden_states
+
+def patch(layer):
+    if isinstance(layer, MultiTokenPredictionLayer):
+        layer._takes_padding_mask = "hidden_states" in signature(layer._get_embeddings).parameters
+        layer._get_embeddings = _get_embeddings.__get__(layer, MultiTokenPredictionLayer)
+""",
     "same_name_in_another_package": """
 import transformer_engine.pytorch.attention as te_attention
 
@@ -344,6 +375,26 @@ def test_a_stand_in_back_filled_through_sys_modules_that_takes_what_megatron_pas
     verdict = verdicts(write_framework(tmp_path, "flash_rotary_back_filled_with_its_four"), megatron)[FLASH]
     assert verdict.verdict == "fits", verdict.line()
     assert verdict.calls == [FLASH_CALL], verdict.calls
+
+
+def test_a_return_count_decided_by_a_flag_the_patch_sets_from_the_originals_signature_fits(
+    tmp_path: Path, megatron: MegatronSource
+) -> None:
+    """verl's form: the replacement returns four or five values by a flag the patching function sets on the layer
+    from the original's parameters; 0.15.3's original takes no ``padding_mask``, so four, as Megatron unpacks."""
+    found = verdicts(write_framework(tmp_path, "embeddings_counted_by_a_flag_megatron_lacks"), megatron)
+    verdict = found[f"{EMBEDDINGS}@seeded/patch.py:17"]
+    assert verdict.verdict == "fits", verdict.line()
+    assert EMBEDDINGS_UNPACKED in verdict.calls, verdict.calls
+
+
+def test_a_return_count_a_flag_turns_to_what_megatron_does_not_unpack_is_red(
+    tmp_path: Path, megatron: MegatronSource
+) -> None:
+    found = verdicts(write_framework(tmp_path, "embeddings_counted_by_a_flag_megatron_has"), megatron)
+    verdict = found[f"{EMBEDDINGS}@seeded/patch.py:17"]
+    assert verdict.verdict == "red", verdict.line()
+    assert any(f"{EMBEDDINGS_UNPACKED} unpacks 4 values" in f and "returns 5" in f for f in verdict.findings)
 
 
 def test_a_same_named_function_of_another_package_is_no_megatron_symbol(

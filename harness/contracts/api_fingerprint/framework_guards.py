@@ -101,6 +101,41 @@ def guard_of(
     return Guard(True, unread_at, unread_at is not None)
 
 
+def value_of(
+    expression: ast.expr,
+    chain: tuple[ast.AST, ...],
+    module_body: list[ast.stmt],
+    names: dict[str, str],
+    versions: Versions,
+    objects: dict[str, str] | None = None,
+) -> object:
+    """What ``expression``, written at ``chain[-1]`` (its enclosing definitions before it), holds on this target, as
+    the checks around a patch are read (``"padding_mask" in signature(layer._get_embeddings).parameters``);
+    :data:`UNKNOWN` where the reading cannot decide it."""
+    functions = [n for n in chain[:-1] if isinstance(n, ast.FunctionDef | ast.AsyncFunctionDef)]
+    body = functions[-1].body if functions else module_body
+    return _Reader(body, chain[-1], names, versions, module_body, objects).value(expression)
+
+
+def reached(
+    function: ast.FunctionDef | ast.AsyncFunctionDef,
+    statement: ast.stmt,
+    names: dict[str, str],
+    versions: Versions,
+    attributes: dict[str, object],
+) -> bool | None:
+    """Whether ``statement`` of ``function`` runs, the attributes of ``self`` in ``attributes`` holding the values
+    given (what the patching function set on the object); None where a condition on the way cannot be read."""
+    reader = _Reader(function.body, statement, names, versions, [], attributes=attributes)
+    for condition, wanted, _ in _conditions(function.body, statement):
+        value = reader.value(condition)
+        if value is UNKNOWN:
+            return None
+        if bool(value) != wanted:
+            return False
+    return True
+
+
 def _conditions(body: list[ast.stmt], target: ast.stmt) -> list[tuple[ast.expr, bool, ast.stmt]]:
     """The conditions on the way to ``target`` in ``body``: (test, the value it must have, the statement)."""
     for index, node in enumerate(body):
@@ -258,11 +293,14 @@ class _Reader:
         versions: Versions,
         module: list[ast.stmt],
         objects: dict[str, str] | None = None,
+        attributes: dict[str, object] | None = None,
     ) -> None:
         self.names = names
         self.versions = versions
         self.assigned: dict[str, ast.expr] = {}
         self.objects = objects or {}
+        self.attributes = attributes or {}
+        """Attributes of ``self`` with the values the patching function set on the object."""
         bound: dict[str, list[ast.expr]] = {}
         fallbacks = {
             id(n)
@@ -374,6 +412,8 @@ class _Reader:
         return True
 
     def _attribute(self, node: ast.Attribute, depth: int) -> object:
+        if isinstance(node.value, ast.Name) and node.value.id == "self" and node.attr in self.attributes:
+            return self.attributes[node.attr]
         dotted = self.dotted(node)
         if dotted is not None and dotted.endswith(".__version__"):
             package = dotted.split(".")[0]
@@ -393,6 +433,10 @@ class _Reader:
         arguments = [self.value(a, depth + 1) for a in node.args]
         if name == "signature" and len(node.args) == 1:
             return self._signature(node.args[0])
+        if name == "getattr" and len(node.args) >= 2 and ast.unparse(node.args[0]) == "self":
+            held = arguments[1]
+            if isinstance(held, str) and held in self.attributes:
+                return self.attributes[held]
         if name in ("list", "tuple") and len(arguments) == 1 and isinstance(arguments[0], tuple):
             return arguments[0]
         if name == "len" and len(arguments) == 1 and isinstance(arguments[0], tuple):

@@ -31,6 +31,9 @@ class ReadFunction:
     node: ast.FunctionDef | ast.AsyncFunctionDef
     bound: bool = False
     """Bound to an instance before it is set (``self.method``): its first parameter is taken."""
+    returns: int | None = None
+    """How many values it returns on this target where its ``return``s differ and the framework's own flags decide
+    which runs (set on the object by the patching function); None: read from the ``return``s alone."""
 
     def signature(self) -> inspect.Signature:
         arguments = self.node.args
@@ -114,6 +117,8 @@ def _definition(function: Any) -> ast.FunctionDef | ast.AsyncFunctionDef | None:
 
 def returned_count(function: Any) -> int | None:
     """How many values ``function`` returns, where its source decides it; None where it does not."""
+    if isinstance(function, ReadFunction) and function.returns is not None:
+        return function.returns
     definition = _definition(function)
     if definition is None:
         return None

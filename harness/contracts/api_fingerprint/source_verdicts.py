@@ -45,6 +45,7 @@ from harness.contracts.api_fingerprint.framework_patches import (
 from harness.contracts.api_fingerprint.framework_scan import defined, symbol_key
 from harness.contracts.api_fingerprint.module_backfills import BackFill, backfilled_modules, backfills
 from harness.contracts.api_fingerprint.module_calls import instance_calls, spec_constructions
+from harness.contracts.api_fingerprint.object_flags import returned_under_flags
 from harness.contracts.api_fingerprint.replacement_fit import (
     ReadFunction,
     binding_problem,
@@ -336,6 +337,8 @@ def _verdict(
             result, "undecided", f"the replacement `{patch.value}` is not a function the framework's source defines"
         )
     replacement = ReadFunction(patch.definition.node, patch.bound)
+    if patch.objects:
+        replacement = dataclasses.replace(replacement, returns=returned_under_flags(patch, framework, versions))
     calls, upstream_kind = megatron_calls_of(source, key, replaced - {key})
     calls += _calls_by_other_replacements(key, definitions)
     kind = patch.wrapper or ("method" if "." in key.partition(":")[2] or upstream_kind == "property" else "function")
