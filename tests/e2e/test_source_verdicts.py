@@ -229,6 +229,31 @@ def patch(layer):
         layer._takes_padding_mask = "hidden_states" in signature(layer._get_embeddings).parameters
         layer._get_embeddings = _get_embeddings.__get__(layer, MultiTokenPredictionLayer)
 """,
+    "forwards_everything_in_a_module_importing_what_the_target_lacks": """
+from megatron.core.models.hybrid.hybrid_block import HybridStack
+
+def apply():
+    original = MultiLatentAttention.forward
+
+    def forward(self, *args, **kwargs):
+        return original(self, *args, **kwargs)
+
+    MultiLatentAttention.forward = forward
+""",
+    "forwards_everything_beside_a_guarded_import_of_what_the_target_lacks": """
+try:
+    from megatron.core.models.hybrid.hybrid_block import HybridStack
+except ImportError:
+    HybridStack = None
+
+def apply():
+    original = MultiLatentAttention.forward
+
+    def forward(self, *args, **kwargs):
+        return original(self, *args, **kwargs)
+
+    MultiLatentAttention.forward = forward
+""",
     "same_name_in_another_package": """
 import transformer_engine.pytorch.attention as te_attention
 
@@ -395,6 +420,26 @@ def test_a_return_count_a_flag_turns_to_what_megatron_does_not_unpack_is_red(
     verdict = found[f"{EMBEDDINGS}@seeded/patch.py:17"]
     assert verdict.verdict == "red", verdict.line()
     assert any(f"{EMBEDDINGS_UNPACKED} unpacks 4 values" in f and "returns 5" in f for f in verdict.findings)
+
+
+def test_a_patch_in_a_module_whose_own_import_of_megatron_fails_on_the_target_is_absent_not_a_fit(
+    tmp_path: Path, megatron: MegatronSource
+) -> None:
+    seed = "forwards_everything_in_a_module_importing_what_the_target_lacks"
+    verdict = verdicts(write_framework(tmp_path, seed), megatron)[FORWARD]
+    assert verdict.verdict == "absent", verdict.line()
+    assert verdict.findings == [
+        "seeded/patch.py:6 imports megatron.core.models.hybrid.hybrid_block.HybridStack, which megatron-core 0.15.3 "
+        "lacks: the module cannot be imported here, and makes no patch"
+    ], verdict.findings
+
+
+def test_a_patch_beside_a_guarded_import_of_what_the_target_lacks_is_judged(
+    tmp_path: Path, megatron: MegatronSource
+) -> None:
+    seed = "forwards_everything_beside_a_guarded_import_of_what_the_target_lacks"
+    verdict = verdicts(write_framework(tmp_path, seed), megatron)[FORWARD]
+    assert verdict.verdict == "fits", verdict.line()
 
 
 def test_a_same_named_function_of_another_package_is_no_megatron_symbol(

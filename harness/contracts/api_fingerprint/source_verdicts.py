@@ -319,6 +319,9 @@ def _verdict(
     skipped_by = _skipped_by(framework, patch.module, patch.scope, patch.names, versions, 0, patch.objects)
     if skipped_by is not None:
         return _set(result, "skipped", f"not applied here by {skipped_by}")
+    unimportable = _failing_import(framework, patch.module, versions) if not patch.declared else None
+    if unimportable is not None:
+        return _set(result, "absent", f"{unimportable}: the module cannot be imported here, and makes no patch")
     if not _defines(source, key):
         missing = f"megatron-core {versions.megatron} defines no {key.partition(':')[2]}"
         read_at = _reads_original(patch, key, source)
@@ -384,6 +387,27 @@ def _held_when_built(source: MegatronSource, key: str) -> list[str]:
         f"the method swapped on the built object is never called through it"
         for read in source.held_when_built(key)
     ]
+
+
+def _failing_import(framework: FrameworkSource, module: str, versions: Versions) -> str | None:
+    """Where the framework's module imports, unguarded at its top, a Megatron name this target lacks (``file:line
+    imports <dotted>, which megatron-core <version> lacks``); None where every such import goes through."""
+    path, tree = framework.trees[module]
+    for node in tree.body:
+        if isinstance(node, ast.ImportFrom):
+            origin = absolute_module(node, module, path.name == "__init__.py")
+            wanted = [f"{origin}.{alias.name}" for alias in node.names]
+        elif isinstance(node, ast.Import):
+            wanted = [alias.name for alias in node.names]
+        else:
+            continue
+        for dotted in (d for d in wanted if d.startswith("megatron.")):
+            if not versions.defines(dotted):
+                return (
+                    f"{framework.place(module, node.lineno)} imports {dotted}, which megatron-core "
+                    f"{versions.megatron} lacks"
+                )
+    return None
 
 
 def _calls_by_other_replacements(key: str, definitions: Mapping[str, Definition]) -> list[MegatronCall]:
