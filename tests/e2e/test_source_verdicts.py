@@ -3,54 +3,41 @@ seeded breaks of each rule are red (or advisory) naming Megatron's line, correct
 own version check skips reads "not applied here", and a declared framework whose apply needs Transformer Engine
 gets those verdicts in its target session while the families that need it loaded are skipped, not red.
 
-Each seeded framework is a package written here whose patch module imports ``transformer_engine`` first: importing
-it raises on this machine, so nothing but its source can be read. Megatron's source is megatron-core 0.15.3's (the
-target venv, else its wheel from the cache).
+Each seeded framework is a package written by :mod:`tests.source_seeds` whose patch module imports
+``transformer_engine`` first: importing it raises on this machine, so nothing but its source can be read. Megatron's
+source is megatron-core 0.15.3's (the target venv, else its wheel from the cache). The ways frameworks patch beyond
+an assignment (``__class__`` swaps, back-fills, ...) are in ``tests/e2e/test_source_patch_forms.py``.
 """
 
 from __future__ import annotations
 
 import json
-import textwrap
 from pathlib import Path
 
 import pytest
 
 from harness.contracts.api_fingerprint.call_sites import MegatronSource
 from harness.contracts.api_fingerprint.from_source import versions_of
-from harness.contracts.api_fingerprint.source_verdicts import SymbolVerdict, framework_verdicts
+from harness.contracts.api_fingerprint.source_verdicts import framework_verdicts
 from harness.targets.release_source import distribution_source, release_source
 from tests.pytest_helpers import ROOT, run_subjects_together, run_target_cases
+from tests.source_seeds import (
+    FORWARD,
+    MLA,
+    NODE_KEEPS,
+    POST_PROCESS,
+    seeded_framework,
+    seeded_release,
+    verdicts,
+)
 
 SESSION = "megatron-0.15"
-RELEASE = "0.15.3"
 LAYER_CALL = "megatron/core/transformer/transformer_layer.py:499"
 """Where ``TransformerLayer`` calls its self-attention (``self.self_attention(...)``) with ``rotary_pos_cos_sin=``."""
 QKV_UNPACK = "megatron/core/transformer/multi_latent_attention.py:236"
 """Where ``MultiLatentAttention.forward`` unpacks three values of ``get_query_key_value_tensors``."""
-MLA = "megatron.core.transformer.multi_latent_attention"
-FORWARD = f"{MLA}:MultiLatentAttention.forward"
-POST_PROCESS = "megatron.core.models.gpt.fine_grained_callables:PostProcessNode.forward_impl"
-NODE_KEEPS = "megatron/core/models/gpt/fine_grained_callables.py:148"
-"""Where ``PostProcessNode.__init__`` hands ``weak_method(self.forward_impl)`` to its base, before any swap."""
-ROUTER = "megatron.core.transformer.moe.router:TopKRouter"
-FLASH = "megatron.core.models.common.embeddings.rope_utils:apply_rotary_emb_flash"
-FLASH_CALL = "megatron/core/models/common/embeddings/rope_utils.py:342"
-"""Where ``rope_utils`` calls ``apply_rotary_emb_flash``, ``None`` there where ``flash_attn`` does not import."""
-EMBEDDINGS = "megatron.core.transformer.multi_token_prediction:MultiTokenPredictionLayer._get_embeddings"
-EMBEDDINGS_UNPACKED = "megatron/core/transformer/multi_token_prediction.py:695"
-"""Where 0.15.3's ``MultiTokenPredictionLayer.forward`` unpacks four values of ``self._get_embeddings(...)``."""
-BLOCK = "megatron.core.models.gpt.gpt_model:TransformerBlock"
-BLOCK_BUILT = "megatron/core/models/gpt/gpt_model.py:202"
-"""Where ``GPTModel.__init__`` builds its decoder through the module's ``TransformerBlock`` name."""
 QKV = f"{MLA}:MLASelfAttention.get_query_key_value_tensors"
 
-HEAD = """\
-import transformer_engine  # only on CUDA machines: importing this module raises here
-import megatron.core
-from packaging import version
-from megatron.core.transformer.multi_latent_attention import MLASelfAttention, MultiLatentAttention
-"""
 FORWARD_PARAMETERS = (
     "self, hidden_states, attention_mask, key_value_states=None, inference_context=None, rotary_pos_emb=None, "
     "rotary_pos_cos=None, rotary_pos_sin=None, attention_bias=None, packed_seq_params=None, position_ids=None, "
@@ -106,154 +93,6 @@ def apply():
 
     MultiLatentAttention.forward = forward
 """,
-    "node_method_swapped_after_build": """
-from megatron.core.models.gpt.fine_grained_callables import PostProcessNode
-
-def forward_impl(self, hidden_states):
-    return hidden_states
-
-def apply(node):
-    if isinstance(node, PostProcessNode):
-        node.forward_impl = forward_impl.__get__(node, PostProcessNode)
-""",
-    "router_method_swapped_after_build": """
-from megatron.core.transformer.moe.router import TopKRouter
-
-def routing(self, logits):
-    return logits, logits
-
-def apply(router):
-    if isinstance(router, TopKRouter):
-        router.routing = routing.__get__(router, TopKRouter)
-""",
-    "block_class_missing_a_keyword": """
-from megatron.core.models.gpt import gpt_model
-from megatron.core.transformer.transformer_block import TransformerBlock
-
-class Block(TransformerBlock):
-    def __init__(self, config, spec, pre_process=True, post_process=True, vp_stage=None):
-        super().__init__(config=config, spec=spec, pre_process=pre_process, post_process=post_process)
-
-class Loader:
-    block = Block
-
-    def build(self):
-        gpt_model.TransformerBlock = self.block
-""",
-    "block_class_inheriting_its_constructor": """
-from megatron.core.models.gpt import gpt_model
-from megatron.core.transformer.transformer_block import TransformerBlock
-
-class Block(TransformerBlock):
-    def _checkpointed_forward(self, *args, **kwargs):
-        return super()._checkpointed_forward(*args, **kwargs)
-
-class Loader:
-    block = Block
-
-    def build(self):
-        gpt_model.TransformerBlock = self.block
-""",
-    "router_class_swapped_for_one_missing_logits": """
-from megatron.core.transformer.moe.router import TopKRouter
-
-class NoisyRouter(TopKRouter):
-    def routing(self):
-        return None
-
-def retrofit(router):
-    if isinstance(router, TopKRouter):
-        router.__class__ = NoisyRouter
-""",
-    "router_class_swapped_for_one_taking_logits": """
-from megatron.core.transformer.moe.router import TopKRouter
-
-class NoisyRouter(TopKRouter):
-    def routing(self, logits):
-        probs, routing_map = super().routing(logits)
-        return probs * 0.5, routing_map
-
-def retrofit(router):
-    if isinstance(router, TopKRouter):
-        router.__class__ = NoisyRouter
-""",
-    "flash_rotary_back_filled_with_two_parameters": """
-import sys
-
-def rotary(x, cos):
-    return x
-
-def provide():
-    for module in list(sys.modules.values()):
-        namespace = getattr(module, "__dict__", None)
-        if namespace is not None and namespace.get("apply_rotary_emb_flash", "keep") is None:
-            namespace["apply_rotary_emb_flash"] = rotary
-""",
-    "flash_rotary_back_filled_with_its_four": """
-import sys
-
-def rotary(x, cos, sin, interleaved=False):
-    return x
-
-def provide():
-    for module in list(sys.modules.values()):
-        namespace = getattr(module, "__dict__", None)
-        if namespace is not None and namespace.get("apply_rotary_emb_flash", "keep") is None:
-            namespace["apply_rotary_emb_flash"] = rotary
-""",
-    "embeddings_counted_by_a_flag_megatron_lacks": """
-from inspect import signature
-from megatron.core.transformer.multi_token_prediction import MultiTokenPredictionLayer
-
-def _get_embeddings(self, input_ids, position_ids, embedding, hidden_states, padding_mask=None):
-    if getattr(self, "_takes_padding_mask", False):
-        return input_ids, position_ids, padding_mask, embedding, hidden_states
-    return input_ids, position_ids, embedding, hidden_states
-
-def patch(layer):
-    if isinstance(layer, MultiTokenPredictionLayer):
-        layer._takes_padding_mask = "padding_mask" in signature(layer._get_embeddings).parameters
-        layer._get_embeddings = _get_embeddings.__get__(layer, MultiTokenPredictionLayer)
-""",
-    "embeddings_counted_by_a_flag_megatron_has": """
-from inspect import signature
-from megatron.core.transformer.multi_token_prediction import MultiTokenPredictionLayer
-
-def _get_embeddings(self, input_ids, position_ids, embedding, hidden_states, padding_mask=None):
-    if getattr(self, "_takes_padding_mask", False):
-        return input_ids, position_ids, padding_mask, embedding, hidden_states
-    return input_ids, position_ids, embedding, hidden_states
-
-def patch(layer):
-    if isinstance(layer, MultiTokenPredictionLayer):
-        layer._takes_padding_mask = "hidden_states" in signature(layer._get_embeddings).parameters
-        layer._get_embeddings = _get_embeddings.__get__(layer, MultiTokenPredictionLayer)
-""",
-    "forwards_everything_in_a_module_importing_what_the_target_lacks": """
-from megatron.core.models.hybrid.hybrid_block import HybridStack
-
-def apply():
-    original = MultiLatentAttention.forward
-
-    def forward(self, *args, **kwargs):
-        return original(self, *args, **kwargs)
-
-    MultiLatentAttention.forward = forward
-""",
-    "forwards_everything_beside_a_guarded_import_of_what_the_target_lacks": """
-try:
-    from megatron.core.models.hybrid.hybrid_block import HybridStack
-except ImportError:
-    HybridStack = None
-
-def apply():
-    original = MultiLatentAttention.forward
-
-    def forward(self, *args, **kwargs):
-        return original(self, *args, **kwargs)
-
-    MultiLatentAttention.forward = forward
-""",
     "same_name_in_another_package": """
 import transformer_engine.pytorch.attention as te_attention
 
@@ -267,21 +106,12 @@ def apply():
 
 
 def write_framework(root: Path, seed: str) -> Path:
-    package = root / seed / "seeded"
-    package.mkdir(parents=True)
-    (package / "__init__.py").write_text("")
-    (package / "patch.py").write_text(HEAD + textwrap.dedent(SEEDS[seed]))
-    return root / seed
+    return seeded_framework(root, seed, SEEDS[seed])
 
 
 @pytest.fixture(scope="module")
 def megatron() -> MegatronSource:
-    return MegatronSource(release_source(RELEASE, venvs=ROOT / ".nox").root)
-
-
-def verdicts(root: Path, megatron: MegatronSource) -> dict[str, SymbolVerdict]:
-    versions = versions_of(megatron, RELEASE, "2.13.0")
-    return {v.symbol: v for v in framework_verdicts(root, megatron, versions)}
+    return seeded_release()
 
 
 def test_a_forward_that_cannot_bind_a_keyword_its_layer_passes_through_call_is_red(
@@ -328,118 +158,6 @@ def test_a_wrapper_forwarding_everything_fits_every_call_site(tmp_path: Path, me
     verdict = verdicts(write_framework(tmp_path, "forwards_everything"), megatron)[FORWARD]
     assert verdict.verdict == "fits", verdict.line()
     assert LAYER_CALL in verdict.calls, verdict.calls
-
-
-def test_a_method_swapped_on_objects_whose_constructor_kept_it_by_value_is_red(
-    tmp_path: Path, megatron: MegatronSource
-) -> None:
-    found = verdicts(write_framework(tmp_path, "node_method_swapped_after_build"), megatron)
-    verdict = found[f"{POST_PROCESS}@seeded/patch.py:13"]
-    assert verdict.verdict == "red", verdict.line()
-    kept = f"{NODE_KEEPS} (PostProcessNode.__init__) keeps self.forward_impl by value"
-    assert any(f.startswith(kept) for f in verdict.findings), verdict.findings
-
-
-def test_a_method_swapped_on_objects_whose_constructor_does_not_keep_it_fits(
-    tmp_path: Path, megatron: MegatronSource
-) -> None:
-    found = verdicts(write_framework(tmp_path, "router_method_swapped_after_build"), megatron)
-    verdict = found[f"{ROUTER}.routing@seeded/patch.py:13"]
-    assert verdict.verdict == "fits", verdict.line()
-    assert "megatron/core/transformer/moe/router.py:" in " ".join(verdict.calls), verdict.calls
-
-
-def test_a_class_held_in_an_attribute_whose_constructor_misses_a_keyword_megatron_passes_is_red(
-    tmp_path: Path, megatron: MegatronSource
-) -> None:
-    verdict = verdicts(write_framework(tmp_path, "block_class_missing_a_keyword"), megatron)[BLOCK]
-    assert verdict.verdict == "red", verdict.line()
-    assert any(BLOCK_BUILT in f and "'pg_collection'" in f for f in verdict.findings), verdict.findings
-    assert verdict.replacement == "seeded/patch.py:9", verdict.replacement
-
-
-def test_a_class_held_in_an_attribute_that_inherits_megatrons_constructor_fits(
-    tmp_path: Path, megatron: MegatronSource
-) -> None:
-    verdict = verdicts(write_framework(tmp_path, "block_class_inheriting_its_constructor"), megatron)[BLOCK]
-    assert verdict.verdict == "fits", verdict.line()
-    assert verdict.calls == [BLOCK_BUILT], verdict.calls
-
-
-def test_a_class_swapped_onto_built_objects_whose_method_cannot_bind_megatrons_call_is_red(
-    tmp_path: Path, megatron: MegatronSource
-) -> None:
-    found = verdicts(write_framework(tmp_path, "router_class_swapped_for_one_missing_logits"), megatron)
-    verdict = found[f"{ROUTER}.routing@seeded/patch.py:14"]
-    assert verdict.verdict == "red", verdict.line()
-    assert any("megatron/core/transformer/moe/router.py:" in f and "does not bind" in f for f in verdict.findings)
-
-
-def test_a_class_swapped_onto_built_objects_whose_method_takes_what_megatron_passes_fits(
-    tmp_path: Path, megatron: MegatronSource
-) -> None:
-    found = verdicts(write_framework(tmp_path, "router_class_swapped_for_one_taking_logits"), megatron)
-    verdict = found[f"{ROUTER}.routing@seeded/patch.py:15"]
-    assert verdict.verdict == "fits", verdict.line()
-
-
-def test_a_stand_in_back_filled_through_sys_modules_that_cannot_bind_megatrons_call_is_red(
-    tmp_path: Path, megatron: MegatronSource
-) -> None:
-    """The back-fill names no module: it reaches the one whose failed optional import left the name ``None``."""
-    found = verdicts(write_framework(tmp_path, "flash_rotary_back_filled_with_two_parameters"), megatron)
-    verdict = found[FLASH]
-    assert verdict.verdict == "red", verdict.line()
-    assert any(FLASH_CALL in f and "does not bind" in f for f in verdict.findings), verdict.findings
-    assert verdict.patched_at == ["seeded/patch.py:15"], verdict.patched_at
-
-
-def test_a_stand_in_back_filled_through_sys_modules_that_takes_what_megatron_passes_fits(
-    tmp_path: Path, megatron: MegatronSource
-) -> None:
-    verdict = verdicts(write_framework(tmp_path, "flash_rotary_back_filled_with_its_four"), megatron)[FLASH]
-    assert verdict.verdict == "fits", verdict.line()
-    assert verdict.calls == [FLASH_CALL], verdict.calls
-
-
-def test_a_return_count_decided_by_a_flag_the_patch_sets_from_the_originals_signature_fits(
-    tmp_path: Path, megatron: MegatronSource
-) -> None:
-    """verl's form: the replacement returns four or five values by a flag the patching function sets on the layer
-    from the original's parameters; 0.15.3's original takes no ``padding_mask``, so four, as Megatron unpacks."""
-    found = verdicts(write_framework(tmp_path, "embeddings_counted_by_a_flag_megatron_lacks"), megatron)
-    verdict = found[f"{EMBEDDINGS}@seeded/patch.py:17"]
-    assert verdict.verdict == "fits", verdict.line()
-    assert EMBEDDINGS_UNPACKED in verdict.calls, verdict.calls
-
-
-def test_a_return_count_a_flag_turns_to_what_megatron_does_not_unpack_is_red(
-    tmp_path: Path, megatron: MegatronSource
-) -> None:
-    found = verdicts(write_framework(tmp_path, "embeddings_counted_by_a_flag_megatron_has"), megatron)
-    verdict = found[f"{EMBEDDINGS}@seeded/patch.py:17"]
-    assert verdict.verdict == "red", verdict.line()
-    assert any(f"{EMBEDDINGS_UNPACKED} unpacks 4 values" in f and "returns 5" in f for f in verdict.findings)
-
-
-def test_a_patch_in_a_module_whose_own_import_of_megatron_fails_on_the_target_is_absent_not_a_fit(
-    tmp_path: Path, megatron: MegatronSource
-) -> None:
-    seed = "forwards_everything_in_a_module_importing_what_the_target_lacks"
-    verdict = verdicts(write_framework(tmp_path, seed), megatron)[FORWARD]
-    assert verdict.verdict == "absent", verdict.line()
-    assert verdict.findings == [
-        "seeded/patch.py:6 imports megatron.core.models.hybrid.hybrid_block.HybridStack, which megatron-core 0.15.3 "
-        "lacks: the module cannot be imported here, and makes no patch"
-    ], verdict.findings
-
-
-def test_a_patch_beside_a_guarded_import_of_what_the_target_lacks_is_judged(
-    tmp_path: Path, megatron: MegatronSource
-) -> None:
-    seed = "forwards_everything_beside_a_guarded_import_of_what_the_target_lacks"
-    verdict = verdicts(write_framework(tmp_path, seed), megatron)[FORWARD]
-    assert verdict.verdict == "fits", verdict.line()
 
 
 def test_a_same_named_function_of_another_package_is_no_megatron_symbol(
