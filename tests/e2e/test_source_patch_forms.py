@@ -128,6 +128,9 @@ def apply(router):
     "embeddings_counted_by_a_flag_megatron_lacks": FLAG_SEED.format(parameter="padding_mask"),
     "embeddings_counted_by_a_flag_megatron_has": FLAG_SEED.format(parameter="hidden_states"),
     "forwards_everything_in_a_module_importing_what_the_target_lacks": IMPORT_SEED.format(imports=HYBRID),
+    "forwards_everything_beside_an_import_of_what_a_module_re_exports_with_a_star": IMPORT_SEED.format(
+        imports="from megatron.core.transformer.custom_layers.transformer_engine import TENorm"
+    ),
     "forwards_everything_beside_a_guarded_import_of_what_the_target_lacks": IMPORT_SEED.format(
         imports=f"try:\n    {HYBRID}\nexcept ImportError:\n    HybridStack = None"
     ),
@@ -245,6 +248,16 @@ def test_a_patch_in_a_module_whose_own_import_of_megatron_fails_on_the_target_is
         "seeded/patch.py:6 imports megatron.core.models.hybrid.hybrid_block.HybridStack, which megatron-core 0.15.3 "
         "lacks: the module cannot be imported here, and makes no patch"
     ], verdict.findings
+
+
+def test_a_patch_beside_an_import_of_what_a_module_re_exports_with_a_star_is_judged(
+    tmp_path: Path, megatron: MegatronSource
+) -> None:
+    """``custom_layers/transformer_engine.py`` on 0.15.3 is ``from megatron.core.extensions.transformer_engine import
+    *``: its names are not written in it, and the import goes through."""
+    seed = "forwards_everything_beside_an_import_of_what_a_module_re_exports_with_a_star"
+    verdict = verdicts(write_framework(tmp_path, seed), megatron)[FORWARD]
+    assert verdict.verdict == "fits", verdict.line()
 
 
 def test_a_patch_beside_a_guarded_import_of_what_the_target_lacks_is_judged(

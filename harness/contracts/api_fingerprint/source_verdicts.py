@@ -319,7 +319,7 @@ def _verdict(
     skipped_by = _skipped_by(framework, patch.module, patch.scope, patch.names, versions, 0, patch.objects)
     if skipped_by is not None:
         return _set(result, "skipped", f"not applied here by {skipped_by}")
-    unimportable = _failing_import(framework, patch.module, versions) if not patch.declared else None
+    unimportable = _failing_import(framework, patch.module, source, versions) if not patch.declared else None
     if unimportable is not None:
         return _set(result, "absent", f"{unimportable}: the module cannot be imported here, and makes no patch")
     if not _defines(source, key):
@@ -389,9 +389,10 @@ def _held_when_built(source: MegatronSource, key: str) -> list[str]:
     ]
 
 
-def _failing_import(framework: FrameworkSource, module: str, versions: Versions) -> str | None:
+def _failing_import(framework: FrameworkSource, module: str, source: MegatronSource, versions: Versions) -> str | None:
     """Where the framework's module imports, unguarded at its top, a Megatron name this target lacks (``file:line
-    imports <dotted>, which megatron-core <version> lacks``); None where every such import goes through."""
+    imports <dotted>, which megatron-core <version> lacks``); None where every such import goes through. A name from
+    a module that re-exports with ``import *`` is taken as there."""
     path, tree = framework.trees[module]
     for node in tree.body:
         if isinstance(node, ast.ImportFrom):
@@ -402,7 +403,8 @@ def _failing_import(framework: FrameworkSource, module: str, versions: Versions)
         else:
             continue
         for dotted in (d for d in wanted if d.startswith("megatron.")):
-            if not versions.defines(dotted):
+            holder = source.texts.get(dotted.rpartition(".")[0])
+            if not versions.defines(dotted) and not (holder and "import *" in holder[1]):
                 return (
                     f"{framework.place(module, node.lineno)} imports {dotted}, which megatron-core "
                     f"{versions.megatron} lacks"
