@@ -16,6 +16,8 @@ from harness.contracts.api_fingerprint.call_sites import MegatronSource
 from tests.source_seeds import FORWARD, NODE_KEEPS, POST_PROCESS, seeded_framework, seeded_release, verdicts
 
 ROUTER = "megatron.core.transformer.moe.router:TopKRouter"
+GATING_CALL = "megatron/core/transformer/moe/router.py:552"
+"""Where 0.15.3's ``TopKRouter.forward`` calls ``self.gating(input)``."""
 FLASH = "megatron.core.models.common.embeddings.rope_utils:apply_rotary_emb_flash"
 FLASH_CALL = "megatron/core/models/common/embeddings/rope_utils.py:342"
 """Where ``rope_utils`` calls ``apply_rotary_emb_flash``, ``None`` there where ``flash_attn`` does not import."""
@@ -86,6 +88,19 @@ def apply():
 
     MultiLatentAttention.forward = forward
 """
+SELF_SEED = """
+import types
+from megatron.core.transformer.moe.router import TopKRouter
+
+{helper}
+
+def routing(self, logits):
+    self.{method} = types.MethodType(helper, self)
+    return logits, logits
+
+def apply():
+    TopKRouter.routing = routing
+"""
 HYBRID = "from megatron.core.models.hybrid.hybrid_block import HybridStack"
 SEEDS = {
     "node_method_swapped_after_build": """
@@ -127,6 +142,15 @@ def apply(router):
     "flash_rotary_back_filled_with_its_four": BACKFILL_SEED.format(parameters="x, cos, sin, interleaved=False"),
     "embeddings_counted_by_a_flag_megatron_lacks": FLAG_SEED.format(parameter="padding_mask"),
     "embeddings_counted_by_a_flag_megatron_has": FLAG_SEED.format(parameter="hidden_states"),
+    "a_method_bound_as_routing_adds_one_on_self": SELF_SEED.format(
+        helper="def helper(self):\n    return True", method="is_aux_loss_on"
+    ),
+    "a_method_bound_as_routing_swaps_gating_on_self_without_its_input": SELF_SEED.format(
+        helper="def helper(self):\n    return None", method="gating"
+    ),
+    "a_method_bound_as_routing_swaps_gating_on_self_taking_its_input": SELF_SEED.format(
+        helper="def helper(self, input):\n    return input", method="gating"
+    ),
     "forwards_everything_in_a_module_importing_what_the_target_lacks": IMPORT_SEED.format(imports=HYBRID),
     "forwards_everything_beside_an_import_of_what_a_module_re_exports_with_a_star": IMPORT_SEED.format(
         imports="from megatron.core.transformer.custom_layers.transformer_engine import TENorm"
@@ -236,6 +260,31 @@ def test_a_return_count_a_flag_turns_to_what_megatron_does_not_unpack_is_red(
     verdict = found[f"{EMBEDDINGS}@seeded/patch.py:17"]
     assert verdict.verdict == "red", verdict.line()
     assert any(f"{EMBEDDINGS_UNPACKED} unpacks 4 values" in f and "returns 5" in f for f in verdict.findings)
+
+
+def test_a_method_set_on_self_inside_a_replacement_is_a_method_of_the_class_the_replacement_is_bound_to(
+    tmp_path: Path, megatron: MegatronSource
+) -> None:
+    """``self`` in a function bound as ``TopKRouter.routing`` is a ``TopKRouter``: a method it sets on ``self`` that
+    0.15.3's ``TopKRouter`` lacks adds a name (verl's ``is_aux_loss_enabled`` on 0.13)."""
+    found = verdicts(write_framework(tmp_path, "a_method_bound_as_routing_adds_one_on_self"), megatron)
+    added = found[f"{ROUTER}.is_aux_loss_on@seeded/patch.py:13"]
+    assert added.verdict == "absent", added.line()
+
+
+@pytest.mark.parametrize(
+    ("seed", "expected"),
+    [
+        ("a_method_bound_as_routing_swaps_gating_on_self_without_its_input", "red"),
+        ("a_method_bound_as_routing_swaps_gating_on_self_taking_its_input", "fits"),
+    ],
+)
+def test_a_method_swapped_on_self_inside_a_replacement_is_judged_against_megatrons_calls(
+    seed: str, expected: str, tmp_path: Path, megatron: MegatronSource
+) -> None:
+    verdict = verdicts(write_framework(tmp_path, seed), megatron)[f"{ROUTER}.gating@seeded/patch.py:13"]
+    assert verdict.verdict == expected, verdict.line()
+    assert GATING_CALL in (verdict.calls if expected == "fits" else " ".join(verdict.findings)), verdict.line()
 
 
 def test_a_patch_in_a_module_whose_own_import_of_megatron_fails_on_the_target_is_absent_not_a_fit(

@@ -100,8 +100,13 @@ def framework_verdicts(
     for symbol, replacement in (declared or {}).items():
         if not any(not p.restores for p in keyed.get(symbol, [])):
             keyed[symbol] = [_declared_patch(framework, symbol, replacement)]
+    bound_as = {
+        id(patch.definition.node): patch.path.rpartition(".")[0]
+        for patch in framework.patches
+        if patch.definition is not None and not patch.restores
+    }
     for instance in framework.instances:
-        owner = instance_class(instance, source)
+        owner = _class_of_self(instance, bound_as, source) or instance_class(instance, source)
         if owner is not None:
             keyed.setdefault(f"{owner}.{instance.method}@{instance.place}", []).append(_instance_patch(instance, owner))
     for fill in backfills(framework):
@@ -161,6 +166,18 @@ def instance_class(instance: InstancePatch, source: MegatronSource) -> str | Non
     if not chosen and len(definers) == 1:
         chosen = definers
     return f"{chosen[0].module}:{chosen[0].name}" if len(chosen) == 1 else None
+
+
+def _class_of_self(instance: InstancePatch, bound_as: Mapping[int, str], source: MegatronSource) -> str | None:
+    """``module:Class`` where the object is ``self`` of a function the framework binds as a method of a Megatron class
+    (verl's ``patched_routing``, bound as ``TopKRouter.routing``, sets ``self.is_aux_loss_enabled``): the class,
+    whether or not this release defines the method."""
+    if instance.target != "self" or instance.classes:
+        return None
+    functions = [n for n in instance.chain if isinstance(n, ast.FunctionDef | ast.AsyncFunctionDef)]
+    owner = next((bound_as[id(f)] for f in reversed(functions) if id(f) in bound_as), None)
+    key = megatron_key(owner, source) if owner and owner.startswith("megatron.") else ""
+    return key if key.partition(":")[2][:1].isupper() else None
 
 
 def _definers(source: MegatronSource, method: str) -> list:
