@@ -10,7 +10,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 
 from harness.contracts.api_fingerprint.call_sites import absolute_module, dotted_name
-from harness.contracts.api_fingerprint.framework_patches import FrameworkSource
+from harness.contracts.api_fingerprint.framework_patches import FrameworkSource, isinstance_tests
 
 
 @dataclass(frozen=True)
@@ -79,12 +79,6 @@ def _module_level(body: list[ast.stmt]) -> Iterator[ast.stmt]:
 def _swapped(chain: tuple[ast.AST, ...], subclass: ast.ClassDef, imported: dict[str, str]) -> str | None:
     bases = [imported.get(name, "") for name in map(dotted_name, subclass.bases) if name]
     functions = [n for n in chain if isinstance(n, ast.FunctionDef | ast.AsyncFunctionDef)]
-    tested = [
-        imported.get(name, "")
-        for call in (ast.walk(functions[-1]) if functions else ())
-        if isinstance(call, ast.Call) and getattr(call.func, "id", None) == "isinstance" and len(call.args) == 2
-        for kind in (call.args[1].elts if isinstance(call.args[1], ast.Tuple) else [call.args[1]])
-        if (name := dotted_name(kind))
-    ]
+    tested = [imported.get(name, "") for name in isinstance_tests(functions[-1] if functions else None)]
     megatron = [path for path in [*tested, *bases] if path.startswith("megatron.")]
     return next((path for path in megatron if path in bases), megatron[0] if megatron else None)

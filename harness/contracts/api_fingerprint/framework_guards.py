@@ -86,12 +86,9 @@ def guard_of(
     """The verdict of the checks around ``chain[-1]`` (the patch statement), ``chain[:-1]`` its enclosing
     definitions. ``place_of(node)`` words a node's place, ``names`` resolves a dotted name's first part, ``objects``
     says which Megatron class an expression holds (the object an instance patch binds on: ``hasattr(self, ...)``)."""
-    functions = [n for n in chain[:-1] if isinstance(n, ast.FunctionDef | ast.AsyncFunctionDef)]
-    body = functions[-1].body if functions else module_body
-    statement = chain[-1]
-    reader = _Reader(body, statement, names, versions, module_body, objects)
+    body, reader = _reader_at(chain, module_body, names, versions, objects)
     unread_at = None
-    for condition, wanted, node in _conditions(body, statement):
+    for condition, wanted, node in _conditions(body, chain[-1]):
         value = reader.value(condition)
         if value is UNKNOWN:
             unread_at = unread_at or place_of(node)
@@ -112,9 +109,20 @@ def value_of(
     """What ``expression``, written at ``chain[-1]`` (its enclosing definitions before it), holds on this target, as
     the checks around a patch are read (``"padding_mask" in signature(layer._get_embeddings).parameters``);
     :data:`UNKNOWN` where the reading cannot decide it."""
+    return _reader_at(chain, module_body, names, versions, objects)[1].value(expression)
+
+
+def _reader_at(
+    chain: tuple[ast.AST, ...],
+    module_body: list[ast.stmt],
+    names: dict[str, str],
+    versions: Versions,
+    objects: dict[str, str] | None,
+) -> tuple[list[ast.stmt], _Reader]:
+    """The body ``chain[-1]`` is read in (its innermost function's, else the module's) and a reader of it there."""
     functions = [n for n in chain[:-1] if isinstance(n, ast.FunctionDef | ast.AsyncFunctionDef)]
     body = functions[-1].body if functions else module_body
-    return _Reader(body, chain[-1], names, versions, module_body, objects).value(expression)
+    return body, _Reader(body, chain[-1], names, versions, module_body, objects)
 
 
 def reached(

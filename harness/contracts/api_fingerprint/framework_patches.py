@@ -271,7 +271,7 @@ def _module_scope(module: str, tree: ast.Module, path: Path) -> _Scope:
 
 def _bind(scope: _Scope, body: list[ast.stmt], module: str, is_package: bool) -> None:
     """What ``body`` binds in its own scope (imports, defs, classes, aliases), nested blocks included."""
-    for node in _statements(body):
+    for node in block_statements(body):
         if isinstance(node, ast.Import):
             for alias in node.names:
                 if alias.asname:
@@ -310,14 +310,14 @@ def _imported_by_call(value: ast.expr) -> str | None:
     return None
 
 
-def _statements(body: list[ast.stmt]) -> Iterator[ast.stmt]:
+def block_statements(body: list[ast.stmt]) -> Iterator[ast.stmt]:
     """The statements of a block and of the blocks nested in it (if, try, with, for), not of nested defs."""
     for node in body:
         yield node
         if isinstance(node, ast.If | ast.For | ast.While | ast.With | ast.Try):
             nested = [*node.body, *getattr(node, "orelse", []), *getattr(node, "finalbody", [])]
             nested += [s for handler in getattr(node, "handlers", []) for s in handler.body]
-            yield from _statements(nested)
+            yield from block_statements(nested)
 
 
 class _Reader:
@@ -349,7 +349,7 @@ class _Reader:
         return dotted
 
     def read(self, body: list[ast.stmt], enclosing: list[ast.AST], scopes: list[_Scope]) -> None:
-        for node in _statements(body):
+        for node in block_statements(body):
             if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef):
                 scope = _Scope()
                 _bind(scope, node.body, self.module, self.path.name == "__init__.py")
@@ -407,7 +407,7 @@ class _Reader:
         if definition is None or (target.attr.startswith("__") and target.attr != "__call__"):
             return
         functions = [n for n in enclosing if isinstance(n, ast.FunctionDef | ast.AsyncFunctionDef)]
-        tested = [self.resolve(d, scopes) for d in _isinstance_tests(functions[-1] if functions else None)]
+        tested = [self.resolve(d, scopes) for d in isinstance_tests(functions[-1] if functions else None)]
         owner = next((n for n in reversed(enclosing) if isinstance(n, ast.ClassDef)), None)
         if functions and owner is not None and not any(t.startswith("megatron.") for t in tested):
             guards = _guards_of_calls(owner, functions[-1].name, ast.unparse(target.value).removesuffix(".__class__"))
@@ -507,7 +507,9 @@ class _Reader:
             if module not in self.trees:
                 return None
             path, tree = self.trees[module]
-            found = next((n for n in _statements(tree.body) if isinstance(n, ast.ClassDef) and n.name == name), None)
+            found = next(
+                (n for n in block_statements(tree.body) if isinstance(n, ast.ClassDef) and n.name == name), None
+            )
             if found is not None:
                 return module, found
             scope = _module_scope(module, tree, path)
@@ -569,7 +571,11 @@ class _Reader:
         functions = [n for n in enclosing if isinstance(n, ast.FunctionDef | ast.AsyncFunctionDef)]
         body = functions[-1].body if functions else []
         return next(
-            (n for n in _statements(body) if isinstance(n, ast.FunctionDef | ast.AsyncFunctionDef) and n.name == name),
+            (
+                n
+                for n in block_statements(body)
+                if isinstance(n, ast.FunctionDef | ast.AsyncFunctionDef) and n.name == name
+            ),
             None,
         )
 
@@ -601,7 +607,7 @@ def _qualified(tree: ast.Module, qualname: list[str]) -> ast.FunctionDef | ast.A
         found = next(
             (
                 n
-                for n in _statements(body)
+                for n in block_statements(body)
                 if isinstance(n, ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef) and n.name == part
             ),
             None,
@@ -624,7 +630,7 @@ def _decorated(node: ast.FunctionDef | ast.AsyncFunctionDef) -> str | None:
     return None
 
 
-def _isinstance_tests(function: ast.AST | None) -> list[str]:
+def isinstance_tests(function: ast.AST | None) -> list[str]:
     """The dotted names of the classes ``function`` tests anything against with ``isinstance``."""
     found = []
     for call in ast.walk(function) if function is not None else ():

@@ -12,7 +12,12 @@ import ast
 from dataclasses import dataclass
 
 from harness.contracts.api_fingerprint.call_sites import MegatronSource, dotted_name
-from harness.contracts.api_fingerprint.framework_patches import Definition, FrameworkSource, statement_at
+from harness.contracts.api_fingerprint.framework_patches import (
+    Definition,
+    FrameworkSource,
+    block_statements,
+    statement_at,
+)
 
 
 @dataclass(frozen=True)
@@ -130,7 +135,7 @@ def _only_none(loop: ast.For, name: str) -> bool:
 def _binds(body: list[ast.stmt], name: str, only_none: bool) -> bool:
     """Whether a module body (its ``if`` and ``try`` blocks included) binds ``name``; with ``only_none``, to
     ``None``."""
-    for node in body:
+    for node in block_statements(body):
         if isinstance(node, ast.Assign) and any(isinstance(t, ast.Name) and t.id == name for t in node.targets):
             if not only_none or (isinstance(node.value, ast.Constant) and node.value.value is None):
                 return True
@@ -138,10 +143,5 @@ def _binds(body: list[ast.stmt], name: str, only_none: bool) -> bool:
             if getattr(node, "name", None) == name or any(
                 (a.asname or a.name) == name for a in getattr(node, "names", [])
             ):
-                return True
-        if isinstance(node, ast.If | ast.Try):
-            nested = [*node.body, *node.orelse, *getattr(node, "finalbody", [])]
-            nested += [s for handler in getattr(node, "handlers", []) for s in handler.body]
-            if _binds(nested, name, only_none):
                 return True
     return False

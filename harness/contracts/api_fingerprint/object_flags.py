@@ -11,6 +11,7 @@ import ast
 
 from harness.contracts.api_fingerprint.framework_guards import UNKNOWN, Versions, reached, value_of
 from harness.contracts.api_fingerprint.framework_patches import FrameworkSource, SourcePatch
+from harness.contracts.api_fingerprint.replacement_fit import tuple_length
 from harness.contracts.api_fingerprint.source_scan import own_returns
 
 
@@ -48,9 +49,6 @@ def returned_under_flags(patch: SourcePatch, framework: FrameworkSource, version
         runs = reached(function, node, patch.names, versions, flags)
         if runs is None:
             return None
-        if not runs:
-            continue
-        if not isinstance(node.value, ast.Tuple) or any(isinstance(e, ast.Starred) for e in node.value.elts):
-            return None
-        counts.add(len(node.value.elts))
-    return counts.pop() if len(counts) == 1 else None
+        if runs:
+            counts.add(tuple_length(node))
+    return counts.pop() if len(counts) == 1 and None not in counts else None

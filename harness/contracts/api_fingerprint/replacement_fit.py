@@ -122,13 +122,17 @@ def returned_count(function: Any) -> int | None:
     definition = _definition(function)
     if definition is None:
         return None
-    counts = set()
-    for node in own_returns(definition):
-        value = node.value
-        if not isinstance(value, ast.Tuple) or any(isinstance(e, ast.Starred) for e in value.elts):
-            return None
-        counts.add(len(value.elts))
-    return counts.pop() if len(counts) == 1 else None
+    counts = {tuple_length(node) for node in own_returns(definition)}
+    return counts.pop() if len(counts) == 1 and None not in counts else None
+
+
+def tuple_length(node: ast.Return) -> int | None:
+    """How many values one ``return`` gives: a literal tuple's length; None for anything else (a call, a name, a
+    starred element)."""
+    value = node.value
+    if not isinstance(value, ast.Tuple) or any(isinstance(e, ast.Starred) for e in value.elts):
+        return None
+    return len(value.elts)
 
 
 def unread_var_keyword(function: Any) -> str | None:

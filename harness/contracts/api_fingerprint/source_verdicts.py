@@ -350,19 +350,34 @@ def _verdict(
                 f"{_defined_at(source, key)}: the apply raises AttributeError here",
             )
         return _set(result, "absent", f"{missing}: the patch adds a name Megatron does not call")
-    if patch.definition is None and patch.constructs is not None:
-        return _class_verdict(result, patch.constructs, source, key, replaced)
-    if patch.definition is None:
+    kind = patch.wrapper
+    if patch.definition is not None:
+        replacement = ReadFunction(patch.definition.node, patch.bound)
+        if patch.objects:
+            replacement = dataclasses.replace(replacement, returns=returned_under_flags(patch, framework, versions))
+        name = result.replacement
+    elif patch.constructs is not None:
+        # A class bound in place of the name: Megatron's constructions of it bind the ``__init__`` it runs.
+        built = patch.constructs
+        result.replacement = built.place
+        constructor = _constructor(built, source)
+        if constructor is None:
+            return _set(
+                result,
+                "undecided",
+                f"the replacement class {built.name} ({built.place}) takes its __init__ from outside the framework's "
+                "and Megatron's source",
+            )
+        replacement, name = constructor
+        kind = "method"
+    else:
         return _set(
             result, "undecided", f"the replacement `{patch.value}` is not a function the framework's source defines"
         )
-    replacement = ReadFunction(patch.definition.node, patch.bound)
-    if patch.objects:
-        replacement = dataclasses.replace(replacement, returns=returned_under_flags(patch, framework, versions))
     calls, upstream_kind = megatron_calls_of(source, key, replaced - {key})
     calls += _calls_by_other_replacements(key, definitions)
-    kind = patch.wrapper or ("method" if "." in key.partition(":")[2] or upstream_kind == "property" else "function")
-    verdict, findings = judge(source, key, replacement, result.replacement, calls, kind, replaced)
+    kind = kind or ("method" if "." in key.partition(":")[2] or upstream_kind == "property" else "function")
+    verdict, findings = judge(source, key, replacement, name, calls, kind, replaced)
     originals = _original_calls(patch, key, source) + (_held_when_built(source, key) if patch.objects else [])
     result.calls = [c.place for c in calls]
     if originals:
@@ -370,30 +385,17 @@ def _verdict(
     return _set(result, verdict, *findings)
 
 
-def _class_verdict(
-    result: SymbolVerdict, built: ClassValue, source: MegatronSource, key: str, replaced: set[str]
-) -> SymbolVerdict:
-    """A framework class bound in place of a Megatron name: Megatron's constructions of the name against the
-    ``__init__`` the class runs (its own, or the Megatron base's it inherits)."""
-    result.replacement = built.place
+def _constructor(built: ClassValue, source: MegatronSource) -> tuple[ReadFunction, str] | None:
+    """The ``__init__`` a framework class bound in place of a Megatron name runs (its own, or the Megatron base's it
+    inherits), and how findings name it; None where neither source has it."""
     if built.init is not None:
-        init, name = ReadFunction(built.init.node), f"{built.name}.__init__ ({built.init.place})"
-    else:
-        base = megatron_key(built.megatron_base, source) if built.megatron_base else None
-        module, _, qualname = base.partition(":") if base else ("", "", "")
-        upstream = upstream_definition(source, module, f"{qualname}.__init__") if base else None
-        if upstream is None:
-            return _set(
-                result,
-                "undecided",
-                f"the replacement class {built.name} ({built.place}) takes its __init__ from outside the framework's "
-                "and Megatron's source",
-            )
-        init, name = ReadFunction(upstream), f"{built.name} (with {qualname}.__init__ of {module})"
-    calls, _ = megatron_calls_of(source, key, replaced - {key})
-    verdict, findings = judge(source, key, init, name, calls, "method", replaced)
-    result.calls = [c.place for c in calls]
-    return _set(result, verdict, *findings)
+        return ReadFunction(built.init.node), f"{built.name}.__init__ ({built.init.place})"
+    base = megatron_key(built.megatron_base, source) if built.megatron_base else None
+    module, _, qualname = base.partition(":") if base else ("", "", "")
+    upstream = upstream_definition(source, module, f"{qualname}.__init__") if base else None
+    if upstream is None:
+        return None
+    return ReadFunction(upstream), f"{built.name} (with {qualname}.__init__ of {module})"
 
 
 def _held_when_built(source: MegatronSource, key: str) -> list[str]:
