@@ -2,7 +2,8 @@
 source against megatron-core 0.15.3 (:mod:`tests.source_seeds`): a method swapped on built objects whose constructor
 kept it by value, a class of the framework bound in place of Megatron's (also through a class attribute), a
 ``__class__`` swap, a back-fill through ``sys.modules``, a return count a flag decides that the patching function sets
-on the object, and a module whose own import of Megatron fails on the target. Each form has a seeded break, red
+on the object, a swap its own helpers decide from Megatron's signature, and a module whose own import of Megatron
+fails on the target. Each form has a seeded break, red
 naming Megatron's line (absent for the failing import), and a correct variant that fits.
 """
 
@@ -101,6 +102,33 @@ def routing(self, logits):
 def apply():
     TopKRouter.routing = routing
 """
+MODE_SEED = """
+import inspect
+from megatron.core.models.gpt.gpt_model import GPTModel
+
+_HOOK = "hook"
+
+def _supports_hook(model):
+    parameters = inspect.signature(model.forward).parameters
+    return {{"{parameter}"}}.issubset(parameters)
+
+def _resolve(model):
+    return _HOOK if _supports_hook(model) else "legacy"
+
+def forward(self, *args, **kwargs):
+    return args, kwargs
+
+def patch(model):
+    if not isinstance(model, GPTModel):
+        return
+    mode = getattr(model, "_seeded_mode", None)
+    if mode is None:
+        mode = _resolve(model)
+        setattr(model, "_seeded_mode", mode)
+    if mode == _HOOK:
+        return
+    model.forward = forward.__get__(model, GPTModel)
+"""
 HYBRID = "from megatron.core.models.hybrid.hybrid_block import HybridStack"
 SEEDS = {
     "node_method_swapped_after_build": """
@@ -152,6 +180,10 @@ def apply(router):
         helper="def helper(self, input):\n    return input", method="gating"
     ),
     "forwards_everything_in_a_module_importing_what_the_target_lacks": IMPORT_SEED.format(imports=HYBRID),
+    "forward_swapped_unless_its_helpers_find_a_parameter_megatron_has": MODE_SEED.format(parameter="packed_seq_params"),
+    "forward_swapped_unless_its_helpers_find_a_parameter_megatron_lacks": MODE_SEED.format(
+        parameter="output_processor"
+    ),
     "forwards_everything_beside_an_import_of_what_a_module_re_exports_with_a_star": IMPORT_SEED.format(
         imports="from megatron.core.transformer.custom_layers.transformer_engine import TENorm"
     ),
@@ -315,3 +347,24 @@ def test_a_patch_beside_a_guarded_import_of_what_the_target_lacks_is_judged(
     seed = "forwards_everything_beside_a_guarded_import_of_what_the_target_lacks"
     verdict = verdicts(write_framework(tmp_path, seed), megatron)[FORWARD]
     assert verdict.verdict == "fits", verdict.line()
+
+
+@pytest.mark.parametrize(
+    ("seed", "expected"),
+    [
+        ("forward_swapped_unless_its_helpers_find_a_parameter_megatron_has", "skipped"),
+        ("forward_swapped_unless_its_helpers_find_a_parameter_megatron_lacks", "fits"),
+    ],
+)
+def test_a_swap_the_framework_decides_through_its_own_helpers_and_a_kept_decision_is_read_against_the_target(
+    seed: str, expected: str, tmp_path: Path, megatron: MegatronSource
+) -> None:
+    """verl's fused ``forward``: the patching function keeps its decision on the model and, where none is kept yet,
+    asks two helpers of its module whether Megatron's ``forward`` takes a parameter; where it does, the swap is left
+    out. Read against 0.15.3's ``GPTModel.forward``: skipped where the parameter is there, made (and judged) where
+    not."""
+    found = verdicts(write_framework(tmp_path, seed), megatron)
+    verdict = found["megatron.core.models.gpt.gpt_model:GPTModel.forward@seeded/patch.py:30"]
+    assert verdict.verdict == expected, verdict.line()
+    if expected == "skipped":
+        assert verdict.findings == ["not applied here by seeded/patch.py:28"], verdict.findings

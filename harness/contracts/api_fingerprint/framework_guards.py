@@ -14,11 +14,13 @@ condition it cannot read leaves the patch applied, and the verdict says which ch
 from __future__ import annotations
 
 import ast
+import itertools
 import re
 from collections.abc import Callable
 from dataclasses import dataclass
 
 from harness.contracts.api_fingerprint.call_sites import dotted_name
+from harness.contracts.api_fingerprint.source_scan import own_returns
 
 UNKNOWN = object()
 """A value the reading cannot decide."""
@@ -281,6 +283,31 @@ def _flags(module: list[ast.stmt]) -> dict[str, ast.expr]:
     return found
 
 
+def _cached(body: list[ast.stmt]) -> dict[str, tuple[ast.expr, ast.expr]]:
+    """Names a function reads from where it keeps a decision, computing it where nothing is kept yet
+    (``mode = getattr(model, "_mode", None)`` then ``if mode is None: mode = _resolve(model)``): name -> (the read,
+    what is computed where it gives None)."""
+    found: dict[str, tuple[ast.expr, ast.expr]] = {}
+    for first, then in itertools.pairwise(body):
+        if not (
+            isinstance(first, ast.Assign)
+            and len(first.targets) == 1
+            and isinstance(first.targets[0], ast.Name)
+            and isinstance(then, ast.If)
+            and not then.orelse
+        ):
+            continue
+        name = first.targets[0].id
+        test = then.test
+        is_none = isinstance(test, ast.Compare) and ast.unparse(test) == f"{name} is None"
+        computed = [
+            s.value for s in then.body if isinstance(s, ast.Assign) and [ast.unparse(t) for t in s.targets] == [name]
+        ]
+        if is_none and len(computed) == 1:
+            found[name] = (first.value, computed[0])
+    return found
+
+
 def _constants(body: list[ast.stmt]) -> dict[str, object]:
     """Names a block binds to a literal (``HAVE_X = True``)."""
     return {
@@ -305,6 +332,7 @@ class _Reader:
     ) -> None:
         self.names = names
         self.versions = versions
+        self.module = module
         self.assigned: dict[str, ast.expr] = {}
         self.objects = objects or {}
         self.attributes = attributes or {}
@@ -331,6 +359,9 @@ class _Reader:
                 self.assigned.setdefault(node.targets[0].id, node.value)
         self.fallbacks = _fallbacks(module)
         self.flags = _flags(module)
+        self.cached = _cached(body)
+        self.functions = {n.name: n for n in module if isinstance(n, ast.FunctionDef)}
+        """The module's own functions: a check may call one (``if _resolve_mode(model) == "hook":``)."""
 
     def dotted(self, node: ast.expr) -> str | None:
         """``node`` as a dotted path, its first name resolved through the names the patch sees."""
@@ -367,6 +398,10 @@ class _Reader:
             return UNKNOWN if imported is UNKNOWN else PRESENT if imported else None
         if isinstance(node, ast.Name) and node.id in self.flags and node.id not in self.assigned:
             return self.value(self.flags[node.id], depth + 1)
+        if isinstance(node, ast.Name) and node.id in self.cached:
+            first, then = self.cached[node.id]
+            held = self.value(first, depth + 1)
+            return UNKNOWN if held is UNKNOWN else self.value(then, depth + 1) if held is None else held
         if isinstance(node, ast.IfExp):
             test = self.value(node.test, depth + 1)
             return UNKNOWN if test is UNKNOWN else self.value(node.body if test else node.orelse, depth + 1)
@@ -396,6 +431,32 @@ class _Reader:
                 dotted = self.dotted(self.assigned[node.id])
             found = self.versions.parameters(dotted, False) if dotted and dotted.startswith("megatron.") else None
         return UNKNOWN if found is None else _Parameters(found)
+
+    def _returned(self, function: ast.FunctionDef, call: ast.Call, depth: int) -> object:
+        """What a call of the module's own ``function`` returns on this target: the first ``return`` whose
+        conditions hold, read in the function with its parameters holding the call's Megatron objects and the
+        values read here; UNKNOWN where a condition on the way, or the value, cannot be read."""
+        parameters = [a.arg for a in function.args.args]
+        objects: dict[str, str] = {}
+        values: dict[str, ast.expr] = {}
+        for parameter, argument in zip(parameters, call.args, strict=False):
+            if ast.unparse(argument) in self.objects:
+                objects[parameter] = self.objects[ast.unparse(argument)]
+                continue
+            held = self.value(argument, depth + 1)
+            if held is not UNKNOWN and (held is None or isinstance(held, str | int | float | bool)):
+                values[parameter] = ast.Constant(held)
+        for statement in sorted(own_returns(function), key=lambda r: (r.lineno, r.col_offset)):
+            reader = _Reader(function.body, statement, self.names, self.versions, self.module, objects)
+            reader.assigned.update(values)
+            held = [
+                (reader.value(test, depth + 1), wanted) for test, wanted, _ in _conditions(function.body, statement)
+            ]
+            if any(value is UNKNOWN for value, _ in held):
+                return UNKNOWN
+            if all(bool(value) == wanted for value, wanted in held):
+                return None if statement.value is None else reader.value(statement.value, depth + 1)
+        return UNKNOWN
 
     def _bool(self, node: ast.BoolOp, depth: int) -> object:
         values = [self.value(v, depth + 1) for v in node.values]
@@ -445,6 +506,18 @@ class _Reader:
             held = arguments[1]
             if isinstance(held, str) and held in self.attributes:
                 return self.attributes[held]
+        if name == "getattr" and len(node.args) == 3 and ast.unparse(node.args[0]) in self.objects:
+            # An attribute the framework keeps on Megatron's object (a cached decision): unset until it sets it.
+            kind, held = self.objects[ast.unparse(node.args[0])], arguments[1]
+            if isinstance(held, str) and not self.versions.defines(f"{kind}.{held}"):
+                return arguments[2]
+        if name in ("issubset", "issuperset") and isinstance(node.func, ast.Attribute) and len(arguments) == 1:
+            held, other = self.value(node.func.value, depth + 1), arguments[0]
+            if isinstance(held, tuple) and isinstance(other, tuple):
+                return set(held) <= set(other) if name == "issubset" else set(held) >= set(other)
+            return UNKNOWN
+        if isinstance(node.func, ast.Name) and node.func.id in self.functions and node.func.id not in self.names:
+            return self._returned(self.functions[node.func.id], node, depth)
         if name in ("list", "tuple") and len(arguments) == 1 and isinstance(arguments[0], tuple):
             return arguments[0]
         if name == "len" and len(arguments) == 1 and isinstance(arguments[0], tuple):
