@@ -31,6 +31,9 @@ DEVICE_CALLS = {"is_available": True, "is_torch_npu_available": False, "is_npu_a
 DEVICE_FLAGS = {"is_npu_available": False, "is_cuda_available": True, "is_torch_npu_available": False}
 """Module-level flags frameworks keep the same checks in (``is_npu_available = is_torch_npu_available()``)."""
 
+HELPER_DEPTH = 12
+"""How deep a check's calls of the framework's own helpers are followed (the depth of the expressions read)."""
+
 VERSION_TEXT = re.compile(r"^v?\d+(\.\d+)+")
 
 
@@ -435,7 +438,10 @@ class _Reader:
     def _returned(self, function: ast.FunctionDef, call: ast.Call, depth: int) -> object:
         """What a call of the module's own ``function`` returns on this target: the first ``return`` whose
         conditions hold, read in the function with its parameters holding the call's Megatron objects and the
-        values read here; UNKNOWN where a condition on the way, or the value, cannot be read."""
+        values read here; UNKNOWN where a condition on the way, or the value, cannot be read (or the helpers call
+        each other deeper than checks do)."""
+        if depth > HELPER_DEPTH:
+            return UNKNOWN
         parameters = [a.arg for a in function.args.args]
         objects: dict[str, str] = {}
         values: dict[str, ast.expr] = {}
