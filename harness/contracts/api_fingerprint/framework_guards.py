@@ -522,8 +522,6 @@ class _Reader:
             if isinstance(held, tuple) and isinstance(other, tuple):
                 return set(held) <= set(other) if name == "issubset" else set(held) >= set(other)
             return UNKNOWN
-        if isinstance(node.func, ast.Name) and node.func.id in self.functions and node.func.id not in self.names:
-            return self._returned(self.functions[node.func.id], node, depth)
         if name in ("list", "tuple") and len(arguments) == 1 and isinstance(arguments[0], tuple):
             return arguments[0]
         if name == "len" and len(arguments) == 1 and isinstance(arguments[0], tuple):
@@ -542,6 +540,8 @@ class _Reader:
             return UNKNOWN
         if name in DEVICE_CALLS and not node.args:
             return DEVICE_CALLS[name]
+        if isinstance(node.func, ast.Name) and node.func.id in self.functions and node.func.id not in self.names:
+            return self._returned(self.functions[node.func.id], node, depth)
         return UNKNOWN
 
 

@@ -37,7 +37,10 @@ class SessionSource:
 
     def lines(self) -> list[str]:
         """One line per replaced symbol: how it was checked, and what was found."""
-        applied = [f"applied: {symbol}: {verdict}" for symbol, (verdict, _) in self.applied.items()]
+        applied = [
+            f"applied: {symbol}: {verdict}" + (f" ({findings[0]})" if verdict == "skipped" else "")
+            for symbol, (verdict, findings) in self.applied.items()
+        ]
         read = [f"{v.how} ({v.why}): {v.line()}" if v.why else f"{v.how}: {v.line()}" for v in self.verdicts]
         return applied + read
 
@@ -99,4 +102,21 @@ def session_verdicts(
     for verdict in verdicts:
         verdict.why = why.get(verdict.symbol, because)
     read = [v for v in verdicts if v.symbol not in applied]
-    return SessionSource(dict(applied), read, [v for v in verdicts if v.symbol in applied])
+    shadow = [v for v in verdicts if v.symbol in applied]
+    return SessionSource(_as_the_framework_applies(applied, shadow), read, shadow)
+
+
+def _as_the_framework_applies(
+    applied: Mapping[str, tuple[str, list[str]]], shadow: list[SymbolVerdict]
+) -> dict[str, tuple[str, list[str]]]:
+    """The live verdicts, except where the framework's own checks around every call of the function that patches
+    leave the patch out on this target (verl 0.9.1 calls ``apply_mtp_inference_patch`` only on NPUs): the declared
+    apply made a patch the framework does not make here, so it is skipped, naming the check, with what the live
+    checks found beside it. A check inside the function is not taken so: the live apply went through it."""
+    found = dict(applied)
+    for verdict in shadow:
+        if verdict.verdict == "skipped" and verdict.by_callers:
+            live, findings = applied[verdict.symbol]
+            said = f"; the declared apply makes it, and checked applied it is {live}"
+            found[verdict.symbol] = ("skipped", [f"{verdict.findings[0]}{said}", *findings])
+    return found

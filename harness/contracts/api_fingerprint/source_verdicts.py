@@ -73,6 +73,9 @@ class SymbolVerdict:
     how: str = "from source"
     why: str = ""
     """Why it was read from source and not checked applied (empty where the caller did not say)."""
+    by_callers: bool = False
+    """Skipped by the framework's checks around every call of the function that patches, not by one in it: a
+    declared apply that runs the function makes a patch the framework itself does not make here."""
 
     def line(self) -> str:
         """The verdict in one line, as the report and the terminal show it."""
@@ -137,6 +140,7 @@ def framework_verdicts(
         each = [v for v in each if v.verdict != "skipped"] or each
         worst = min(each, key=lambda v: SEVERITY.index(v.verdict))
         worst.symbol = key
+        worst.by_callers = worst.verdict == "skipped" and all(v.by_callers for v in each)
         worst.patched_at = [p.place for p in made]
         worst.findings = list(dict.fromkeys(f for v in each if v.verdict == worst.verdict for f in v.findings))
         verdicts.append(worst)
@@ -333,9 +337,10 @@ def _verdict(
     definitions: Mapping[str, Definition],
 ) -> SymbolVerdict:
     result = SymbolVerdict(key, "fits", replacement=patch.definition.place if patch.definition else patch.value)
-    skipped_by = _skipped_by(framework, patch.module, patch.scope, patch.names, versions, 0, patch.objects)
-    if skipped_by is not None:
-        return _set(result, "skipped", f"not applied here by {skipped_by}")
+    skipped = _skip(framework, patch.module, patch.scope, patch.names, versions, 0, patch.objects)
+    if skipped is not None:
+        result.by_callers = skipped[1]
+        return _set(result, "skipped", f"not applied here by {skipped[0]}")
     unimportable = _failing_import(framework, patch.module, source, versions) if not patch.declared else None
     if unimportable is not None:
         return _set(result, "absent", f"{unimportable}: the module cannot be imported here, and makes no patch")
@@ -544,13 +549,28 @@ def _skipped_by(
     depth: int,
     objects: dict[str, str] | None = None,
 ) -> str | None:
-    """The framework file and line of the check that keeps ``chain[-1]`` from running on this target: one around it
-    in its function, or, where every call of that function is skipped so, the callers' (``None``: it runs). A
-    function nobody in the framework calls is an entry point: it runs."""
+    """The framework file and line of the check that keeps ``chain[-1]`` from running on this target (``None``: it
+    runs), as :func:`_skip` finds it."""
+    found = _skip(framework, module, chain, names, versions, depth, objects)
+    return found[0] if found is not None else None
+
+
+def _skip(
+    framework: FrameworkSource,
+    module: str,
+    chain: tuple[ast.AST, ...],
+    names: dict[str, str],
+    versions: Versions,
+    depth: int,
+    objects: dict[str, str] | None = None,
+) -> tuple[str, bool] | None:
+    """The check that keeps ``chain[-1]`` from running on this target, and whether it is the callers' (every call of
+    the enclosing function is skipped so) rather than one around it in its own function. A function nobody in the
+    framework calls is an entry point: it runs."""
     _, tree = framework.trees[module]
     guard = guard_of(chain, tree.body, lambda node: framework.place(module, node.lineno), names, versions, objects)
     if not guard.applied:
-        return guard.place
+        return guard.place, False
     functions = [n for n in chain[:-1] if isinstance(n, ast.FunctionDef | ast.AsyncFunctionDef)]
     if not functions or depth >= CALLER_DEPTH:
         return None
@@ -561,7 +581,7 @@ def _skipped_by(
     if not callers:
         return None
     reasons = [_skipped_by(framework, c.module, c.chain, c.names, versions, depth + 1) for c in callers]
-    return reasons[0] if all(reasons) else None
+    return (reasons[0], True) if all(reasons) else None
 
 
 def _constructions(source: MegatronSource, key: str, replaced: set[str]) -> list[MegatronCall]:
