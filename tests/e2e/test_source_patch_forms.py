@@ -2,8 +2,9 @@
 source against megatron-core 0.15.3 (:mod:`tests.source_seeds`): a method swapped on built objects whose constructor
 kept it by value, a class of the framework bound in place of Megatron's (also through a class attribute), a
 ``__class__`` swap, a back-fill through ``sys.modules``, a return count a flag decides that the patching function sets
-on the object, a swap its own helpers decide from Megatron's signature, and a module whose own import of Megatron
-fails on the target. Each form has a seeded break, red
+on the object, a swap its own helpers decide from Megatron's signature, a property set on an object's class (skipped
+where the object has the attribute, red in place of one its constructor sets), and a module whose own import of
+Megatron fails on the target. Each form has a seeded break, red
 naming Megatron's line (absent for the failing import), and a correct variant that fits.
 """
 
@@ -129,6 +130,18 @@ def patch(model):
         return
     model.forward = forward.__get__(model, GPTModel)
 """
+PROPERTY_SEED = """
+def retrofit(layer):
+    if not hasattr(layer, "{tested}"):
+
+        def _value(self):
+            return self.mtp_model_layer
+
+        setattr(layer.__class__, "transformer_layer", property(_value))
+"""
+MTP_LAYER = "megatron.core.transformer.multi_token_prediction:MultiTokenPredictionLayer"
+LAYER_SET = "megatron/core/transformer/multi_token_prediction.py:475"
+"""Where 0.15.3's ``MultiTokenPredictionLayer.__init__`` sets ``self.transformer_layer``."""
 HYBRID = "from megatron.core.models.hybrid.hybrid_block import HybridStack"
 SEEDS = {
     "node_method_swapped_after_build": """
@@ -180,6 +193,10 @@ def apply(router):
         helper="def helper(self, input):\n    return input", method="gating"
     ),
     "forwards_everything_in_a_module_importing_what_the_target_lacks": IMPORT_SEED.format(imports=HYBRID),
+    "property_on_the_class_unless_its_objects_have_the_attribute": PROPERTY_SEED.format(tested="transformer_layer"),
+    "property_on_the_class_in_place_of_an_attribute_its_constructor_sets": PROPERTY_SEED.format(
+        tested="mtp_model_layer"
+    ),
     "forward_swapped_unless_its_helpers_find_a_parameter_megatron_has": MODE_SEED.format(parameter="packed_seq_params"),
     "forward_swapped_unless_its_helpers_find_a_parameter_megatron_lacks": MODE_SEED.format(
         parameter="output_processor"
@@ -368,3 +385,26 @@ def test_a_swap_the_framework_decides_through_its_own_helpers_and_a_kept_decisio
     assert verdict.verdict == expected, verdict.line()
     if expected == "skipped":
         assert verdict.findings == ["not applied here by seeded/patch.py:28"], verdict.findings
+
+
+def test_a_property_set_on_an_objects_class_unless_the_object_has_the_attribute_is_skipped_where_it_has(
+    tmp_path: Path, megatron: MegatronSource
+) -> None:
+    """mcore-bridge's form: ``setattr(layer.__class__, "transformer_layer", property(...))`` under ``if not
+    hasattr(layer, "transformer_layer")``. No Megatron class defines such a method; the class whose constructor sets
+    ``self.transformer_layer`` is the object's, and its built objects have it on 0.15.3: the patch is not made."""
+    seed = "property_on_the_class_unless_its_objects_have_the_attribute"
+    verdict = verdicts(write_framework(tmp_path, seed), megatron)[f"{MTP_LAYER}.transformer_layer@seeded/patch.py:12"]
+    assert verdict.verdict == "skipped", verdict.line()
+    assert verdict.findings == ["not applied here by seeded/patch.py:7"], verdict.findings
+
+
+def test_a_property_set_on_a_class_in_place_of_an_attribute_its_constructor_sets_is_red(
+    tmp_path: Path, megatron: MegatronSource
+) -> None:
+    """Made where the object lacks another attribute, the property replaces what the constructor assigns: a
+    property without a setter makes that assignment raise for every object built afterwards."""
+    seed = "property_on_the_class_in_place_of_an_attribute_its_constructor_sets"
+    verdict = verdicts(write_framework(tmp_path, seed), megatron)[f"{MTP_LAYER}.transformer_layer@seeded/patch.py:12"]
+    assert verdict.verdict == "red", verdict.line()
+    assert verdict.findings[0].startswith(f"{LAYER_SET} sets self.transformer_layer on every object it builds")

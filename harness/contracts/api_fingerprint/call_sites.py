@@ -279,6 +279,38 @@ class MegatronSource:
                 found += _reads_in(init, self.file_of(info.module), f"{info.module}:{info.name}.__init__", name)
         return found
 
+    def set_when_built(self, info: _ClassInfo) -> dict[str, str]:
+        """The attributes the class's own constructor sets on ``self`` (in ``__init__`` and the methods it calls on
+        ``self``), each with the ``file:line`` of its first assignment: what ``hasattr`` finds on its built objects
+        besides its methods."""
+        init = self.methods(info).get("__init__")
+        if init is None:
+            return {}
+        called = {
+            node.func.attr
+            for node in ast.walk(init)
+            if isinstance(node, ast.Call)
+            and isinstance(node.func, ast.Attribute)
+            and isinstance(node.func.value, ast.Name)
+            and node.func.value.id == "self"
+        }
+        bodies = [init, *(self.methods(info)[name] for name in called if name in self.methods(info))]
+        found: dict[str, str] = {}
+        for node in sorted(
+            (n for body in bodies for n in ast.walk(body) if isinstance(n, ast.Assign | ast.AnnAssign)),
+            key=lambda n: n.lineno,
+        ):
+            for written in node.targets if isinstance(node, ast.Assign) else [node.target]:
+                for target in ast.walk(written):
+                    if isinstance(target, ast.Attribute) and getattr(target.value, "id", None) == "self":
+                        found.setdefault(target.attr, f"{self.file_of(info.module)}:{node.lineno}")
+        return found
+
+    def has_when_built(self, info: _ClassInfo, name: str) -> bool:
+        """Whether built objects of ``info`` have ``name``: a method along its bases, or an attribute a constructor
+        along them sets."""
+        return self.definer(info, name) is not None or any(name in self.set_when_built(c) for c in self.mro(info))
+
     def _function_calls(self, module: str, name: str) -> list[MegatronCall]:
         calls = []
         for other, names, modules, bindings in self._function_names(module, name):

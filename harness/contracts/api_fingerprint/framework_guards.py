@@ -57,6 +57,9 @@ class Versions:
     defines: Callable[[str], bool]
     """Whether Megatron on the target defines a dotted path (a module, or a name in one)."""
     parameters: Callable[[str, bool], tuple[str, ...] | None] = lambda dotted, bound: None
+    built: Callable[[str, str], bool] = lambda dotted, name: False
+    """Whether built objects of the Megatron class a dotted path names have ``name`` (a method, or an attribute its
+    constructor sets): what ``hasattr(obj, name)`` finds on an object the patch is made on."""
     """The parameter names of the Megatron function a dotted path names (``bound``: reached on an object, its first
     taken), what ``inspect.signature(...).parameters`` gives there; None where it names none."""
 
@@ -534,7 +537,10 @@ class _Reader:
                 return text
             return _Version(text) if isinstance(text, str) else UNKNOWN
         if name == "hasattr" and len(node.args) == 2 and isinstance(arguments[1], str):
-            owner = self.objects.get(ast.unparse(node.args[0])) or self.dotted(node.args[0])
+            built = self.objects.get(ast.unparse(node.args[0]))
+            if built is not None:
+                return self.versions.built(built, arguments[1])
+            owner = self.dotted(node.args[0])
             if owner is not None and owner.startswith("megatron."):
                 return self.versions.defines(f"{owner}.{arguments[1]}")
             return UNKNOWN

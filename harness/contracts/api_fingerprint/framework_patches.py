@@ -114,10 +114,13 @@ class InstancePatch:
     classes: tuple[str, ...]
     """Dotted names the patching function tests the object against (``isinstance(x, GPTModel)``)."""
     target: str
-    """The object's expression as written (``self``, ``layer``)."""
+    """The object's expression as written (``self``, ``layer``; ``layer`` also where the patch is set on
+    ``layer.__class__``)."""
     hint: str
     """The names around the patch (the function's, the patching function's, the object's expression), lower case
     without underscores: what tells two Megatron classes defining the method apart."""
+    wrapper: str | None = None
+    """``property`` (or ``staticmethod``, ``classmethod``) where the function is set on the object's class so."""
 
     @property
     def place(self) -> str:
@@ -367,7 +370,9 @@ class _Reader:
                 if getattr(call.func, "id", None) == "setattr" and len(call.args) == 3:
                     owner, name, value = call.args
                     for attribute in _names_of(name, node, enclosing) if dotted_name(owner) else ():
-                        self.assigned(f"{dotted_name(owner)}.{attribute}", value, node, enclosing, scopes)
+                        if not self.assigned(f"{dotted_name(owner)}.{attribute}", value, node, enclosing, scopes):
+                            target = ast.Attribute(owner, attribute, ast.Store())
+                            self.on_instances(target, value, node, enclosing, scopes)
             self.called(node, enclosing, scopes)
 
     def called(self, node: ast.stmt, enclosing: list[ast.AST], scopes: list[_Scope]) -> None:
@@ -396,6 +401,9 @@ class _Reader:
     ) -> None:
         """Record ``target = value`` where it binds a function of the framework as a method of built objects."""
         function = None
+        wrapper = None
+        if isinstance(value, ast.Call) and getattr(value.func, "id", None) in WRAPPERS and len(value.args) == 1:
+            wrapper, value = WRAPPERS[value.func.id], value.args[0]
         if isinstance(value, ast.Call) and isinstance(value.func, ast.Attribute) and value.func.attr == "__get__":
             function = value.func.value
         elif isinstance(value, ast.Call) and last_name(value.func) == "MethodType" and value.args:
@@ -422,8 +430,9 @@ class _Reader:
                 (*enclosing, node),
                 {n: self.resolve(n, scopes) for n in {n for scope in scopes for n in scope.names}},
                 tuple(t for t in tested if t.startswith("megatron.")),
-                ast.unparse(target.value),
+                ast.unparse(target.value).removesuffix(".__class__"),
                 hint.lower().replace("_", ""),
+                wrapper,
             )
         )
 

@@ -52,9 +52,24 @@ def parameters(source: MegatronSource):
     return names
 
 
+def built(source: MegatronSource):
+    """Whether built objects of the Megatron class a dotted path names have an attribute, read from ``source``."""
+
+    defined_here = defines(source)
+
+    def check(dotted: str, name: str) -> bool:
+        if defined_here(f"{dotted}.{name}"):
+            return True
+        module, _, qualname = megatron_key(dotted, source).partition(":")
+        owner = source.class_named(module, qualname) if module in source.texts else None
+        return owner is not None and source.has_when_built(owner, name)
+
+    return check
+
+
 def versions_of(source: MegatronSource, megatron: str, torch: str) -> Versions:
     """What a framework's own checks are read against on the target whose Megatron is ``source``."""
-    return Versions(megatron, torch, defines(source), parameters(source))
+    return Versions(megatron, torch, defines(source), parameters(source), built(source))
 
 
 def main(argv: list[str] | None = None) -> int:

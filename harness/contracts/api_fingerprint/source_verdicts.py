@@ -154,7 +154,7 @@ def instance_class(instance: InstancePatch, source: MegatronSource) -> str | Non
     patch in a file that never imports Megatron is another library's."""
     if not any(path.startswith("megatron.") for path in instance.names.values()):
         return None
-    definers = _definers(source, instance.method)
+    definers = _definers(source, instance.method) or _holders(source, instance.method)
     tested = {path.rpartition(".")[2] for path in instance.classes}
     chosen = [info for info in definers if info.name in tested]
     if tested and not chosen:
@@ -195,6 +195,20 @@ def _definers(source: MegatronSource, method: str) -> list:
     return list(dict.fromkeys(found))
 
 
+def _holders(source: MegatronSource, name: str) -> list:
+    """The classes of Megatron's source whose own constructor sets ``self.<name>``: where no class defines a method
+    of that name, what an attribute of that name set on an object's class is about (mcore-bridge sets a
+    ``transformer_layer`` property on the class of MTP layers, whose constructor sets ``self.transformer_layer`` up
+    to 0.16)."""
+    found = []
+    for module, (_, text) in source.texts.items():
+        if f"self.{name}" not in text:
+            continue
+        for infos in source.classes.values():
+            found += [info for info in infos if info.module == module and name in source.set_when_built(info)]
+    return list(dict.fromkeys(found))
+
+
 def _instance_patch(instance: InstancePatch, owner: str) -> SourcePatch:
     """An instance patch as a patch of the class it was resolved to: the function gets the object first, as a method."""
     return SourcePatch(
@@ -205,7 +219,7 @@ def _instance_patch(instance: InstancePatch, owner: str) -> SourcePatch:
         instance.line,
         instance.chain,
         instance.definition,
-        None,
+        instance.wrapper,
         names=instance.names,
         objects={instance.target: owner.replace(":", ".")},
     )
@@ -354,6 +368,15 @@ def _verdict(
                 f"the framework reads the original at {read_at} before patching it, and {missing}"
                 f"{_defined_at(source, key)}: the apply raises AttributeError here",
             )
+        set_at = _set_when_built(source, key) if patch.wrapper == "property" else None
+        if set_at is not None:
+            name = key.rpartition(".")[2]
+            return _set(
+                result,
+                "red",
+                f"{set_at} sets self.{name} on every object it builds, and the property set on the class in its place "
+                "has no setter: building one raises AttributeError, and those built before read the property",
+            )
         return _set(result, "absent", f"{missing}: the patch adds a name Megatron does not call")
     kind = patch.wrapper
     if patch.definition is not None:
@@ -401,6 +424,18 @@ def _constructor(built: ClassValue, source: MegatronSource) -> tuple[ReadFunctio
     if upstream is None:
         return None
     return ReadFunction(upstream), f"{built.name} (with {qualname}.__init__ of {module})"
+
+
+def _set_when_built(source: MegatronSource, key: str) -> str | None:
+    """Where a constructor along the class of ``module:Class.name`` sets ``self.name``, first along its bases."""
+    module, _, qualname = key.partition(":")
+    owner_name, _, name = qualname.rpartition(".")
+    owner = source.class_named(module, owner_name) if owner_name and module in source.texts else None
+    for info in source.mro(owner) if owner is not None else ():
+        place = source.set_when_built(info).get(name)
+        if place is not None:
+            return place
+    return None
 
 
 def _held_when_built(source: MegatronSource, key: str) -> list[str]:
