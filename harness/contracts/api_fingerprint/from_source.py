@@ -17,13 +17,9 @@ from pathlib import Path
 from harness.contracts.api_fingerprint.call_sites import MegatronSource
 from harness.contracts.api_fingerprint.framework_guards import Versions
 from harness.contracts.api_fingerprint.framework_scan import defined, symbol_key
+from harness.contracts.api_fingerprint.megatron_keys import megatron_key
 from harness.contracts.api_fingerprint.replacement_fit import ReadFunction
-from harness.contracts.api_fingerprint.source_verdicts import (
-    framework_verdicts,
-    has_member,
-    megatron_key,
-    upstream_definition,
-)
+from harness.contracts.api_fingerprint.source_verdicts import framework_verdicts, has_member, upstream_definition
 
 
 def defines(source: MegatronSource):

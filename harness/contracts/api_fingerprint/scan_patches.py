@@ -3,7 +3,7 @@ replacement, and the guess of ``[symbols_patch]``, the functions whose call make
 
 The reading is :mod:`.framework_patches`' (the scopes of each assignment, closures, methods and aliases resolved,
 methods bound on built objects whose class the framework's ``isinstance`` tests or the names around them give), named
-as the from-source verdicts name them (:func:`~.source_verdicts.megatron_key`). Restoring assignments (an undo puts
+as the from-source verdicts name them (:func:`~.megatron_keys.megatron_key`). Restoring assignments (an undo puts
 the original back) and literal markers (``Cls._patched = True``) are no replacements; a replaced function's own
 ``__signature__`` or ``__doc__`` is no patch of its own.
 
@@ -27,12 +27,9 @@ from harness.contracts.api_fingerprint.call_sites import MegatronSource, functio
 from harness.contracts.api_fingerprint.class_swaps import class_swaps
 from harness.contracts.api_fingerprint.framework_patches import Definition, FrameworkSource, read_framework
 from harness.contracts.api_fingerprint.framework_scan import Patch, defined
-from harness.contracts.api_fingerprint.source_verdicts import (
-    has_member,
-    instance_class,
-    is_megatron_owner,
-    megatron_key,
-)
+from harness.contracts.api_fingerprint.megatron_keys import megatron_key
+from harness.contracts.api_fingerprint.object_classes import instance_class
+from harness.contracts.api_fingerprint.source_verdicts import has_member, is_megatron_owner
 from harness.targets.megatron_names import FINALIZE_MODULE
 
 

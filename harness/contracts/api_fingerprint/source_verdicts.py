@@ -42,9 +42,11 @@ from harness.contracts.api_fingerprint.framework_patches import (
     read_framework,
     statement_at,
 )
-from harness.contracts.api_fingerprint.framework_scan import defined, symbol_key
+from harness.contracts.api_fingerprint.framework_scan import defined
+from harness.contracts.api_fingerprint.megatron_keys import megatron_key
 from harness.contracts.api_fingerprint.module_backfills import BackFill, backfilled_modules, backfills
 from harness.contracts.api_fingerprint.module_calls import instance_calls, spec_constructions
+from harness.contracts.api_fingerprint.object_classes import class_of_self, instance_class
 from harness.contracts.api_fingerprint.object_flags import returned_under_flags
 from harness.contracts.api_fingerprint.replacement_fit import (
     ReadFunction,
@@ -109,7 +111,7 @@ def framework_verdicts(
         if patch.definition is not None and not patch.restores
     }
     for instance in framework.instances:
-        owner = _class_of_self(instance, bound_as, source) or instance_class(instance, source)
+        owner = class_of_self(instance, bound_as, source) or instance_class(instance, source)
         if owner is not None:
             keyed.setdefault(f"{owner}.{instance.method}@{instance.place}", []).append(_instance_patch(instance, owner))
     for fill in backfills(framework):
@@ -145,68 +147,6 @@ def framework_verdicts(
         worst.findings = list(dict.fromkeys(f for v in each if v.verdict == worst.verdict for f in v.findings))
         verdicts.append(worst)
     return verdicts
-
-
-def instance_class(instance: InstancePatch, source: MegatronSource) -> str | None:
-    """``module:Class`` of the Megatron class whose built objects ``instance`` patches, where the source says which:
-    a class the patching function tests with ``isinstance``, else the one Megatron class defining the method whose name
-    the names around the patch carry (``_fused_GPTModel_forward`` on ``forward``), else the only one defining it. A
-    patch in a file that never imports Megatron is another library's."""
-    if not any(path.startswith("megatron.") for path in instance.names.values()):
-        return None
-    definers = _definers(source, instance.method) or _holders(source, instance.method)
-    tested = {path.rpartition(".")[2] for path in instance.classes}
-    chosen = [info for info in definers if info.name in tested]
-    if tested and not chosen:
-        # The objects are of the classes the framework tests for, and none of them has the method here.
-        owners = [
-            key for path in instance.classes if (key := megatron_key(path, source)).partition(":")[0] in source.texts
-        ]
-        return owners[-1] if owners else None
-    if not chosen:
-        named = [info for info in definers if info.name.lower() in instance.hint]
-        longest = max((len(info.name) for info in named), default=0)
-        chosen = [info for info in named if len(info.name) == longest]
-    if not chosen and len(definers) == 1:
-        chosen = definers
-    return f"{chosen[0].module}:{chosen[0].name}" if len(chosen) == 1 else None
-
-
-def _class_of_self(instance: InstancePatch, bound_as: Mapping[int, str], source: MegatronSource) -> str | None:
-    """``module:Class`` where the object is ``self`` of a function the framework binds as a method of a Megatron class
-    (verl's ``patched_routing``, bound as ``TopKRouter.routing``, sets ``self.is_aux_loss_enabled``): the class,
-    whether or not this release defines the method."""
-    if instance.target != "self" or instance.classes:
-        return None
-    functions = [n for n in instance.chain if isinstance(n, ast.FunctionDef | ast.AsyncFunctionDef)]
-    owner = next((bound_as[id(f)] for f in reversed(functions) if id(f) in bound_as), None)
-    key = megatron_key(owner, source) if owner and owner.startswith("megatron.") else ""
-    return key if key.partition(":")[2][:1].isupper() else None
-
-
-def _definers(source: MegatronSource, method: str) -> list:
-    """The classes of Megatron's source whose body defines ``method``."""
-    found = []
-    for module, (_, text) in source.texts.items():
-        if f"def {method}(" not in text:
-            continue
-        for infos in source.classes.values():
-            found += [info for info in infos if info.module == module and method in source.methods(info)]
-    return list(dict.fromkeys(found))
-
-
-def _holders(source: MegatronSource, name: str) -> list:
-    """The classes of Megatron's source whose own constructor sets ``self.<name>``: where no class defines a method
-    of that name, what an attribute of that name set on an object's class is about (mcore-bridge sets a
-    ``transformer_layer`` property on the class of MTP layers, whose constructor sets ``self.transformer_layer`` up
-    to 0.16)."""
-    found = []
-    for module, (_, text) in source.texts.items():
-        if f"self.{name}" not in text:
-            continue
-        for infos in source.classes.values():
-            found += [info for info in infos if info.module == module and name in source.set_when_built(info)]
-    return list(dict.fromkeys(found))
 
 
 def _instance_patch(instance: InstancePatch, owner: str) -> SourcePatch:
@@ -287,38 +227,6 @@ def is_megatron_owner(dotted: str) -> bool:
     return dotted.startswith("megatron.")
 
 
-def megatron_key(path: str, source: MegatronSource) -> str:
-    """``module:qualname`` of a dotted path in Megatron, an owner class re-exported followed to its defining module
-    (``megatron.core.tensor_parallel.VocabParallelEmbedding.forward`` is ``megatron.core.tensor_parallel.layers:...``);
-    a module-level name itself stays where the patch re-binds it."""
-    key = symbol_key(path, [source.root]) or _unresolved_key(path)
-    parts = key.partition(":")[2].split(".")
-    if len(parts) > 1 and parts[0][:1].islower():
-        # A lower-case first part is a module this target lacks, not a class: name it as the path says.
-        key = _unresolved_key(path)
-    for _ in range(5):
-        module, _, qualname = key.partition(":")
-        head, _, rest = qualname.partition(".")
-        if not rest:
-            return key
-        tree = source.tree(module) if module in source.texts else None
-        found = next(
-            (
-                (absolute_module(node, module, source.is_package(module)), alias.name)
-                for node in (tree.body if tree else [])
-                if isinstance(node, ast.ImportFrom)
-                for alias in node.names
-                if (alias.asname or alias.name) == head
-            ),
-            None,
-        )
-        if found is None or found[0] not in source.texts:
-            return key
-        origin, name = found
-        key = f"{origin}:{name}{'.' + rest if rest else ''}"
-    return key
-
-
 def _defines(source: MegatronSource, key: str) -> bool:
     """Whether Megatron here has ``key``: a module-level name, or a method its class defines or inherits from a
     Megatron base."""
@@ -332,13 +240,6 @@ def has_member(source: MegatronSource, key: str) -> bool:
     owner_name, _, method = qualname.rpartition(".")
     owner = source.class_named(module, owner_name) if owner_name and module in source.texts else None
     return owner is not None and (method == "__init__" or source.definer(owner, method) is not None)
-
-
-def _unresolved_key(path: str) -> str:
-    """``module:qualname`` for a path whose module this target lacks: the lower-case parts are the module."""
-    parts = path.split(".")
-    cut = next((i for i, part in enumerate(parts) if part[:1].isupper()), len(parts) - 1)
-    return f"{'.'.join(parts[:cut])}:{'.'.join(parts[cut:])}"
 
 
 def _verdict(

@@ -1,0 +1,78 @@
+"""Which Megatron class the objects a framework patches on are of, read from source: a framework binds methods on
+built objects (``model.forward = f.__get__(model)``, ``setattr(layer.__class__, "x", property(f))``) whose class the
+assignment does not name. The patching function's ``isinstance`` tests name it, or the function is bound as a
+Megatron class's method and the object is its ``self``, or the names around the patch carry the name of one class
+defining the method, or the one class whose constructor sets an attribute of that name.
+"""
+
+from __future__ import annotations
+
+import ast
+from collections.abc import Mapping
+
+from harness.contracts.api_fingerprint.call_sites import MegatronSource
+from harness.contracts.api_fingerprint.framework_patches import InstancePatch
+from harness.contracts.api_fingerprint.megatron_keys import megatron_key
+
+
+def instance_class(instance: InstancePatch, source: MegatronSource) -> str | None:
+    """``module:Class`` of the Megatron class whose built objects ``instance`` patches, where the source says which:
+    a class the patching function tests with ``isinstance``, else the one Megatron class defining the method whose name
+    the names around the patch carry (``_fused_GPTModel_forward`` on ``forward``), else the only one defining it (where
+    none does, the only one whose own constructor sets an attribute of the name). A patch in a file that never imports
+    Megatron is another library's."""
+    if not any(path.startswith("megatron.") for path in instance.names.values()):
+        return None
+    definers = _definers(source, instance.method) or _holders(source, instance.method)
+    tested = {path.rpartition(".")[2] for path in instance.classes}
+    chosen = [info for info in definers if info.name in tested]
+    if tested and not chosen:
+        # The objects are of the classes the framework tests for, and none of them has the method here.
+        owners = [
+            key for path in instance.classes if (key := megatron_key(path, source)).partition(":")[0] in source.texts
+        ]
+        return owners[-1] if owners else None
+    if not chosen:
+        named = [info for info in definers if info.name.lower() in instance.hint]
+        longest = max((len(info.name) for info in named), default=0)
+        chosen = [info for info in named if len(info.name) == longest]
+    if not chosen and len(definers) == 1:
+        chosen = definers
+    return f"{chosen[0].module}:{chosen[0].name}" if len(chosen) == 1 else None
+
+
+def class_of_self(instance: InstancePatch, bound_as: Mapping[int, str], source: MegatronSource) -> str | None:
+    """``module:Class`` where the object is ``self`` of a function the framework binds as a method of a Megatron class
+    (verl's ``patched_routing``, bound as ``TopKRouter.routing``, sets ``self.is_aux_loss_enabled``): the class,
+    whether or not this release defines the method."""
+    if instance.target != "self" or instance.classes:
+        return None
+    functions = [n for n in instance.chain if isinstance(n, ast.FunctionDef | ast.AsyncFunctionDef)]
+    owner = next((bound_as[id(f)] for f in reversed(functions) if id(f) in bound_as), None)
+    key = megatron_key(owner, source) if owner and owner.startswith("megatron.") else ""
+    return key if key.partition(":")[2][:1].isupper() else None
+
+
+def _definers(source: MegatronSource, method: str) -> list:
+    """The classes of Megatron's source whose body defines ``method``."""
+    found = []
+    for module, (_, text) in source.texts.items():
+        if f"def {method}(" not in text:
+            continue
+        for infos in source.classes.values():
+            found += [info for info in infos if info.module == module and method in source.methods(info)]
+    return list(dict.fromkeys(found))
+
+
+def _holders(source: MegatronSource, name: str) -> list:
+    """The classes of Megatron's source whose own constructor sets ``self.<name>``: where no class defines a method
+    of that name, what an attribute of that name set on an object's class is about (mcore-bridge sets a
+    ``transformer_layer`` property on the class of MTP layers, whose constructor sets ``self.transformer_layer`` up
+    to 0.16)."""
+    found = []
+    for module, (_, text) in source.texts.items():
+        if f"self.{name}" not in text:
+            continue
+        for infos in source.classes.values():
+            found += [info for info in infos if info.module == module and name in source.set_when_built(info)]
+    return list(dict.fromkeys(found))
