@@ -150,6 +150,13 @@ CHECKS = {
         "def f():\n    try:\n        from megatron.core.a import b\n    except ImportError:\n        X.y = z"
     ),
     "an unreadable check": "def f():\n    if unknown():\n        X.y = z",
+    "a helper of the module comparing the version": (
+        "def old():\n    return version.parse(megatron.core.__version__) < version.parse('0.16')\n"
+        "def f():\n    if old():\n        X.y = z"
+    ),
+    "a helper of the module it cannot read": (
+        "def old():\n    return unknown()\ndef f():\n    if old():\n        X.y = z"
+    ),
 }
 
 
@@ -163,6 +170,9 @@ CHECKS = {
         ("on NPUs", "0.16.1", (False, "line 2")),
         ("where an import fails", "0.16.1", (False, "line 2")),
         ("an unreadable check", "0.16.1", (True, "line 2")),
+        ("a helper of the module comparing the version", "0.15.3", (True, None)),
+        ("a helper of the module comparing the version", "0.16.1", (False, "line 4")),
+        ("a helper of the module it cannot read", "0.15.3", (True, "line 4")),
     ],
 )
 def test_the_frameworks_own_checks_are_read_against_the_target(
