@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from harness import REPO_ROOT
 from harness.contracts.api_fingerprint.call_sites import MegatronSource
 from harness.contracts.api_fingerprint.from_source import versions_of
+from harness.contracts.api_fingerprint.object_classes import UNPLACED
 from harness.contracts.api_fingerprint.source_verdicts import framework_verdicts
 from harness.targets.matrix import load_matrix
 from harness.targets.release_source import distribution_source, release_source
@@ -57,8 +58,8 @@ def releases(only: list[str] | None = None) -> list[tuple[str, str]]:
     return found
 
 
-Found = dict[str, tuple[str, str]]
-"""Symbol -> (the gate's verdict, its findings as one text)."""
+Found = dict[str, tuple[str, str, tuple[str, ...]]]
+"""Symbol -> (the gate's verdict, its findings as one text, where the framework patches it)."""
 
 
 def gate_verdicts(name: str, megatron: str, torch: str) -> Found:
@@ -67,15 +68,21 @@ def gate_verdicts(name: str, megatron: str, torch: str) -> Found:
     root = distribution_source(name, version, package)
     source = MegatronSource(release_source(megatron, venvs=REPO_ROOT / ".nox").root)
     verdicts = framework_verdicts(root, source, versions_of(source, megatron, torch))
-    return {v.symbol: (v.verdict, " ".join(v.findings)) for v in verdicts}
+    return {v.symbol: (v.verdict, " ".join(v.findings), tuple(v.patched_at)) for v in verdicts}
 
 
 def named_as_table(found: Found, table: dict) -> Found:
     """The gate's verdicts under the table's names: a method bound on built objects is ``symbol@file:line`` at the
     gate; a table that names no other patch of that symbol calls it by the symbol alone. A class that moved to
-    another module on this release keeps the one row the table gives its ``Class.member``."""
+    another module on this release keeps the one row the table gives its ``Class.member``. A patch the gate cannot
+    place on this release (``?:...``: no module or class of it here) takes the row of the table's patch made at the
+    same framework line, where the gate has no other row for it."""
     named = {}
     for symbol, verdict in found.items():
+        if symbol.startswith(f"{UNPLACED}:"):
+            same = [s for s, entry in table.items() if entry.get("patched_at") in verdict[2] and s not in found]
+            named[same[0] if len(same) == 1 else symbol] = verdict
+            continue
         plain = symbol.partition("@")[0]
         alone = plain not in found and sum(s.partition("@")[0] == plain for s in found) == 1
         if symbol not in table and plain not in table and alone:
@@ -99,7 +106,7 @@ def cells(table: dict, megatron: str, found: Found) -> dict[str, Cell]:
     for symbol in sorted(set(table) | set(found)):
         wanted = table.get(symbol, {}).get("targets", {}).get(megatron, {})
         expected = wanted.get("verdict", "-")
-        verdict, text = found.get(symbol, ("-", ""))
+        verdict, text, _ = found.get(symbol, ("-", "", ()))
         lines = wanted.get("lines") or []
         first = lines[0] if expected in ("red", "advisory") and lines else None
         row[symbol] = Cell(expected, verdict, first, first is None or first in text)

@@ -75,6 +75,19 @@ def backfilled_modules(source: MegatronSource, fill: BackFill) -> list[str]:
     return sorted(found)
 
 
+def imports_megatron(framework: FrameworkSource, module: str) -> bool:
+    """Whether the framework's module imports Megatron anywhere, at its top or in a function: a back-fill there that
+    reaches no Megatron module on a release is still a patch of Megatron's (verl fills Megatron's
+    ``hadamard_transform`` from the module whose ``apply_patch`` imports Megatron lazily)."""
+    _, tree = framework.trees[module]
+    for node in ast.walk(tree):
+        if isinstance(node, ast.ImportFrom) and node.level == 0 and (node.module or "").startswith("megatron"):
+            return True
+        if isinstance(node, ast.Import) and any(alias.name.startswith("megatron") for alias in node.names):
+            return True
+    return False
+
+
 def _over_sys_modules(iterated: ast.expr) -> bool:
     return any(dotted_name(node) == "sys.modules" for node in ast.walk(iterated))
 

@@ -2,7 +2,8 @@
 built objects (``model.forward = f.__get__(model)``, ``setattr(layer.__class__, "x", property(f))``) whose class the
 assignment does not name. The patching function's ``isinstance`` tests name it, or the function is bound as a
 Megatron class's method and the object is its ``self``, or the names around the patch carry the name of one class
-defining the method, or the one class whose constructor sets an attribute of that name.
+defining the method, or the one class whose constructor sets an attribute of that name. Where none of these names
+one, the patch still gets a verdict (:func:`unplaced_verdict`): never a patch left out unsaid.
 """
 
 from __future__ import annotations
@@ -21,7 +22,7 @@ def instance_class(instance: InstancePatch, source: MegatronSource) -> str | Non
     the names around the patch carry (``_fused_GPTModel_forward`` on ``forward``), else the only one defining it (where
     none does, the only one whose own constructor sets an attribute of the name). A patch in a file that never imports
     Megatron is another library's."""
-    if not any(path.startswith("megatron.") for path in instance.names.values()):
+    if not is_megatrons(instance):
         return None
     definers = _definers(source, instance.method) or _holders(source, instance.method)
     tested = {path.rpartition(".")[2] for path in instance.classes}
@@ -76,3 +77,37 @@ def _holders(source: MegatronSource, name: str) -> list:
         for infos in source.classes.values():
             found += [info for info in infos if info.module == module and name in source.set_when_built(info)]
     return list(dict.fromkeys(found))
+
+
+UNPLACED = "?"
+"""The module part of the key of a patch whose Megatron module or class the source does not name on a release:
+``?:<object>.<method>@<file>:<line>`` for a method bound on built objects, ``?:<name>`` for a back-fill."""
+
+
+def is_megatrons(instance: InstancePatch) -> bool:
+    """Whether the patch is on Megatron's objects: one in a file that never imports Megatron is another library's."""
+    return any(path.startswith("megatron.") for path in instance.names.values())
+
+
+def unplaced_verdict(instance: InstancePatch, source: MegatronSource, megatron: str) -> tuple[str, str]:
+    """The verdict, and why, for a patch on Megatron's built objects whose class :func:`instance_class` cannot name
+    here: ``absent`` where the classes the framework tests for, or every class defining or setting the method, are
+    missing from this release (the patch replaces nothing of Megatron's here); ``undecided`` where several classes
+    define it and the source does not say which the objects are of."""
+    release = f"megatron-core {megatron}"
+    if instance.classes:
+        tested = ", ".join(path.rpartition(".")[2] for path in instance.classes)
+        return "absent", f"the objects `{instance.target}` are tested as {tested}, which {release} lacks"
+    definers = _definers(source, instance.method) or _holders(source, instance.method)
+    if not definers:
+        return (
+            "absent",
+            f"no class of {release} defines or sets `{instance.method}`: the patch adds a name Megatron does not call",
+        )
+    shown = ", ".join(f"{info.module}:{info.name}" for info in definers[:4]) + (", ..." if len(definers) > 4 else "")
+    return (
+        "undecided",
+        f"{len(definers)} classes of {release} define `{instance.method}` ({shown}) and the source does not say which "
+        f"`{instance.target}` is: declare the symbol in [megatron_symbols] as "
+        f"'replaces with {instance.definition.module}:{instance.definition.node.name}'",
+    )

@@ -44,9 +44,20 @@ from harness.contracts.api_fingerprint.framework_patches import (
 )
 from harness.contracts.api_fingerprint.framework_scan import defined
 from harness.contracts.api_fingerprint.megatron_keys import megatron_key
-from harness.contracts.api_fingerprint.module_backfills import BackFill, backfilled_modules, backfills
+from harness.contracts.api_fingerprint.module_backfills import (
+    BackFill,
+    backfilled_modules,
+    backfills,
+    imports_megatron,
+)
 from harness.contracts.api_fingerprint.module_calls import instance_calls, spec_constructions
-from harness.contracts.api_fingerprint.object_classes import class_of_self, instance_class
+from harness.contracts.api_fingerprint.object_classes import (
+    UNPLACED,
+    class_of_self,
+    instance_class,
+    is_megatrons,
+    unplaced_verdict,
+)
 from harness.contracts.api_fingerprint.object_flags import returned_under_flags
 from harness.contracts.api_fingerprint.replacement_fit import (
     ReadFunction,
@@ -110,13 +121,28 @@ def framework_verdicts(
         for patch in framework.patches
         if patch.definition is not None and not patch.restores
     }
+    unplaced: dict[str, tuple[str, str]] = {}
+    declared_by = {replacement.partition(":")[2].rpartition(".")[2] for replacement in (declared or {}).values()}
     for instance in framework.instances:
         owner = class_of_self(instance, bound_as, source) or instance_class(instance, source)
         if owner is not None:
             keyed.setdefault(f"{owner}.{instance.method}@{instance.place}", []).append(_instance_patch(instance, owner))
+        elif is_megatrons(instance) and instance.definition.node.name not in declared_by:
+            key = f"{UNPLACED}:{instance.target}.{instance.method}@{instance.place}"
+            keyed.setdefault(key, []).append(_instance_patch(instance, None))
+            unplaced[key] = unplaced_verdict(instance, source, versions.megatron)
     for fill in backfills(framework):
-        for module in backfilled_modules(source, fill):
+        modules = backfilled_modules(source, fill)
+        for module in modules:
             keyed.setdefault(f"{module}:{fill.name}", []).append(_backfill_patch(framework, fill, module))
+        if not modules and imports_megatron(framework, fill.module):
+            keyed.setdefault(f"{UNPLACED}:{fill.name}", []).append(_backfill_patch(framework, fill, UNPLACED))
+            unplaced[f"{UNPLACED}:{fill.name}"] = (
+                "absent",
+                f"no module of megatron-core {versions.megatron} binds `{fill.name}` at its top level"
+                + (" to None" if fill.only_none else "")
+                + ": the back-fill changes nothing of Megatron's here",
+            )
     for swap in class_swaps(framework):
         owner = megatron_key(swap.swapped, source) if swap.swapped else None
         for method in swap.methods() if owner is not None else ():
@@ -138,7 +164,10 @@ def framework_verdicts(
         # function it defines is the framework's undo: the function is the replacement.
         made = [p for p in made if p.definition is not None] or made
         symbol = key.partition("@")[0]
-        each = [_verdict(symbol, patch, source, versions, replaced, framework, definitions) for patch in made]
+        each = [
+            _verdict(symbol, patch, source, versions, replaced, framework, definitions, unplaced.get(key))
+            for patch in made
+        ]
         each = [v for v in each if v.verdict != "skipped"] or each
         worst = min(each, key=lambda v: SEVERITY.index(v.verdict))
         worst.symbol = key
@@ -149,10 +178,12 @@ def framework_verdicts(
     return verdicts
 
 
-def _instance_patch(instance: InstancePatch, owner: str) -> SourcePatch:
-    """An instance patch as a patch of the class it was resolved to: the function gets the object first, as a method."""
+def _instance_patch(instance: InstancePatch, owner: str | None) -> SourcePatch:
+    """An instance patch as a patch of the class it was resolved to (``None``: none was): the function gets the object
+    first, as a method."""
+    held = owner.replace(":", ".") if owner is not None else f"{UNPLACED}.{instance.target}"
     return SourcePatch(
-        f"{owner.replace(':', '.')}.{instance.method}",
+        f"{held}.{instance.method}",
         instance.definition.node.name,
         instance.definition.file,
         instance.module,
@@ -161,7 +192,7 @@ def _instance_patch(instance: InstancePatch, owner: str) -> SourcePatch:
         instance.definition,
         instance.wrapper,
         names=instance.names,
-        objects={instance.target: owner.replace(":", ".")},
+        objects={instance.target: owner.replace(":", ".")} if owner is not None else {},
     )
 
 
@@ -250,7 +281,11 @@ def _verdict(
     replaced: set[str],
     framework: FrameworkSource,
     definitions: Mapping[str, Definition],
+    unplaced: tuple[str, str] | None = None,
 ) -> SymbolVerdict:
+    """The verdict of one patch of ``key``; ``unplaced`` is the verdict and its reason where the source names no
+    Megatron module or class of this release for it (kept only where no check of the framework skips the patch and
+    its module imports)."""
     result = SymbolVerdict(key, "fits", replacement=patch.definition.place if patch.definition else patch.value)
     skipped = _skip(framework, patch.module, patch.scope, patch.names, versions, 0, patch.objects)
     if skipped is not None:
@@ -259,6 +294,8 @@ def _verdict(
     unimportable = _failing_import(framework, patch.module, source, versions) if not patch.declared else None
     if unimportable is not None:
         return _set(result, "absent", f"{unimportable}: the module cannot be imported here, and makes no patch")
+    if unplaced is not None:
+        return _set(result, *unplaced)
     if not _defines(source, key):
         missing = f"megatron-core {versions.megatron} defines no {key.partition(':')[2]}"
         read_at = _reads_original(patch, key, source)
