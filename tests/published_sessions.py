@@ -52,7 +52,7 @@ def session_run(
     seconds = time.monotonic() - start
     written = work / "replaced_symbols.json"
     records = json.loads(written.read_text())["symbols"] if written.is_file() else []
-    found = {r["symbol"]: (r["verdict"], " ".join(r["findings"])) for r in records}
+    found = {r["symbol"]: (r["verdict"], " ".join(r["findings"]), tuple(r.get("patched_at", ()))) for r in records}
     outcome = "green" if run.returncode == 0 else f"red: {', '.join(sorted(run.failed()))}"
     return found, seconds, report, outcome
 
