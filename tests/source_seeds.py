@@ -21,6 +21,21 @@ POST_PROCESS = "megatron.core.models.gpt.fine_grained_callables:PostProcessNode.
 NODE_KEEPS = "megatron/core/models/gpt/fine_grained_callables.py:148"
 """Where ``PostProcessNode.__init__`` hands ``weak_method(self.forward_impl)`` to its base, before any swap."""
 
+BACKFILL_SEED = """
+import sys
+
+def stand_in({parameters}):
+    return x
+
+def provide():
+    for module in list(sys.modules.values()):
+        namespace = getattr(module, "__dict__", None)
+        if namespace is not None and namespace.get("{name}", "keep") is None:
+            namespace["{name}"] = stand_in
+"""
+"""A stand-in for an optional dependency's ``name`` back-filled into every loaded module holding ``None`` under it
+(verl's form); the filling statement is the patch module's line 15."""
+
 HEAD = """\
 import transformer_engine  # only on CUDA machines: importing this module raises here
 import megatron.core

@@ -15,7 +15,15 @@ from pathlib import Path
 import pytest
 
 from harness.contracts.api_fingerprint.call_sites import MegatronSource
-from tests.source_seeds import FORWARD, NODE_KEEPS, POST_PROCESS, seeded_framework, seeded_release, verdicts
+from tests.source_seeds import (
+    BACKFILL_SEED,
+    FORWARD,
+    NODE_KEEPS,
+    POST_PROCESS,
+    seeded_framework,
+    seeded_release,
+    verdicts,
+)
 
 ROUTER = "megatron.core.transformer.moe.router:TopKRouter"
 GATING_CALL = "megatron/core/transformer/moe/router.py:552"
@@ -52,18 +60,6 @@ class NoisyRouter(TopKRouter):
 def retrofit(router):
     if isinstance(router, TopKRouter):
         router.__class__ = NoisyRouter
-"""
-BACKFILL_SEED = """
-import sys
-
-def rotary({parameters}):
-    return x
-
-def provide():
-    for module in list(sys.modules.values()):
-        namespace = getattr(module, "__dict__", None)
-        if namespace is not None and namespace.get("apply_rotary_emb_flash", "keep") is None:
-            namespace["apply_rotary_emb_flash"] = rotary
 """
 FLAG_SEED = """
 from inspect import signature
@@ -179,8 +175,12 @@ def apply(router):
         methods="    def routing(self, logits):\n        probs, routing_map = super().routing(logits)\n"
         "        return probs * 0.5, routing_map"
     ),
-    "flash_rotary_back_filled_with_two_parameters": BACKFILL_SEED.format(parameters="x, cos"),
-    "flash_rotary_back_filled_with_its_four": BACKFILL_SEED.format(parameters="x, cos, sin, interleaved=False"),
+    "flash_rotary_back_filled_with_two_parameters": BACKFILL_SEED.format(
+        parameters="x, cos", name="apply_rotary_emb_flash"
+    ),
+    "flash_rotary_back_filled_with_its_four": BACKFILL_SEED.format(
+        parameters="x, cos, sin, interleaved=False", name="apply_rotary_emb_flash"
+    ),
     "embeddings_counted_by_a_flag_megatron_lacks": FLAG_SEED.format(parameter="padding_mask"),
     "embeddings_counted_by_a_flag_megatron_has": FLAG_SEED.format(parameter="hidden_states"),
     "a_method_bound_as_routing_adds_one_on_self": SELF_SEED.format(

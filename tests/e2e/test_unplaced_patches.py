@@ -15,7 +15,7 @@ import pytest
 from harness.contracts.api_fingerprint.call_sites import MegatronSource
 from harness.contracts.api_fingerprint.from_source import versions_of
 from harness.contracts.api_fingerprint.source_verdicts import framework_verdicts
-from tests.source_seeds import RELEASE, seeded_framework, seeded_release, verdicts
+from tests.source_seeds import BACKFILL_SEED, RELEASE, seeded_framework, seeded_release, verdicts
 
 ROUTER = "megatron.core.transformer.moe.router:TopKRouter"
 
@@ -28,18 +28,6 @@ def {function}(self, *args, **kwargs):
 def apply(module):
     {test}
     module.{method} = {function}.__get__(module)
-"""
-BACKFILL_SEED = """
-import sys
-
-def stand_in(x):
-    return x
-
-def provide():
-    for module in list(sys.modules.values()):
-        namespace = getattr(module, "__dict__", None)
-        if namespace is not None and namespace.get("{name}", "keep") is None:
-            namespace["{name}"] = stand_in
 """
 HYBRID = "megatron.core.models.hybrid.hybrid_block"
 SEEDS = {
@@ -61,8 +49,8 @@ SEEDS = {
     "a_method_no_class_defines_bound_on_objects": BOUND_SEED.format(
         imports="", function="wrapped", test="pass", method="fused_schedule_step"
     ),
-    "a_name_no_module_holds_back_filled": BACKFILL_SEED.format(name="fused_schedule_kernel"),
-    "a_name_a_module_holds_back_filled": BACKFILL_SEED.format(name="apply_rotary_emb_flash"),
+    "a_name_no_module_holds_back_filled": BACKFILL_SEED.format(parameters="x", name="fused_schedule_kernel"),
+    "a_name_a_module_holds_back_filled": BACKFILL_SEED.format(parameters="x", name="apply_rotary_emb_flash"),
 }
 
 
