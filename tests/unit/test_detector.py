@@ -1043,6 +1043,32 @@ def test_callable_state_sees_code_swaps_and_rebinds_not_data(
     assert "-> <code patched at tests/unit/test_detector.py:" in swap.detail
 
 
+def _patching_function() -> Callable[[], str]:
+    def patched() -> str:
+        return "patched"
+
+    return patched
+
+
+@pytest.mark.parametrize("since", [False, True], ids=["full", "since"])
+def test_a_patch_made_again_by_the_same_function_reads_as_another_object_not_as_no_change(
+    since: bool, state_modules: tuple[ModuleType, ModuleType]
+) -> None:
+    """ms-swift's import re-applies its patch: the closure bound before and the one bound now have one name. The
+    change is still a change, and its detail says so rather than printing that name on both sides of an arrow."""
+    _, module = state_modules
+    module.helper = _patching_function()
+    before = capture_callable_state(["conformance_state"])
+    module.helper = _patching_function()
+    (change,) = callable_state_changes(before, _again(before, since))
+    named = "<function tests.unit.test_detector._patching_function.<locals>.patched>"
+    assert (change.kind, change.name) == ("module-attribute", "conformance_state.grads.helper")
+    assert change.detail == f"re-bound to another object of the same name: {named}", change.detail
+    module.helper = len
+    (other,) = callable_state_changes(before, _again(before, since))
+    assert other.detail.startswith(f"re-bound: {named} -> "), other.detail
+
+
 @pytest.mark.parametrize("since", [False, True], ids=["full", "since"])
 def test_callable_state_ignores_new_submodules_and_prefix_neighbours(
     since: bool, state_modules: tuple[ModuleType, ModuleType], monkeypatch: pytest.MonkeyPatch

@@ -406,7 +406,7 @@ def _class_changes(class_name: str, old: Mapping[str, object], new: Mapping[str,
         elif after is MISSING:
             detail = f"deleted: {describe(before)}"
         else:
-            detail = f"re-bound: {describe(before)} -> {describe(after)}"
+            detail = _rebound(describe(before), describe(after))
         yield SideEffect("class-attribute", f"{class_name}.{attribute}", shorten(detail))
 
 
@@ -428,9 +428,17 @@ def _binding_changes(
                 detail = f"added: {describe(new)}"
         elif new is MISSING:
             if attribute in new_names:
-                detail = f"re-bound: {describe(old)} -> {describe((namespace_of(module) or {}).get(attribute))}"
+                detail = _rebound(describe(old), describe((namespace_of(module) or {}).get(attribute)))
             else:
                 detail = f"deleted: {describe(old)}"
         else:
-            detail = f"re-bound: {describe(old)} -> {describe(new)}"
+            detail = _rebound(describe(old), describe(new))
         yield SideEffect("module-attribute", name, shorten(detail))
+
+
+def _rebound(before: str, after: str) -> str:
+    """A re-binding in words: where both objects read the same (a closure that a second run of the same patching
+    function made again), one name twice would look like no change, so the detail says it is another object."""
+    if before == after:
+        return f"re-bound to another object of the same name: {after}"
+    return f"re-bound: {before} -> {after}"
