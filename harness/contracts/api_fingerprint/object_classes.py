@@ -9,7 +9,7 @@ one, the patch still gets a verdict (:func:`unplaced_verdict`): never a patch le
 from __future__ import annotations
 
 import ast
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 
 from harness.contracts.api_fingerprint.call_sites import MegatronSource
 from harness.contracts.api_fingerprint.framework_patches import InstancePatch
@@ -56,13 +56,7 @@ def class_of_self(instance: InstancePatch, bound_as: Mapping[int, str], source: 
 
 def _definers(source: MegatronSource, method: str) -> list:
     """The classes of Megatron's source whose body defines ``method``."""
-    found = []
-    for module, (_, text) in source.texts.items():
-        if f"def {method}(" not in text:
-            continue
-        for infos in source.classes.values():
-            found += [info for info in infos if info.module == module and method in source.methods(info)]
-    return list(dict.fromkeys(found))
+    return _classes_where(source, f"def {method}(", lambda info: method in source.methods(info))
 
 
 def _holders(source: MegatronSource, name: str) -> list:
@@ -70,13 +64,17 @@ def _holders(source: MegatronSource, name: str) -> list:
     of that name, what an attribute of that name set on an object's class is about (mcore-bridge sets a
     ``transformer_layer`` property on the class of MTP layers, whose constructor sets ``self.transformer_layer`` up
     to 0.16)."""
-    found = []
-    for module, (_, text) in source.texts.items():
-        if f"self.{name}" not in text:
-            continue
-        for infos in source.classes.values():
-            found += [info for info in infos if info.module == module and name in source.set_when_built(info)]
-    return list(dict.fromkeys(found))
+    return _classes_where(source, f"self.{name}", lambda info: name in source.set_when_built(info))
+
+
+def _classes_where(source: MegatronSource, written: str, has: Callable[[object], bool]) -> list:
+    """The classes ``has`` holds for, among those of the modules whose text contains ``written``, module by module."""
+    by_module: dict[str, list] = {}
+    for infos in source.classes.values():
+        for info in infos:
+            by_module.setdefault(info.module, []).append(info)
+    modules = [module for module, (_, text) in source.texts.items() if written in text]
+    return list(dict.fromkeys(info for module in modules for info in by_module.get(module, []) if has(info)))
 
 
 UNPLACED = "?"

@@ -136,8 +136,9 @@ def framework_verdicts(
         for module in modules:
             keyed.setdefault(f"{module}:{fill.name}", []).append(_backfill_patch(framework, fill, module))
         if not modules and imports_megatron(framework, fill.module):
-            keyed.setdefault(f"{UNPLACED}:{fill.name}", []).append(_backfill_patch(framework, fill, UNPLACED))
-            unplaced[f"{UNPLACED}:{fill.name}"] = (
+            key = f"{UNPLACED}:{fill.name}"
+            keyed.setdefault(key, []).append(_backfill_patch(framework, fill, UNPLACED))
+            unplaced[key] = (
                 "absent",
                 f"no module of megatron-core {versions.megatron} binds `{fill.name}` at its top level"
                 + (" to None" if fill.only_none else "")
@@ -510,21 +511,7 @@ def call_skipped(framework: FrameworkSource, versions: Versions, path: Path, lin
         return None
     if not chain:
         return None
-    return _skipped_by(framework, module, chain, names, versions, 0)
-
-
-def _skipped_by(
-    framework: FrameworkSource,
-    module: str,
-    chain: tuple[ast.AST, ...],
-    names: dict[str, str],
-    versions: Versions,
-    depth: int,
-    objects: dict[str, str] | None = None,
-) -> str | None:
-    """The framework file and line of the check that keeps ``chain[-1]`` from running on this target (``None``: it
-    runs), as :func:`_skip` finds it."""
-    found = _skip(framework, module, chain, names, versions, depth, objects)
+    found = _skip(framework, module, chain, names, versions, 0)
     return found[0] if found is not None else None
 
 
@@ -553,8 +540,8 @@ def _skip(
     callers = framework.callers(module, qualname)
     if not callers:
         return None
-    reasons = [_skipped_by(framework, c.module, c.chain, c.names, versions, depth + 1) for c in callers]
-    return (reasons[0], True) if all(reasons) else None
+    reasons = [_skip(framework, c.module, c.chain, c.names, versions, depth + 1) for c in callers]
+    return (reasons[0][0], True) if all(reasons) else None
 
 
 def _constructions(source: MegatronSource, key: str, replaced: set[str]) -> list[MegatronCall]:
