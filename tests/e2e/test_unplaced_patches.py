@@ -93,6 +93,17 @@ def test_a_declared_replacement_places_what_the_source_cannot(tmp_path: Path, me
     assert found[f"{ROUTER}.forward"].verdict == "fits", found[f"{ROUTER}.forward"].line()
 
 
+def test_a_declared_function_of_the_same_name_in_another_module_does_not_place_it(
+    tmp_path: Path, megatron: MegatronSource
+) -> None:
+    root = write_framework(tmp_path, "forward_bound_on_objects_nothing_names")
+    (root / "seeded" / "other.py").write_text("def wrapped(self, *args, **kwargs):\n    return args[0], args[0]\n")
+    versions = versions_of(megatron, RELEASE, "2.13.0")
+    declared = {f"{ROUTER}.forward": "seeded.other:wrapped"}
+    found = {v.symbol: v for v in framework_verdicts(root, megatron, versions, declared)}
+    assert found["?:module.forward@seeded/patch.py:13"].verdict == "undecided", sorted(found)
+
+
 @pytest.mark.parametrize(
     ("seed", "finding"),
     [

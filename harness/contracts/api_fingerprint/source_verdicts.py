@@ -122,12 +122,16 @@ def framework_verdicts(
         if patch.definition is not None and not patch.restores
     }
     unplaced: dict[str, tuple[str, str]] = {}
-    declared_by = {replacement.partition(":")[2].rpartition(".")[2] for replacement in (declared or {}).values()}
+    # A declared replacement places the patch of its function: the source's ``?:`` row for it would say it twice.
+    declared_by = {
+        (module, qualname.rpartition(".")[2])
+        for module, _, qualname in (replacement.partition(":") for replacement in (declared or {}).values())
+    }
     for instance in framework.instances:
         owner = class_of_self(instance, bound_as, source) or instance_class(instance, source)
         if owner is not None:
             keyed.setdefault(f"{owner}.{instance.method}@{instance.place}", []).append(_instance_patch(instance, owner))
-        elif is_megatrons(instance) and instance.definition.node.name not in declared_by:
+        elif is_megatrons(instance) and (instance.definition.module, instance.definition.node.name) not in declared_by:
             key = f"{UNPLACED}:{instance.target}.{instance.method}@{instance.place}"
             keyed.setdefault(key, []).append(_instance_patch(instance, None))
             unplaced[key] = unplaced_verdict(instance, source, versions.megatron)
