@@ -17,6 +17,7 @@ from dataclasses import dataclass
 
 from harness import REPO_ROOT
 from harness.contracts.api_fingerprint.call_sites import MegatronSource
+from harness.contracts.api_fingerprint.framework_failures import FAILURE
 from harness.contracts.api_fingerprint.from_source import versions_of
 from harness.contracts.api_fingerprint.object_classes import UNPLACED
 from harness.contracts.api_fingerprint.source_verdicts import framework_verdicts
@@ -99,9 +100,15 @@ def table_of(name: str) -> dict:
     return json.loads((EXPECTED / f"{name}.json").read_text())["symbols"]
 
 
+def stops(found: Found) -> Found:
+    """The gate's rows for the framework's own code stopping before its patches (``!:<file>:<line>``): not replaced
+    symbols, so no table has them; the page lists them beside the table."""
+    return {key: verdict for key, verdict in found.items() if key.startswith(f"{FAILURE}:")}
+
+
 def cells(table: dict, megatron: str, found: Found) -> dict[str, Cell]:
-    """Symbol -> cell on release ``megatron``, over the table's symbols and the gate's."""
-    found = named_as_table(found, table)
+    """Symbol -> cell on release ``megatron``, over the table's symbols and the gate's replaced symbols."""
+    found = named_as_table({key: verdict for key, verdict in found.items() if key not in stops(found)}, table)
     row = {}
     for symbol in sorted(set(table) | set(found)):
         wanted = table.get(symbol, {}).get("targets", {}).get(megatron, {})
@@ -113,17 +120,36 @@ def cells(table: dict, megatron: str, found: Found) -> dict[str, Cell]:
     return row
 
 
-def compare(name: str, targets: list[tuple[str, str]]) -> dict[str, dict[str, Cell]]:
-    """Symbol -> release -> cell, over the table's symbols and the gate's."""
+Stops = dict[str, dict[str, Found]]
+"""Framework -> release -> the gate's rows for the framework's own code stopping there."""
+
+
+def compare(name: str, targets: list[tuple[str, str]], stopped: Stops) -> dict[str, dict[str, Cell]]:
+    """Symbol -> release -> cell, over the table's symbols and the gate's; the gate's rows for the framework's own
+    code stopping go to ``stopped``."""
     table = table_of(name)
     rows: dict[str, dict[str, Cell]] = {}
     for megatron, torch in targets:
-        for symbol, cell in cells(table, megatron, gate_verdicts(name, megatron, torch)).items():
+        found = gate_verdicts(name, megatron, torch)
+        stopped.setdefault(name, {})[megatron] = stops(found)
+        for symbol, cell in cells(table, megatron, found).items():
             rows.setdefault(symbol, {})[megatron] = cell
     return rows
 
 
-def page(results: dict[str, dict[str, dict[str, Cell]]], targets: list[tuple[str, str]]) -> str:
+def stop_lines(stopped: dict[str, Found]) -> list[str]:
+    """One framework's rows for its own code stopping, by release: what the symbols' cells do not show."""
+    if not any(stopped.values()):
+        return []
+    out = ["Where the framework's own code stops before its patches (rows of the gate, not replaced symbols):", ""]
+    for megatron, found in stopped.items():
+        out += [f"- {megatron}: {verdict} `{key}`: {text}" for key, (verdict, text, _) in sorted(found.items())]
+    return [*out, ""]
+
+
+def page(
+    results: dict[str, dict[str, dict[str, Cell]]], targets: list[tuple[str, str]], stopped: Stops | None = None
+) -> str:
     heads = [megatron for megatron, _ in targets]
     out = [
         "# Frameworks as published: replaced Megatron symbols",
@@ -136,7 +162,7 @@ def page(results: dict[str, dict[str, dict[str, Cell]]], targets: list[tuple[str
         "",
     ]
     for name, rows in results.items():
-        out += framework_table(name, rows, heads)
+        out += framework_table(name, rows, heads) + stop_lines((stopped or {}).get(name, {}))
     return "\n".join(out) + "\n" + DIFFERENCES.read_text()
 
 
@@ -190,8 +216,9 @@ def main(argv: list[str] | None = None) -> int:
     unknown = [name for name in options.names if name not in PUBLISHED]
     if unknown:
         parser.error(f"no expected table for {', '.join(unknown)}: known are {', '.join(PUBLISHED)}")
-    results = {name: compare(name, targets) for name in options.names or list(PUBLISHED)}
-    PAGE.write_text(page(results, targets))
+    stopped: Stops = {}
+    results = {name: compare(name, targets, stopped) for name in options.names or list(PUBLISHED)}
+    PAGE.write_text(page(results, targets, stopped))
     differ = differing(results)
     print(f"wrote {PAGE.relative_to(REPO_ROOT)}")
     for line in differ:

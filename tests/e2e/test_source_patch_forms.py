@@ -192,7 +192,6 @@ def apply(router):
     "a_method_bound_as_routing_swaps_gating_on_self_taking_its_input": SELF_SEED.format(
         helper="def helper(self, input):\n    return input", method="gating"
     ),
-    "forwards_everything_in_a_module_importing_what_the_target_lacks": IMPORT_SEED.format(imports=HYBRID),
     "property_on_the_class_unless_its_objects_have_the_attribute": PROPERTY_SEED.format(tested="transformer_layer"),
     "property_on_the_class_in_place_of_an_attribute_its_constructor_sets": PROPERTY_SEED.format(
         tested="mtp_model_layer"
@@ -334,18 +333,6 @@ def test_a_method_swapped_on_self_inside_a_replacement_is_judged_against_megatro
     verdict = verdicts(write_framework(tmp_path, seed), megatron)[f"{ROUTER}.gating@seeded/patch.py:13"]
     assert verdict.verdict == expected, verdict.line()
     assert GATING_CALL in (verdict.calls if expected == "fits" else " ".join(verdict.findings)), verdict.line()
-
-
-def test_a_patch_in_a_module_whose_own_import_of_megatron_fails_on_the_target_is_absent_not_a_fit(
-    tmp_path: Path, megatron: MegatronSource
-) -> None:
-    seed = "forwards_everything_in_a_module_importing_what_the_target_lacks"
-    verdict = verdicts(write_framework(tmp_path, seed), megatron)[FORWARD]
-    assert verdict.verdict == "absent", verdict.line()
-    assert verdict.findings == [
-        "seeded/patch.py:6 imports megatron.core.models.hybrid.hybrid_block.HybridStack, which megatron-core 0.15.3 "
-        "lacks: the module cannot be imported here, and makes no patch"
-    ], verdict.findings
 
 
 def test_a_patch_beside_an_import_of_what_a_module_re_exports_with_a_star_is_judged(

@@ -27,11 +27,17 @@ from pathlib import Path
 from harness.contracts.api_fingerprint.call_sites import (
     MegatronCall,
     MegatronSource,
-    absolute_module,
     calls_in,
     is_self_call,
 )
 from harness.contracts.api_fingerprint.class_swaps import ClassSwap, class_swaps
+from harness.contracts.api_fingerprint.framework_failures import (
+    Failure,
+    calls_missing_first,
+    failing_import,
+    missing_original,
+    reads_original,
+)
 from harness.contracts.api_fingerprint.framework_guards import Versions, guard_of
 from harness.contracts.api_fingerprint.framework_patches import (
     ClassValue,
@@ -95,7 +101,8 @@ class SymbolVerdict:
         where = f" (patched at {', '.join(self.patched_at)})" if self.patched_at else ""
         if self.verdict == "fits":
             sites = ", ".join(self.calls)
-            return f"{self.symbol}{where}: fits its {len(self.calls)} call site(s): {sites}"
+            also = "".join(f"; {finding}" for finding in self.findings)
+            return f"{self.symbol}{where}: fits its {len(self.calls)} call site(s): {sites}{also}"
         return f"{self.symbol}{where}: {self.verdict}: {'; '.join(self.findings)}"
 
 
@@ -161,6 +168,7 @@ def framework_verdicts(
     }
     verdicts = []
     skipped = set(live)
+    failures: dict[str, Failure] = {}
     for key, found in sorted(keyed.items()):
         made = [p for p in found if not p.restores]
         if key in skipped or not made:
@@ -170,7 +178,16 @@ def framework_verdicts(
         made = [p for p in made if p.definition is not None] or made
         symbol = key.partition("@")[0]
         each = [
-            _verdict(symbol, patch, source, versions, replaced, framework, definitions, unplaced.get(key))
+            _not_imported(
+                _verdict(
+                    symbol, patch, source, versions, replaced, framework, definitions, unplaced.get(key), failures
+                ),
+                patch,
+                framework,
+                versions,
+                source,
+                failures,
+            )
             for patch in made
         ]
         each = [v for v in each if v.verdict != "skipped"] or each
@@ -180,6 +197,8 @@ def framework_verdicts(
         worst.patched_at = [p.place for p in made]
         worst.findings = list(dict.fromkeys(f for v in each if v.verdict == worst.verdict for f in v.findings))
         verdicts.append(worst)
+    for failure in failures.values():
+        verdicts.append(SymbolVerdict(failure.key, failure.verdict, [failure.finding()], patched_at=[failure.place]))
     return verdicts
 
 
@@ -286,30 +305,32 @@ def _verdict(
     replaced: set[str],
     framework: FrameworkSource,
     definitions: Mapping[str, Definition],
-    unplaced: tuple[str, str] | None = None,
+    unplaced: tuple[str, str] | None,
+    failures: dict[str, Failure],
 ) -> SymbolVerdict:
-    """The verdict of one patch of ``key``; ``unplaced`` is the verdict and its reason where the source names no
-    Megatron module or class of this release for it (kept only where no check of the framework skips the patch and
-    its module imports)."""
+    """The verdict of one patch of ``key`` as its replacement reads against Megatron's source, where the framework's
+    own code stops before it on this target, as it reads once that is mended (the stop recorded in ``failures``);
+    ``unplaced`` is the verdict and its reason where the source names no Megatron module or class of this release
+    for it."""
     result = SymbolVerdict(key, "fits", replacement=patch.definition.place if patch.definition else patch.value)
     skipped = _skip(framework, patch.module, patch.scope, patch.names, versions, 0, patch.objects)
     if skipped is not None:
         result.by_callers = skipped[1]
         return _set(result, "skipped", f"not applied here by {skipped[0]}")
-    unimportable = _failing_import(framework, patch.module, source, versions) if not patch.declared else None
-    if unimportable is not None:
-        return _set(result, "absent", f"{unimportable}: the module cannot be imported here, and makes no patch")
+    first = calls_missing_first(patch, source, versions)
+    if first is not None:
+        failure = failures.setdefault(first.place, first)
+        failure.symbols.append(key)
+        return _set(result, "absent", f"the patch is never made here: {failure.why} (`{failure.key}`)")
     if unplaced is not None:
         return _set(result, *unplaced)
     if not _defines(source, key):
         missing = f"megatron-core {versions.megatron} defines no {key.partition(':')[2]}"
-        read_at = _reads_original(patch, key, source)
+        read_at = reads_original(patch, key, source)
         if read_at is not None:
+            failure = failures.setdefault(read_at, missing_original(read_at, key, versions, source))
             return _set(
-                result,
-                "red",
-                f"the framework reads the original at {read_at} before patching it, and {missing}"
-                f"{_defined_at(source, key)}: the apply raises AttributeError here",
+                result, "absent", f"{missing}: the framework's read of it at {read_at} fails first (`{failure.key}`)"
             )
         set_at = _set_when_built(source, key) if patch.wrapper == "property" else None
         if set_at is not None:
@@ -356,6 +377,25 @@ def _verdict(
     return _set(result, verdict, *findings)
 
 
+def _not_imported(
+    result: SymbolVerdict,
+    patch: SourcePatch,
+    framework: FrameworkSource,
+    versions: Versions,
+    source: MegatronSource,
+    failures: dict[str, Failure],
+) -> SymbolVerdict:
+    """``result``, naming the import that stops the patching module on this target where one does (recorded in
+    ``failures``); a patch the framework's own check skips is left as it is."""
+    stopped = failing_import(framework, patch.module, versions, source) if not patch.declared else None
+    if stopped is None or result.verdict == "skipped":
+        return result
+    failure = failures.setdefault(stopped.place, stopped)
+    failure.symbols.append(result.symbol)
+    result.findings.append(f"the patch is not made here: {failure.why} (`{failure.key}`)")
+    return result
+
+
 def _constructor(built: ClassValue, source: MegatronSource) -> tuple[ReadFunction, str] | None:
     """The ``__init__`` a framework class bound in place of a Megatron name runs (its own, or the Megatron base's it
     inherits), and how findings name it; None where neither source has it."""
@@ -389,29 +429,6 @@ def _held_when_built(source: MegatronSource, key: str) -> list[str]:
         f"the method swapped on the built object is never called through it"
         for read in source.held_when_built(key)
     ]
-
-
-def _failing_import(framework: FrameworkSource, module: str, source: MegatronSource, versions: Versions) -> str | None:
-    """Where the framework's module imports, unguarded at its top, a Megatron name this target lacks (``file:line
-    imports <dotted>, which megatron-core <version> lacks``); None where every such import goes through. A name from
-    a module that re-exports with ``import *`` is taken as there."""
-    path, tree = framework.trees[module]
-    for node in tree.body:
-        if isinstance(node, ast.ImportFrom):
-            origin = absolute_module(node, module, path.name == "__init__.py")
-            wanted = [f"{origin}.{alias.name}" for alias in node.names]
-        elif isinstance(node, ast.Import):
-            wanted = [alias.name for alias in node.names]
-        else:
-            continue
-        for dotted in (d for d in wanted if d.startswith("megatron.")):
-            holder = source.texts.get(dotted.rpartition(".")[0])
-            if not versions.defines(dotted) and not (holder and "import *" in holder[1]):
-                return (
-                    f"{framework.place(module, node.lineno)} imports {dotted}, which megatron-core "
-                    f"{versions.megatron} lacks"
-                )
-    return None
 
 
 def _calls_by_other_replacements(key: str, definitions: Mapping[str, Definition]) -> list[MegatronCall]:
@@ -558,33 +575,6 @@ def _constructions(source: MegatronSource, key: str, replaced: set[str]) -> list
     classes = [info for info in source.descendants(owner) if source.reaches(owner, "__init__", source.mro(info))]
     calls = [call for info in classes for call in source.calls_of(f"{info.module}:{info.name}", replaced)]
     return [dataclasses.replace(call, bound_at=None) for call in calls]
-
-
-def _reads_original(patch: SourcePatch, key: str, source: MegatronSource) -> str | None:
-    """Where the patching function reads the attribute it replaces (``origin = Cls.method``) before the patch, as
-    ``file:line``; None where it does not."""
-    functions = [n for n in patch.scope[:-1] if isinstance(n, ast.FunctionDef | ast.AsyncFunctionDef)]
-    if not functions or patch.declared:
-        return None
-    names = {name for name, path in patch.originals.items() if megatron_key(path, source) == key}
-    for node in ast.walk(functions[-1]):
-        if isinstance(node, ast.Assign) and node.lineno < patch.line:
-            if any(isinstance(t, ast.Name) and t.id in names for t in node.targets):
-                return f"{patch.module.replace('.', '/')}.py:{node.lineno}"
-    return None
-
-
-def _defined_at(source: MegatronSource, key: str) -> str:
-    """`` (its class at <file>:<line>)`` for a method of a class Megatron defines here; empty otherwise."""
-    module, _, qualname = key.partition(":")
-    owner = source.class_named(module, qualname.rpartition(".")[0]) if "." in qualname else None
-    tree = source.tree(module) if owner is not None else None
-    node = (
-        next((n for n in ast.walk(tree) if isinstance(n, ast.ClassDef) and n.name == owner.name), None)
-        if tree
-        else None
-    )
-    return f" (its class at {source.file_of(module)}:{node.lineno})" if node is not None else ""
 
 
 def _set(result: SymbolVerdict, verdict: str, *findings: str) -> SymbolVerdict:
