@@ -3,7 +3,8 @@
 release defines, or of a class the framework tests for that the release lacks, is absent; one several classes define
 with nothing saying which is undecided, never left out or called a fit, until declared; a back-fill through
 ``sys.modules`` that reaches no Megatron module here is absent, and one in a module that never imports Megatron is
-another library's.
+another library's. A declared ``replaces with`` places such a patch (through the framework's re-exports too); one
+naming no function of the framework is red, naming the entry.
 """
 
 from __future__ import annotations
@@ -102,6 +103,36 @@ def test_a_declared_function_of_the_same_name_in_another_module_does_not_place_i
     declared = {f"{ROUTER}.forward": "seeded.other:wrapped"}
     found = {v.symbol: v for v in framework_verdicts(root, megatron, versions, declared)}
     assert found["?:module.forward@seeded/patch.py:13"].verdict == "undecided", sorted(found)
+
+
+def test_a_declared_replacement_reached_through_a_re_export_places_it(tmp_path: Path, megatron: MegatronSource) -> None:
+    root = write_framework(tmp_path, "forward_bound_on_objects_nothing_names")
+    (root / "seeded" / "__init__.py").write_text("from .patch import wrapped\n")
+    versions = versions_of(megatron, RELEASE, "2.13.0")
+    declared = {f"{ROUTER}.forward": "seeded:wrapped"}
+    found = {v.symbol: v for v in framework_verdicts(root, megatron, versions, declared)}
+    assert found[f"{ROUTER}.forward"].verdict == "fits", found[f"{ROUTER}.forward"].line()
+
+
+@pytest.mark.parametrize(
+    ("replacement", "why"),
+    [
+        ("seeded.nothere:wrapped", "the framework has no module seeded.nothere"),
+        ("seeded.patch:unwrapped", "seeded.patch defines no unwrapped"),
+    ],
+)
+def test_a_declared_replacement_the_framework_does_not_define_is_red_naming_the_entry(
+    replacement: str, why: str, tmp_path: Path, megatron: MegatronSource
+) -> None:
+    root = write_framework(tmp_path, "forward_bound_on_objects_nothing_names")
+    versions = versions_of(megatron, RELEASE, "2.13.0")
+    found = {v.symbol: v for v in framework_verdicts(root, megatron, versions, {f"{ROUTER}.forward": replacement})}
+    verdict = found[f"{ROUTER}.forward"]
+    assert verdict.verdict == "red", verdict.line()
+    assert verdict.findings == [
+        f"declared in [megatron_symbols] as 'replaces with {replacement}', but {why} (read under {root}): the entry "
+        "names no function of the framework to check; correct it"
+    ], verdict.findings
 
 
 @pytest.mark.parametrize(

@@ -120,9 +120,14 @@ def framework_verdicts(
     keyed: dict[str, list[SourcePatch]] = {}
     for patch in (p for p in framework.patches if not p.constant):
         keyed.setdefault(megatron_key(patch.path, source), []).append(patch)
+    unfound: list[SymbolVerdict] = []
     for symbol, replacement in (declared or {}).items():
         if not any(not p.restores for p in keyed.get(symbol, [])):
-            keyed[symbol] = [_declared_patch(framework, symbol, replacement)]
+            definition = _declared_definition(framework, replacement)
+            if isinstance(definition, str):
+                unfound.append(SymbolVerdict(symbol, "red", [definition], replacement=replacement))
+            else:
+                keyed[symbol] = [_declared_patch(symbol, replacement, definition)]
     bound_as = {
         id(patch.definition.node): patch.path.rpartition(".")[0]
         for patch in framework.patches
@@ -197,6 +202,7 @@ def framework_verdicts(
         worst.patched_at = [p.place for p in made]
         worst.findings = list(dict.fromkeys(f for v in each if v.verdict == worst.verdict for f in v.findings))
         verdicts.append(worst)
+    verdicts += [v for v in unfound if v.symbol not in skipped]
     for failure in failures.values():
         verdicts.append(SymbolVerdict(failure.key, failure.verdict, [failure.finding()], patched_at=[failure.place]))
     return verdicts
@@ -255,17 +261,31 @@ def _swap_patch(
     )
 
 
-def _declared_patch(framework: FrameworkSource, symbol: str, replacement: str) -> SourcePatch:
+def _declared_definition(framework: FrameworkSource, replacement: str) -> Definition | str:
+    """The framework's function a ``replaces with <module>:<qualname>`` entry names (the framework's re-exports
+    followed), else why the entry names nothing to check."""
+    module, _, qualname = replacement.partition(":")
+    dotted = framework.canonical(f"{module}.{qualname}")
+    parts = dotted.split(".")
+    cut = next((i for i in range(len(parts) - 1, 0, -1) if ".".join(parts[:i]) in framework.trees), None)
+    definition = framework.definition(".".join(parts[:cut]), ".".join(parts[cut:])) if cut else None
+    if definition is not None:
+        return definition
+    where = (
+        f"the framework has no module {module}" if module not in framework.trees else f"{module} defines no {qualname}"
+    )
+    return (
+        f"declared in [megatron_symbols] as 'replaces with {replacement}', but {where} (read under "
+        f"{framework.root}): the entry names no function of the framework to check; correct it"
+    )
+
+
+def _declared_patch(symbol: str, replacement: str, definition: Definition) -> SourcePatch:
     """A replaced symbol the declaration names, as a patch of its declared replacement: where the source's own
     assignment is not found (a method swapped on built instances, an owner reached through a helper)."""
-    module, _, qualname = replacement.partition(":")
-    definition = framework.definition(module, qualname)
-    value = f"{module}:{qualname}"
-    if definition is None:
-        return SourcePatch(symbol.replace(":", "."), value, framework.root, module, 0, (), None, None, declared=True)
     return SourcePatch(
         symbol.replace(":", "."),
-        value,
+        replacement,
         definition.file,
         definition.module,
         definition.node.lineno,
