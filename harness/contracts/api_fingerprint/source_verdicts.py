@@ -14,6 +14,9 @@ definition as written:
 - ``fits`` with the call sites it fits; ``undecided`` (never a fit) where no call site is found or the replacement is
   not a function of the framework's source; ``skipped`` where the framework's own check leaves the patch out on this
   target (:mod:`.framework_guards`), ``absent`` where Megatron here does not define what the patch replaces.
+
+Where the framework's own code stops before a patch on the target (:mod:`.framework_failures`), that is a row of its
+own, ``!:<file>:<line>``, and the symbol is judged as the code reads once it is mended.
 """
 
 from __future__ import annotations
