@@ -207,7 +207,7 @@ def framework_verdicts(
         verdicts.append(worst)
     verdicts += [v for v in unfound if v.symbol not in skipped]
     for failure in failures.values():
-        verdicts.append(SymbolVerdict(failure.key, failure.verdict, [failure.finding()], patched_at=[failure.place]))
+        verdicts.append(SymbolVerdict(failure.key, failure.verdict, [failure.finding()]))
     return verdicts
 
 
