@@ -108,7 +108,8 @@ def stops(found: Found) -> Found:
 
 def cells(table: dict, megatron: str, found: Found) -> dict[str, Cell]:
     """Symbol -> cell on release ``megatron``, over the table's symbols and the gate's replaced symbols."""
-    found = named_as_table({key: verdict for key, verdict in found.items() if key not in stops(found)}, table)
+    stopped = stops(found)
+    found = named_as_table({key: verdict for key, verdict in found.items() if key not in stopped}, table)
     row = {}
     for symbol in sorted(set(table) | set(found)):
         wanted = table.get(symbol, {}).get("targets", {}).get(megatron, {})
@@ -147,9 +148,7 @@ def stop_lines(stopped: dict[str, Found]) -> list[str]:
     return [*out, ""]
 
 
-def page(
-    results: dict[str, dict[str, dict[str, Cell]]], targets: list[tuple[str, str]], stopped: Stops | None = None
-) -> str:
+def page(results: dict[str, dict[str, dict[str, Cell]]], targets: list[tuple[str, str]], stopped: Stops) -> str:
     heads = [megatron for megatron, _ in targets]
     out = [
         "# Frameworks as published: replaced Megatron symbols",
@@ -162,7 +161,7 @@ def page(
         "",
     ]
     for name, rows in results.items():
-        out += framework_table(name, rows, heads) + stop_lines((stopped or {}).get(name, {}))
+        out += framework_table(name, rows, heads) + stop_lines(stopped.get(name, {}))
     return "\n".join(out) + "\n" + DIFFERENCES.read_text()
 
 

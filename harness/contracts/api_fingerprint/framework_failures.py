@@ -15,7 +15,7 @@ from __future__ import annotations
 import ast
 from dataclasses import dataclass, field
 
-from harness.contracts.api_fingerprint.call_sites import MegatronSource, absolute_module
+from harness.contracts.api_fingerprint.call_sites import MegatronSource, absolute_module, classes_in
 from harness.contracts.api_fingerprint.framework_guards import Versions
 from harness.contracts.api_fingerprint.framework_patches import FrameworkSource, SourcePatch
 from harness.contracts.api_fingerprint.megatron_keys import megatron_key
@@ -76,15 +76,26 @@ def failing_import(
 def reads_original(patch: SourcePatch, key: str, source: MegatronSource) -> str | None:
     """Where the patching function reads the attribute it replaces (``origin = Cls.method``) before the patch, as
     ``file:line``; None where it does not."""
-    functions = [n for n in patch.scope[:-1] if isinstance(n, ast.FunctionDef | ast.AsyncFunctionDef)]
-    if not functions or patch.declared:
+    function = _patching_function(patch)
+    if function is None:
         return None
     names = {name for name, path in patch.originals.items() if megatron_key(path, source) == key}
-    for node in ast.walk(functions[-1]):
+    for node in ast.walk(function):
         if isinstance(node, ast.Assign) and node.lineno < patch.line:
             if any(isinstance(t, ast.Name) and t.id in names for t in node.targets):
-                return f"{patch.module.replace('.', '/')}.py:{node.lineno}"
+                return _at(patch, node.lineno)
     return None
+
+
+def _patching_function(patch: SourcePatch) -> ast.FunctionDef | ast.AsyncFunctionDef | None:
+    """The innermost function making a patch found in the source; None at module level or for a declared one."""
+    functions = [n for n in patch.scope[:-1] if isinstance(n, ast.FunctionDef | ast.AsyncFunctionDef)]
+    return functions[-1] if functions and not patch.declared else None
+
+
+def _at(patch: SourcePatch, line: int) -> str:
+    """``file:line`` of another line of the patching module."""
+    return f"{patch.module.replace('.', '/')}.py:{line}"
 
 
 NN_MODULE_BASES = {"Module", "object", "ABC"}
@@ -99,10 +110,9 @@ def calls_missing_first(patch: SourcePatch, source: MegatronSource, versions: Ve
     of a parameter annotated with a Megatron class that this release's class lacks (verl's
     ``model.build_schedule_plan(...)`` on ``model: GPTModel``): the call raises AttributeError, so the function never
     reaches its patch. None where no such call is found."""
-    functions = [n for n in patch.scope[:-1] if isinstance(n, ast.FunctionDef | ast.AsyncFunctionDef)]
-    if not functions or patch.declared:
+    function = _patching_function(patch)
+    if function is None:
         return None
-    function = functions[-1]
     typed = {}
     for argument in [*function.args.posonlyargs, *function.args.args, *function.args.kwonlyargs]:
         head, dot, rest = ast.unparse(argument.annotation).partition(".") if argument.annotation else ("", "", "")
@@ -119,7 +129,7 @@ def calls_missing_first(patch: SourcePatch, source: MegatronSource, versions: Ve
             if isinstance(called, ast.Attribute) and isinstance(called.value, ast.Name) and called.value.id in typed:
                 key = megatron_key(f"{typed[called.value.id]}.{called.attr}", source)
                 if _lacks(source, key):
-                    place = f"{patch.module.replace('.', '/')}.py:{node.lineno}"
+                    place = _at(patch, node.lineno)
                     owner = key.partition(":")[2].rpartition(".")[0]
                     return Failure(
                         place,
@@ -148,10 +158,7 @@ def _lacks(source: MegatronSource, key: str) -> bool:
     module_class = _nn_module()
     if module_class is None or hasattr(module_class, name):
         return False
-    for info in classes:
-        if name in source.methods(info) or name in source.set_when_built(info) or _class_attribute(source, info, name):
-            return False
-    return True
+    return not source.has_when_built(owner, name) and not any(_class_attribute(source, info, name) for info in classes)
 
 
 def _nn_module() -> type | None:
@@ -167,7 +174,8 @@ def _nn_module() -> type | None:
 def _class_attribute(source: MegatronSource, info: object, name: str) -> bool:
     """Whether the class body of ``info`` assigns ``name`` (``forward = staticmethod(...)``, ``x: int = 0``)."""
     tree = source.tree(info.module)
-    body = next((n.body for n in ast.walk(tree) if isinstance(n, ast.ClassDef) and n.name == info.name), [])
+    classes = classes_in(tree).get(info.name, []) if tree else []
+    body = classes[0].body if classes else []
     targets = [t for n in body if isinstance(n, ast.Assign) for t in n.targets]
     targets += [n.target for n in body if isinstance(n, ast.AnnAssign)]
     return any(isinstance(t, ast.Name) and t.id == name for t in targets)
@@ -189,9 +197,5 @@ def defined_at(source: MegatronSource, key: str) -> str:
     module, _, qualname = key.partition(":")
     owner = source.class_named(module, qualname.rpartition(".")[0]) if "." in qualname else None
     tree = source.tree(module) if owner is not None else None
-    node = (
-        next((n for n in ast.walk(tree) if isinstance(n, ast.ClassDef) and n.name == owner.name), None)
-        if tree
-        else None
-    )
+    node = next(iter(classes_in(tree).get(owner.name, [])), None) if tree else None
     return f" (its class at {source.file_of(module)}:{node.lineno})" if node is not None else ""

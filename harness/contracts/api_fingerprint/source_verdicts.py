@@ -342,8 +342,7 @@ def _verdict(
         return _set(result, "skipped", f"not applied here by {skipped[0]}")
     first = calls_missing_first(patch, source, versions)
     if first is not None:
-        failure = failures.setdefault(first.place, first)
-        failure.symbols.append(key)
+        failure = _stopped(failures, first, key)
         return _set(result, "absent", f"the patch is never made here: {failure.why} (`{failure.key}`)")
     if unplaced is not None:
         return _set(result, *unplaced)
@@ -413,10 +412,16 @@ def _not_imported(
     stopped = failing_import(framework, patch.module, versions, source) if not patch.declared else None
     if stopped is None or result.verdict == "skipped":
         return result
-    failure = failures.setdefault(stopped.place, stopped)
-    failure.symbols.append(result.symbol)
+    failure = _stopped(failures, stopped, result.symbol)
     result.findings.append(f"the patch is not made here: {failure.why} (`{failure.key}`)")
     return result
+
+
+def _stopped(failures: dict[str, Failure], failure: Failure, symbol: str) -> Failure:
+    """The failure kept for its place (one row however many patches it stops), with ``symbol`` among those stopped."""
+    kept = failures.setdefault(failure.place, failure)
+    kept.symbols.append(symbol)
+    return kept
 
 
 def _constructor(built: ClassValue, source: MegatronSource) -> tuple[ReadFunction, str] | None:
