@@ -53,11 +53,9 @@ from harness.contracts.api_fingerprint.patch_effects import (
     bound_kinds,
     bound_to,
     captured_replacements,
-    module_namespaces,
     namespace_changes,
     owner_of,
     restore,
-    restore_modules,
     snapshot,
     upstream_kind,
 )
@@ -95,6 +93,7 @@ from harness.ranks.megatron_state import model_parallel
 from harness.ranks.pool import get_pool
 from harness.subjects.framework_source import framework_source_root
 from harness.subjects.loading import SubjectRef
+from harness.subjects.upstream_state import restore_upstream, upstream_state
 from harness.targets.installed_versions import installed_versions
 from harness.targets.matrix import Target
 from harness.targets.release_source import ReleaseSourceError, release_source
@@ -354,7 +353,7 @@ def test_the_patch_binds_each_replacement_and_undo_restores_exactly(
     ]
     owners = {symbol: owner_of(symbol) for symbol, _, _ in checked}
     saved = snapshot(owner for owner, _ in owners.values())
-    modules = module_namespaces()
+    upstream = upstream_state()
     problems = []
     try:
         try:
@@ -371,7 +370,7 @@ def test_the_patch_binds_each_replacement_and_undo_restores_exactly(
             problems += [f"after undo, {change}" for change in namespace_changes(saved)]
     finally:
         restore(saved)
-        restore_modules(modules)
+        restore_upstream(upstream)
     assert not problems, contract_failure(
         target, FAMILY.name, "the declared patch of the replaced symbols does not bind or undo as declared", problems
     )
@@ -390,7 +389,7 @@ def test_megatrons_config_constructs_with_the_patch_applied(
     from megatron.core.transformer.transformer_config import TransformerConfig
 
     saved = snapshot([TransformerConfig, *(owner_of(symbol)[0] for symbol in replacements)])
-    modules = module_namespaces()
+    upstream = upstream_state()
     problems = []
     try:
         apply()
@@ -403,7 +402,7 @@ def test_megatrons_config_constructs_with_the_patch_applied(
                 problems.append(f"TransformerConfig({shown}) raised {type(err).__name__}: {err}")
     finally:
         restore(saved)
-        restore_modules(modules)
+        restore_upstream(upstream)
     assert not problems, contract_failure(
         target, FAMILY.name, "Megatron's config does not construct with the declared patch applied", problems
     )

@@ -117,7 +117,8 @@ def observe(
         return budget is not None and effect.kind == "env-read" and effect.name == budget
 
     def run(block: Callable[[], object], **options: Any) -> list[SideEffect]:
-        # What the block bound into finalize_model_grads is reported, then put back, so no red leaks into the next.
+        # What the block bound in Megatron (or torch) is reported, then put back, also where it raised midway: no
+        # red leaks into the next observation, and no patch of an import is the next one's starting point.
         restore = contextlib.nullcontext() if options.pop("keep", False) else megatron_restored()
         with restore:
             effects, waived = detect_with_allowances(block, **{**declared, "file_root": private, **options})

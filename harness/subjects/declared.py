@@ -70,7 +70,7 @@ def build_declared_subject(declaration: Declaration) -> ModuleType:
         subject.SYMBOLS_PATCH = patch
         subject.REPLACED_ON_INSTANCES = list(declaration.symbols_patch.get("instances", ()))
     # Any import of the framework may patch Megatron (an old bootstrap imports its patch module); none may outlast it.
-    with megatron_restored():
+    with megatron_restored(declaration):
         if declaration.splitter:
             subject.split_into_chunks = _splitter(declaration)
         if declaration.provider:
@@ -187,7 +187,7 @@ class DeclaredPatch:
         what. An apply that requires its budget is given the 1 GiB default here: what it binds is the same."""
         before = dict(vars(self.finalize))
         applied = self.patch["applied"]
-        with megatron_restored():
+        with megatron_restored(self.declaration):
             module = import_declared(self.declaration, "patch.module", self.patch["module"], fresh=True)
             if applied != "import":
                 self._apply(module, self._capture_budget(module))

@@ -8,43 +8,36 @@ from __future__ import annotations
 
 import importlib
 import sys
-from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import AbstractContextManager
 from types import ModuleType
 from typing import Any
 
 from harness.subjects.declaration import Declaration
+from harness.subjects.upstream_state import UpstreamState, upstream_restored
 from harness.targets.megatron_names import FINALIZE_MODULE
 
 MISSING = object()
 """A name an owner did not hold."""
 
 
-@contextmanager
-def megatron_restored() -> Iterator[None]:
-    """Put ``finalize_model_grads``' namespace back exactly as it was when the block started (where Megatron is
-    installed: a declaration's splitter and provider can be checked without it)."""
-    try:
-        finalize = importlib.import_module(FINALIZE_MODULE)
-    except ImportError:
-        yield
-        return
-    before = dict(vars(finalize))
-    try:
-        yield
-    finally:
-        restore_namespace(finalize, before)
+def megatron_restored(declaration: Declaration | None = None) -> AbstractContextManager[UpstreamState]:
+    """Megatron (and the torch modules frameworks patch beside it) put back exactly as it was when the block started,
+    whatever an import of the framework applied (:mod:`~harness.subjects.upstream_state`). ``finalize_model_grads``
+    and the modules of the symbols ``declaration`` says the framework replaces are imported first, so that what the
+    framework binds there is put back too (where Megatron is installed: a declaration's splitter and provider can
+    be checked without it)."""
+    return upstream_restored([FINALIZE_MODULE, *replaced_modules(declaration)])
 
 
-def restore_namespace(owner: Any, before: dict[str, object]) -> None:
-    """Bind every name of ``owner`` (a module or a class) to its object in ``before``; remove the names added
-    since."""
-    namespace = vars(owner)
-    for name in [name for name in namespace if name not in before]:
-        delattr(owner, name)
-    for name, value in before.items():
-        if namespace.get(name, MISSING) is not value:
-            setattr(owner, name, value)
+def replaced_modules(declaration: Declaration | None) -> list[str]:
+    """The Megatron modules holding a symbol ``[megatron_symbols]`` declares replaced, in the order declared."""
+    if declaration is None:
+        return []
+    modules: dict[str, None] = {}
+    for key, usage in declaration.megatron_symbols.items():
+        if usage.startswith("replaces"):
+            modules.update((member.strip().partition(":")[0], None) for member in key.split("|"))
+    return list(modules)
 
 
 def resolve_declared(declaration: Declaration, key: str, dotted: str) -> Any:

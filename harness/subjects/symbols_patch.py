@@ -33,7 +33,7 @@ class SymbolsPatch:
         if self.applied == "import":
             self._found_module()
             return
-        with megatron_restored():
+        with megatron_restored(declaration):
             module = import_declared(declaration, "symbols_patch.module", self.table["module"])
         self.functions = {
             key: self._function(module, key, name)
@@ -50,7 +50,7 @@ class SymbolsPatch:
         """``name`` in the patch module, or ``module:function`` elsewhere, which must be callable."""
         where, colon, function_name = name.rpartition(":")
         if colon:
-            with megatron_restored():
+            with megatron_restored(self.declaration):
                 module = import_declared(self.declaration, f"symbols_patch.{key}", where)
         function = getattr(module, function_name, None)
         if not callable(function):

@@ -140,7 +140,7 @@ def test_an_adapter_that_inspects_a_signature_at_import_is_green_beside_fakes(tm
 
 
 def test_an_adapter_that_cannot_be_imported_beside_fakes_gets_an_advisory(tmp_path: Path) -> None:
-    """An import that raises for another reason beside the fakes (a version check) is no side-effect red and no
+    """An import that raises for another reason beside the fakes (a dataclass's fields) is no side-effect red and no
     crash: the fakes case is skipped, and the advisory names the exception with its repro line."""
     declaration = fixture_declaration(tmp_path, "raises_beside_fakes")
     advised = run(tmp_path / "report", BESIDE_FAKES, "0", declaration)
@@ -154,7 +154,7 @@ def test_an_adapter_that_cannot_be_imported_beside_fakes_gets_an_advisory(tmp_pa
     (advisory,) = json.loads((tmp_path / "report" / "summary.json").read_text())["advisories"]
     assert advisory["family"] == "import-side-effects"
     assert advisory["text"].startswith(
-        f"[{SESSION}] import-side-effects: raises_beside_fakes could not be observed beside fakes: AttributeError"
+        f"[{SESSION}] import-side-effects: raises_beside_fakes could not be observed beside fakes: TypeError"
     ), advisory
     assert advisory["repro"].endswith(
         "cases/test_import_side_effects.py::test_the_adapter_can_be_observed_beside_fakes"

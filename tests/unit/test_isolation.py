@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import importlib
 import inspect
 import json
@@ -185,12 +186,35 @@ def test_without_originals_a_signature_at_import_still_fails_beside_the_fakes() 
         load_isolated(FIXTURES / "inspects_signature", fakes)
 
 
-def test_an_import_that_needs_more_than_signatures_still_raises_beside_the_fakes() -> None:
+def test_fakes_carry_the_real_version() -> None:
+    """An adapter that picks its code path by ``megatron.core.__version__`` at import loads beside the fakes."""
     real_core = ModuleType("megatron.core")
     real_core.__version__ = "0.15.3"
     fakes = build_fakes(FAKE_ONLY_SPEC, originals={"megatron.core": real_core})
     before = dict(sys.modules)
+    module = load_isolated(FIXTURES / "reads_version", fakes)
+    _assert_same_modules(before)
+    assert module.MEGATRON_VERSION == (0, 15)
+
+
+def test_without_originals_a_version_check_at_import_fails_beside_the_fakes() -> None:
+    fakes = build_fakes(FAKE_ONLY_SPEC)
+    before = dict(sys.modules)
     with pytest.raises(AttributeError, match="__version__"):
+        load_isolated(FIXTURES / "reads_version", fakes)
+    _assert_same_modules(before)
+
+
+def test_an_import_that_needs_more_than_signatures_still_raises_beside_the_fakes() -> None:
+    @dataclasses.dataclass
+    class DistributedDataParallelConfig:
+        grad_reduce_in_fp32: bool = False
+
+    real = ModuleType("megatron.core.distributed")
+    real.DistributedDataParallelConfig = DistributedDataParallelConfig
+    fakes = build_fakes(FAKE_ONLY_SPEC, originals={real.__name__: real})
+    before = dict(sys.modules)
+    with pytest.raises(TypeError, match="dataclass"):
         load_isolated(FIXTURES / "raises_beside_fakes", fakes)
     _assert_same_modules(before)
 

@@ -12,12 +12,10 @@ from __future__ import annotations
 import dataclasses
 import importlib
 import inspect
-import sys
 from collections.abc import Callable, Iterable
-from types import ModuleType
 from typing import Any
 
-from harness.subjects.framework_imports import restore_namespace
+from harness.subjects.upstream_state import restore_namespace, restore_upstream, upstream_state
 
 _MISSING = object()
 Saved = dict[int, tuple[Any, dict[str, Any], dict[str, Any]]]
@@ -50,32 +48,6 @@ def restore(saved: Saved) -> None:
     for owner, before, defaults in saved.values():
         restore_namespace(owner, before)
         _set_defaults(owner, defaults)
-
-
-PATCHED_LIBRARIES = ("megatron", "torch")
-"""The libraries whose modules a framework's apply may re-bind besides the owners it declares (ms-swift's apply
-patches ``torch.distributed``'s checkpoint validation too): put back after every apply the cases make."""
-
-
-def module_namespaces(libraries: Iterable[str] = PATCHED_LIBRARIES) -> list[tuple[ModuleType, dict[str, Any]]]:
-    """Every loaded module of ``libraries`` with its namespace as it is now."""
-    return [
-        (module, dict(vars(module)))
-        for name, module in list(sys.modules.items())
-        if isinstance(module, ModuleType) and name.partition(".")[0] in libraries
-    ]
-
-
-def restore_modules(saved: list[tuple[ModuleType, dict[str, Any]]]) -> None:
-    """Bind back every name a module held in ``saved`` and now holds otherwise, and drop the names added since that
-    are no submodules (an import made meanwhile stays importable)."""
-    for module, before in saved:
-        namespace = vars(module)
-        for name in [n for n in namespace if n not in before and not isinstance(namespace[n], ModuleType)]:
-            delattr(module, name)
-        for name, value in before.items():
-            if namespace.get(name, _MISSING) is not value:
-                setattr(module, name, value)
 
 
 def namespace_changes(saved: Saved) -> list[str]:
@@ -217,7 +189,7 @@ def _while_applied(
     framework that keeps its own record of being applied must see it undone), and put every owner back whatever
     happened: what was read, and the owners as they were before. What apply or undo raises is the caller's."""
     saved = snapshot(owner for owner, _ in owners.values())
-    modules = module_namespaces()
+    upstream = upstream_state()
     try:
         subject.apply_replacements()
         found = {symbol: read(owner, name) for symbol, (owner, name) in owners.items()}
@@ -227,7 +199,7 @@ def _while_applied(
         return found, saved
     finally:
         restore(saved)
-        restore_modules(modules)
+        restore_upstream(upstream)
 
 
 def _describe(value: Any) -> str:

@@ -26,7 +26,9 @@ class yields a stand-in that carries the real ``__signature__`` (:meth:`FakeModu
 that accepts anything and does nothing, or a fake class whose constructor does the same. An adapter that calls
 ``inspect.signature`` on a Megatron function at import, to pick the call shape of the target, then imports beside the
 fakes as it does beside the real Megatron. Nothing else of the real object is copied (defaults, dataclass fields,
-methods): what the adapter's import does with those it has to do on a real Megatron, where the gate observes it.
+methods): what the adapter's import does with those it has to do on a real Megatron, where the gate observes it. A
+fake module does carry its real module's ``__version__``: frameworks pick their code path by
+``megatron.core.__version__`` at import (ms-swift's ``init_megatron_env``, mcore-bridge's patcher).
 """
 
 from __future__ import annotations
@@ -199,6 +201,9 @@ def _new_module(tree: FakeModuleTree, name: str) -> FakeModule:
     object.__setattr__(module, "_fake_tree", tree)
     module.__spec__ = importlib.machinery.ModuleSpec(name, None, origin="fake", is_package=True)
     module.__path__ = []
+    version = getattr(tree._originals.get(name), "__version__", None)
+    if isinstance(version, str):
+        module.__version__ = version
     return module
 
 

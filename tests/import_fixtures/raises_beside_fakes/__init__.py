@@ -1,6 +1,8 @@
-"""Checks the installed Megatron's version at import: a real Megatron has one, a fake does not, so beside the fakes the
-import raises (an ``AttributeError``, no ``ImportError``), and nothing else happens on the way."""
+"""Reads the fields of Megatron's DDP config at import: the real config is a dataclass, the fake's stand-in class is
+not, so beside the fakes the import raises (a ``TypeError``, no ``ImportError``), and nothing else happens on the way."""
 
-import megatron.core
+import dataclasses
 
-MEGATRON_VERSION = tuple(int(part) for part in megatron.core.__version__.split(".")[:2])
+from megatron.core.distributed import DistributedDataParallelConfig
+
+FIELDS = tuple(field.name for field in dataclasses.fields(DistributedDataParallelConfig))
