@@ -1,5 +1,6 @@
 """Reads the fields of Megatron's DDP config at import: the real config is a dataclass, the fake's stand-in class is
-not, so beside the fakes the import raises (a ``TypeError``, no ``ImportError``), and nothing else happens on the way."""
+not, so beside the fakes the import raises (a ``TypeError``, no ``ImportError``), and nothing else happens on the
+way."""
 
 import dataclasses
 
