@@ -93,7 +93,7 @@ from harness.ranks.megatron_state import model_parallel
 from harness.ranks.pool import get_pool
 from harness.subjects.framework_source import framework_source_root
 from harness.subjects.loading import SubjectRef
-from harness.subjects.upstream_state import restore_upstream, upstream_state
+from harness.subjects.upstream_state import upstream_restored
 from harness.targets.installed_versions import installed_versions
 from harness.targets.matrix import Target
 from harness.targets.release_source import ReleaseSourceError, release_source
@@ -353,24 +353,23 @@ def test_the_patch_binds_each_replacement_and_undo_restores_exactly(
     ]
     owners = {symbol: owner_of(symbol) for symbol, _, _ in checked}
     saved = snapshot(owner for owner, _ in owners.values())
-    upstream = upstream_state()
     problems = []
-    try:
+    with upstream_restored():
         try:
-            apply()
-        except Exception as err:
-            problems.append(f"the declared apply raised {type(err).__name__}: {err}")
-        for symbol, name, replacement in checked if not problems else ():
-            owner, attribute = owners[symbol]
-            found = getattr(owner, attribute, None)
-            if not bound_to(found, replacement):
-                problems.append(f"{symbol}: after apply, Megatron's lookup finds {found!r:.120}, not {name}")
-        if undo is not None and not problems:
-            undo()
-            problems += [f"after undo, {change}" for change in namespace_changes(saved)]
-    finally:
-        restore(saved)
-        restore_upstream(upstream)
+            try:
+                apply()
+            except Exception as err:
+                problems.append(f"the declared apply raised {type(err).__name__}: {err}")
+            for symbol, name, replacement in checked if not problems else ():
+                owner, attribute = owners[symbol]
+                found = getattr(owner, attribute, None)
+                if not bound_to(found, replacement):
+                    problems.append(f"{symbol}: after apply, Megatron's lookup finds {found!r:.120}, not {name}")
+            if undo is not None and not problems:
+                undo()
+                problems += [f"after undo, {change}" for change in namespace_changes(saved)]
+        finally:
+            restore(saved)
     assert not problems, contract_failure(
         target, FAMILY.name, "the declared patch of the replaced symbols does not bind or undo as declared", problems
     )
@@ -389,20 +388,19 @@ def test_megatrons_config_constructs_with_the_patch_applied(
     from megatron.core.transformer.transformer_config import TransformerConfig
 
     saved = snapshot([TransformerConfig, *(owner_of(symbol)[0] for symbol in replacements)])
-    upstream = upstream_state()
     problems = []
-    try:
-        apply()
-        for qk_layernorm in (False, True):
-            fields = tiny_config_fields(2, qk_layernorm)
-            try:
-                TransformerConfig(**fields)
-            except Exception as err:
-                shown = ", ".join(f"{k}={v!r}" for k, v in fields.items())
-                problems.append(f"TransformerConfig({shown}) raised {type(err).__name__}: {err}")
-    finally:
-        restore(saved)
-        restore_upstream(upstream)
+    with upstream_restored():
+        try:
+            apply()
+            for qk_layernorm in (False, True):
+                fields = tiny_config_fields(2, qk_layernorm)
+                try:
+                    TransformerConfig(**fields)
+                except Exception as err:
+                    shown = ", ".join(f"{k}={v!r}" for k, v in fields.items())
+                    problems.append(f"TransformerConfig({shown}) raised {type(err).__name__}: {err}")
+        finally:
+            restore(saved)
     assert not problems, contract_failure(
         target, FAMILY.name, "Megatron's config does not construct with the declared patch applied", problems
     )

@@ -327,7 +327,7 @@ def test_the_adapter_can_be_observed_beside_fakes(
 ) -> None:
     """Whether the adapter imports where no real Megatron, DeepEP or TE is: where it cannot, its import was observed
     only with the real Megatron. An advisory: an adapter may well need what the fakes cannot give (a dataclass's
-    fields, a version check), and its import beside the real Megatron is judged all the same
+    fields, a data flag), and its import beside the real Megatron is judged all the same
     (``test_importing_the_adapter_with_real_megatron_changes_nothing``)."""
     load = _load_beside_fakes(subject)
     try:

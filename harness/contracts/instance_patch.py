@@ -20,6 +20,7 @@ from harness.contracts.rank_report import RankReport
 from harness.ranks import megatron_state as megatron_ranks
 from harness.ranks import placement
 from harness.subjects.loading import SubjectRef
+from harness.subjects.upstream_state import upstream_restored
 
 _MISSING = object()
 
@@ -44,21 +45,22 @@ def instance_patch_task(rank: int, world_size: int, subject_ref: SubjectRef) -> 
         classes = snapshot(owner_of(symbol)[0] for symbol in symbols)
         problems = [f"{symbol}: the built GPT has no instance of its class" for symbol, m in swapped.items() if not m]
         counts: dict[int, int] = {}
-        try:
-            subject.apply_replacements(model=model)
-            problems += _unbound(swapped)
-            if not problems:
-                problems += _step(cpu_gpt, model, swapped, counts) or _unreached(swapped, counts)
-            if subject.undo_replacements is not None:
-                subject.undo_replacements(model=model)
-                problems += _changed(swapped, before) + [f"after undo, {c}" for c in namespace_changes(classes)]
-        except Exception as err:
-            problems.append(f"the declared apply or undo raised {type(err).__name__}: {err}")
-        finally:
-            restore(classes)
-            for symbol, mods in swapped.items():
-                for _, module in mods:
-                    _put_back(module, _attribute(symbol), before[(id(module), _attribute(symbol))])
+        with upstream_restored():  # what the apply binds beside the declared owners (ms-swift: torch's too)
+            try:
+                subject.apply_replacements(model=model)
+                problems += _unbound(swapped)
+                if not problems:
+                    problems += _step(cpu_gpt, model, swapped, counts) or _unreached(swapped, counts)
+                if subject.undo_replacements is not None:
+                    subject.undo_replacements(model=model)
+                    problems += _changed(swapped, before) + [f"after undo, {c}" for c in namespace_changes(classes)]
+            except Exception as err:
+                problems.append(f"the declared apply or undo raised {type(err).__name__}: {err}")
+            finally:
+                restore(classes)
+                for symbol, mods in swapped.items():
+                    for _, module in mods:
+                        _put_back(module, _attribute(symbol), before[(id(module), _attribute(symbol))])
     report.problems += [f"rank {rank}: {p}" for p in problems]
     return report
 

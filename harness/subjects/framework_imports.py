@@ -21,11 +21,11 @@ MISSING = object()
 
 
 def megatron_restored(declaration: Declaration | None = None) -> AbstractContextManager[UpstreamState]:
-    """Megatron (and the torch modules frameworks patch beside it) put back exactly as it was when the block started,
-    whatever an import of the framework applied (:mod:`~harness.subjects.upstream_state`). ``finalize_model_grads``
-    and the modules of the symbols ``declaration`` says the framework replaces are imported first, so that what the
-    framework binds there is put back too (where Megatron is installed: a declaration's splitter and provider can
-    be checked without it)."""
+    """Megatron (and the torch modules frameworks patch beside it) put back as it was when the block started,
+    whatever an import of the framework re-bound there (what :mod:`~harness.subjects.upstream_state` puts back).
+    ``finalize_model_grads`` and the modules of the symbols ``declaration`` says the framework replaces are imported
+    first, so that what the framework binds there is put back too (where Megatron is installed: a declaration's
+    splitter and provider can be checked without it)."""
     return upstream_restored([FINALIZE_MODULE, *replaced_modules(declaration)])
 
 
@@ -35,7 +35,7 @@ def replaced_modules(declaration: Declaration | None) -> list[str]:
         return []
     modules: dict[str, None] = {}
     for key, usage in declaration.megatron_symbols.items():
-        if usage.startswith("replaces"):
+        if usage.strip().startswith("replaces"):
             modules.update((member.strip().partition(":")[0], None) for member in key.split("|"))
     return list(modules)
 

@@ -2,8 +2,9 @@
 ``__init__``: the harness imports it to find its declared functions and puts Megatron (and torch) back, so every case
 starts from Megatron's own objects. Its import is red naming what it re-binds, from Megatron's original to the
 framework's (never "the framework's -> the framework's"), loading the subject is green, the declared apply is checked
-over Megatron's own objects, and an import that raised beside the fakes after its first patches leaves nothing to the
-next case. The same framework with an ``__init__`` that applies nothing is green.
+over Megatron's own objects, and its import observed beside the fakes (real torch, whose function it re-binds, and a
+fake ``megatron.core`` carrying the real ``__version__`` it checks) leaves nothing to the next case. The same framework
+with an ``__init__`` that applies nothing is green.
 """
 
 from __future__ import annotations
@@ -37,7 +38,7 @@ def _validate_global_plan(global_plan, metadata):
 
 def apply():
     p2p_communication._batched_p2p_ops = _batched_p2p_ops
-    if megatron.core.__version__:  # the version check frameworks make at import: beside the fakes too
+    if megatron.core.__version__:  # the version check frameworks make at import, passed beside the fakes too
         default_planner._validate_global_plan = _validate_global_plan
 '''
 

@@ -4,6 +4,7 @@ owns every module it patches)."""
 
 from __future__ import annotations
 
+import enum
 import importlib
 import sys
 from collections.abc import Iterator
@@ -12,7 +13,7 @@ from types import ModuleType
 
 import pytest
 
-from harness.subjects.upstream_state import restore_upstream, upstream_restored, upstream_state
+from harness.subjects.upstream_state import UpstreamNotRestored, restore_upstream, upstream_restored, upstream_state
 
 LIBRARY = "upstreamlib"
 
@@ -55,7 +56,7 @@ def test_every_name_of_the_modules_and_their_classes_is_put_back(library: tuple[
     gating = vars(p2p.Router)["gating"]
     state = upstream_state((LIBRARY,), (LIBRARY,))
     _framework_import(p2p)
-    restore_upstream(state)
+    assert restore_upstream(state, data_libraries=(LIBRARY,)) == []
     assert p2p._batched_p2p_ops is _original_ops and p2p.TIMEOUT == 30
     assert not hasattr(p2p, "added_by_framework")
     assert vars(p2p.Router)["gating"] is gating and "_patched" not in vars(p2p.Router)
@@ -110,3 +111,48 @@ def test_a_module_first_imported_in_the_block_is_put_back_where_it_was_preloaded
     finally:
         for name in ("upstreamfile.ops", "upstreamfile"):
             sys.modules.pop(name, None)
+
+
+def test_outside_the_data_libraries_only_callables_are_put_back(library: tuple[ModuleType, ModuleType]) -> None:
+    """torch's own bookkeeping (``torch.cuda._initialized``, the process-group counter) stays as the block left it:
+    putting it back would hide a CUDA context the block made."""
+    _, p2p = library
+    state = upstream_state((LIBRARY,), (LIBRARY,))
+    _framework_import(p2p)
+    p2p.counter_added = 1
+    assert restore_upstream(state, data_libraries=()) == []
+    assert p2p._batched_p2p_ops is _original_ops and not hasattr(p2p, "added_by_framework")
+    assert p2p.TIMEOUT == 5 and p2p.counter_added == 1
+
+
+def test_a_stand_in_module_bound_by_the_block_is_dropped(library: tuple[ModuleType, ModuleType]) -> None:
+    root, _ = library
+    state = upstream_state((LIBRARY,), (LIBRARY,))
+    root.stand_in = ModuleType("not_a_submodule")
+    restore_upstream(state)
+    assert not hasattr(root, "stand_in")
+
+
+def test_what_cannot_be_put_back_is_named_and_the_rest_is_back(library: tuple[ModuleType, ModuleType]) -> None:
+    """A member added to an ``Enum`` refuses ``delattr``: named, after everything else is put back; where the block
+    raised, its error stays the error and says so in a note."""
+    _, p2p = library
+
+    class ModelType(enum.Enum):
+        encoder_or_decoder = 1
+
+    ModelType.__module__, ModelType.__qualname__ = p2p.__name__, "ModelType"
+    p2p.ModelType = ModelType
+    for raised in (None, KeyError("the block's own")):
+        with pytest.raises(KeyError if raised else UpstreamNotRestored) as caught:
+            with upstream_restored(libraries=(LIBRARY,), class_libraries=(LIBRARY,)):
+                _framework_import(p2p)
+                type.__setattr__(ModelType, "extra", 2)  # a member added as extend_enum-style recipes add one
+                ModelType._member_map_["extra"] = 2
+                if raised:
+                    raise raised
+        text = str(caught.value) + "".join(getattr(caught.value, "__notes__", []))
+        assert f"{p2p.__name__}.ModelType.extra (AttributeError" in text, text
+        assert p2p._batched_p2p_ops is _original_ops
+        del ModelType._member_map_["extra"]
+        type.__delattr__(ModelType, "extra")

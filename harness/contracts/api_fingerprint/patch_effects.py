@@ -15,7 +15,7 @@ import inspect
 from collections.abc import Callable, Iterable
 from typing import Any
 
-from harness.subjects.upstream_state import restore_namespace, restore_upstream, upstream_state
+from harness.subjects.upstream_state import restore_namespace, upstream_restored
 
 _MISSING = object()
 Saved = dict[int, tuple[Any, dict[str, Any], dict[str, Any]]]
@@ -189,17 +189,16 @@ def _while_applied(
     framework that keeps its own record of being applied must see it undone), and put every owner back whatever
     happened: what was read, and the owners as they were before. What apply or undo raises is the caller's."""
     saved = snapshot(owner for owner, _ in owners.values())
-    upstream = upstream_state()
-    try:
-        subject.apply_replacements()
-        found = {symbol: read(owner, name) for symbol, (owner, name) in owners.items()}
-        undo = getattr(subject, "undo_replacements", None)
-        if undo is not None:
-            undo()
-        return found, saved
-    finally:
-        restore(saved)
-        restore_upstream(upstream)
+    with upstream_restored():
+        try:
+            subject.apply_replacements()
+            found = {symbol: read(owner, name) for symbol, (owner, name) in owners.items()}
+            undo = getattr(subject, "undo_replacements", None)
+            if undo is not None:
+                undo()
+            return found, saved
+        finally:
+            restore(saved)
 
 
 def _describe(value: Any) -> str:
