@@ -12,6 +12,7 @@ from contextlib import AbstractContextManager
 from types import ModuleType
 from typing import Any
 
+from harness.formats.megatron_symbols import parse_declaration
 from harness.subjects.declaration import Declaration
 from harness.subjects.upstream_state import UpstreamState, upstream_restored
 from harness.targets.megatron_names import FINALIZE_MODULE
@@ -31,13 +32,11 @@ def megatron_restored(declaration: Declaration | None = None) -> AbstractContext
 
 def replaced_modules(declaration: Declaration | None) -> list[str]:
     """The Megatron modules holding a symbol ``[megatron_symbols]`` declares replaced, in the order declared."""
-    if declaration is None:
+    if declaration is None or not declaration.megatron_symbols:
         return []
-    modules: dict[str, None] = {}
-    for key, usage in declaration.megatron_symbols.items():
-        if usage.strip().startswith("replaces"):
-            modules.update((member.strip().partition(":")[0], None) for member in key.split("|"))
-    return list(modules)
+    entries = parse_declaration(dict(declaration.megatron_symbols))
+    replaced = (member for entry in entries if entry.usage == "replaces" for member in entry.members)
+    return list(dict.fromkeys(member.partition(":")[0] for member in replaced))
 
 
 def resolve_declared(declaration: Declaration, key: str, dotted: str) -> Any:
