@@ -15,10 +15,12 @@
 - ``ranks``: rank processes and the Megatron state inside them. May import ``targets``.
 - ``contracts``: what each family needs besides its case file (populations, rank-side comparison, generated
   providers, import isolation and side effects, fingerprints). May import ``formats``, ``targets``, ``subjects``,
-  ``plugin`` and ``ranks``.
+  ``plugin``, ``ranks`` and ``source``.
+- ``source``: reading a framework's and Megatron's source without running them: which files are a framework's
+  modules in every layout Python imports, which dotted names are Megatron's. Imports only ``formats``.
 - ``reference``: the built-in reference subject. Imports only Megatron and torch.
 - ``bisect``: the search for the first build of megatron-core on the index that turns a subject's cases red, its
-  steps, their cache and the source diff of its answer. May import ``formats``, ``targets``, ``subjects``,
+  steps, their cache and the source diff of its answer. May import ``formats``, ``targets``, ``subjects``, ``source``,
   ``plugin`` and ``reports``.
 - ``launch``: the ``megatron-conformance`` command of the installed gate, which runs the noxfile from a framework's
   checkout. Imports only ``formats``.
@@ -38,11 +40,12 @@ MAY_IMPORT = {
     "plugin": ("formats", "targets", "subjects", "ranks"),
     "ranks": ("targets",),
     "reference": (),
-    "contracts": ("formats", "targets", "subjects", "plugin", "ranks"),
-    "reports": ("formats", "targets", "subjects", "plugin", "ranks", "contracts"),
-    "sensitivity": ("formats", "targets", "subjects", "plugin", "ranks", "contracts", "reference", "reports"),
-    "bench": ("formats", "targets", "subjects", "plugin", "ranks", "contracts", "reference", "reports"),
+    "source": ("formats",),
+    "contracts": ("formats", "targets", "subjects", "plugin", "ranks", "source"),
+    "reports": ("formats", "targets", "subjects", "plugin", "ranks", "contracts", "source"),
+    "sensitivity": ("formats", "targets", "subjects", "plugin", "ranks", "contracts", "source", "reference", "reports"),
+    "bench": ("formats", "targets", "subjects", "plugin", "ranks", "contracts", "source", "reference", "reports"),
     "launch": ("formats",),
-    "bisect": ("formats", "targets", "subjects", "plugin", "reports"),
+    "bisect": ("formats", "targets", "subjects", "plugin", "reports", "source"),
 }
 """The packages each package may import besides itself and this one (tests/unit/test_layout.py enforces it)."""

@@ -436,17 +436,6 @@ def classes_in(tree: ast.Module) -> dict[str, list[ast.ClassDef]]:
     return found
 
 
-def parsed_file(path: Path) -> ast.Module:
-    """A framework file's syntax tree, parsed once per version of the file: the scan, the patch reader and the
-    from-source verdicts read the same files, a framework against several Megatron releases in one process."""
-    return _parsed(path, path.stat().st_mtime_ns)
-
-
-@functools.lru_cache(maxsize=4096)
-def _parsed(path: Path, mtime_ns: int) -> ast.Module:
-    return ast.parse(path.read_text(encoding="utf-8", errors="replace"), str(path))
-
-
 def absolute_module(node: ast.ImportFrom, module: str, is_package: bool) -> str:
     """The module an ``ImportFrom`` in ``module`` names, relative imports resolved."""
     if not node.level:

@@ -11,6 +11,7 @@ from dataclasses import dataclass
 
 from harness.contracts.api_fingerprint.call_sites import absolute_module, dotted_name
 from harness.contracts.api_fingerprint.framework_patches import FrameworkSource, isinstance_tests
+from harness.source.megatron_namespace import is_megatron
 
 
 @dataclass(frozen=True)
@@ -80,5 +81,5 @@ def _swapped(chain: tuple[ast.AST, ...], subclass: ast.ClassDef, imported: dict[
     bases = [imported.get(name, "") for name in map(dotted_name, subclass.bases) if name]
     functions = [n for n in chain if isinstance(n, ast.FunctionDef | ast.AsyncFunctionDef)]
     tested = [imported.get(name, "") for name in isinstance_tests(functions[-1] if functions else None)]
-    megatron = [path for path in [*tested, *bases] if path.startswith("megatron.")]
+    megatron = [path for path in [*tested, *bases] if is_megatron(path)]
     return next((path for path in megatron if path in bases), megatron[0] if megatron else None)

@@ -19,6 +19,7 @@ from harness.contracts.api_fingerprint.call_sites import MegatronSource, absolut
 from harness.contracts.api_fingerprint.framework_guards import Versions
 from harness.contracts.api_fingerprint.framework_patches import FrameworkSource, SourcePatch
 from harness.contracts.api_fingerprint.megatron_keys import megatron_key
+from harness.source.megatron_namespace import is_megatron
 
 FAILURE = "!"
 """The key prefix of a failure of the framework's own code: ``!:<framework file>:<line>``."""
@@ -60,7 +61,7 @@ def failing_import(
             wanted = [alias.name for alias in node.names]
         else:
             continue
-        for dotted in (d for d in wanted if d.startswith("megatron.")):
+        for dotted in (d for d in wanted if is_megatron(d)):
             holder = source.texts.get(dotted.rpartition(".")[0])
             if not versions.defines(dotted) and not (holder and "import *" in holder[1]):
                 place = framework.place(module, node.lineno)
@@ -117,7 +118,7 @@ def calls_missing_first(patch: SourcePatch, source: MegatronSource, versions: Ve
     for argument in [*function.args.posonlyargs, *function.args.args, *function.args.kwonlyargs]:
         head, dot, rest = ast.unparse(argument.annotation).partition(".") if argument.annotation else ("", "", "")
         dotted = patch.names.get(head)
-        if dotted and dotted.startswith("megatron."):
+        if dotted and is_megatron(dotted):
             typed[argument.arg] = dotted + dot + rest
     for statement in function.body:
         if statement.lineno >= patch.line:

@@ -21,6 +21,7 @@ from dataclasses import dataclass
 
 from harness.contracts.api_fingerprint.call_sites import dotted_name
 from harness.contracts.api_fingerprint.source_scan import own_returns
+from harness.source.megatron_namespace import is_megatron
 
 UNKNOWN = object()
 """A value the reading cannot decide."""
@@ -435,7 +436,7 @@ class _Reader:
             dotted = self.dotted(node)
             if dotted is None and isinstance(node, ast.Name) and node.id in self.assigned:
                 dotted = self.dotted(self.assigned[node.id])
-            found = self.versions.parameters(dotted, False) if dotted and dotted.startswith("megatron.") else None
+            found = self.versions.parameters(dotted, False) if dotted and is_megatron(dotted) else None
         return UNKNOWN if found is None else _Parameters(found)
 
     def _returned(self, function: ast.FunctionDef, call: ast.Call, depth: int) -> object:
@@ -530,7 +531,7 @@ class _Reader:
         if name == "len" and len(arguments) == 1 and isinstance(arguments[0], tuple):
             return len(arguments[0])
         if name == "__imports__":
-            return all(self.versions.defines(str(a)) for a in arguments if str(a).startswith("megatron."))
+            return all(self.versions.defines(str(a)) for a in arguments if is_megatron(str(a)))
         if name in ("parse", "Version", "LooseVersion", "parse_version") and len(arguments) == 1:
             text = arguments[0]
             if isinstance(text, _Version):
@@ -541,7 +542,7 @@ class _Reader:
             if built is not None:
                 return self.versions.built(built, arguments[1])
             owner = self.dotted(node.args[0])
-            if owner is not None and owner.startswith("megatron."):
+            if owner is not None and is_megatron(owner):
                 return self.versions.defines(f"{owner}.{arguments[1]}")
             return UNKNOWN
         if name in DEVICE_CALLS and not node.args:

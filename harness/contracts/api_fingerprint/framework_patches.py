@@ -16,8 +16,11 @@ from collections.abc import Collection, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from harness.contracts.api_fingerprint.call_sites import absolute_module, dotted_name, last_name, parsed_file
-from harness.contracts.api_fingerprint.framework_scan import framework_files
+from harness.contracts.api_fingerprint.call_sites import absolute_module, dotted_name, last_name
+from harness.source.megatron_namespace import is_megatron
+from harness.source.package_layout import framework_files
+from harness.source.parsing import parsed_file
+from harness.source.reader_error import reading
 
 METADATA = {"__signature__", "__doc__", "__name__", "__qualname__", "__module__", "__wrapped__", "__annotations__"}
 """Attributes a framework sets on the function it patched in, describing it."""
@@ -258,7 +261,8 @@ def read_framework(root: Path, is_megatron_owner, packages: Collection[str] | No
     found = FrameworkSource(root, trees)
     for module, (path, tree) in trees.items():
         reader = _Reader(module, path, trees, is_megatron_owner, own)
-        reader.read(tree.body, [], [_module_scope(module, tree, path)])
+        with reading(path):
+            reader.read(tree.body, [], [_module_scope(module, tree, path)])
         found.patches += reader.patches
         found.instances += reader.instances
         for call in reader.calls:
@@ -417,7 +421,7 @@ class _Reader:
         functions = [n for n in enclosing if isinstance(n, ast.FunctionDef | ast.AsyncFunctionDef)]
         tested = [self.resolve(d, scopes) for d in isinstance_tests(functions[-1] if functions else None)]
         owner = next((n for n in reversed(enclosing) if isinstance(n, ast.ClassDef)), None)
-        if functions and owner is not None and not any(t.startswith("megatron.") for t in tested):
+        if functions and owner is not None and not any(is_megatron(t) for t in tested):
             guards = _guards_of_calls(owner, functions[-1].name, ast.unparse(target.value).removesuffix(".__class__"))
             tested += [self.resolve(d, scopes) for d in guards]
         hint = " ".join([definition.node.name, *(f.name for f in functions), ast.unparse(target.value)])
@@ -429,7 +433,7 @@ class _Reader:
                 node.lineno,
                 (*enclosing, node),
                 {n: self.resolve(n, scopes) for n in {n for scope in scopes for n in scope.names}},
-                tuple(t for t in tested if t.startswith("megatron.")),
+                tuple(t for t in tested if is_megatron(t)),
                 ast.unparse(target.value).removesuffix(".__class__"),
                 hint.lower().replace("_", ""),
                 wrapper,
@@ -443,7 +447,7 @@ class _Reader:
         if target is None:
             return False
         owner, _, name = self.resolve(target, scopes).rpartition(".")
-        if not owner.startswith("megatron.") or not self.is_megatron_owner(owner):
+        if not is_megatron(owner) or not self.is_megatron_owner(owner):
             return False
         if name in METADATA:
             return True  # a replacement's own signature or name, set beside its patch: not a patch of its own
@@ -455,11 +459,11 @@ class _Reader:
         definition = self.definition(written, scopes, enclosing) if written else None
         constructs = self.class_value(written, scopes, enclosing) if written and definition is None else None
         resolved = self.resolve(written, scopes) if written else None
-        restores = definition is None and constructs is None and bool(resolved and resolved.startswith("megatron."))
+        restores = definition is None and constructs is None and bool(resolved and is_megatron(resolved))
         if definition is not None and wrapper is None:
             wrapper = _decorated(definition.node)
         captured = {name for scope in scopes for name, bound in scope.names.items() if bound.startswith("=")}
-        originals = {name: path for name in captured if (path := self.resolve(name, scopes)).startswith("megatron.")}
+        originals = {name: path for name in captured if is_megatron(path := self.resolve(name, scopes))}
         self.patches.append(
             SourcePatch(
                 f"{owner}.{name}",
@@ -539,7 +543,7 @@ class _Reader:
             if base is None:
                 return None, None
             resolved = self.resolve(base, [_module_scope(module, tree, path)])
-            if resolved.startswith("megatron."):
+            if is_megatron(resolved):
                 return None, resolved
             found = self.framework_class(module, resolved)
             if found is None:

@@ -16,8 +16,10 @@ from collections.abc import Collection, Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from harness.contracts.api_fingerprint.call_sites import parsed_file
 from harness.contracts.api_fingerprint.source_scan import Assignment, SourceScan, scan_sources
+from harness.source.megatron_namespace import is_megatron
+from harness.source.package_layout import framework_files
+from harness.source.parsing import parsed_file
 
 
 @dataclass(frozen=True)
@@ -58,35 +60,6 @@ class FrameworkScan:
     """The Megatron trees the symbols are named against, the reference first."""
     packages: tuple[str, ...] | None = None
     """The top-level packages read (a distribution's), or ``None``: every package below ``root``."""
-
-
-def framework_files(root: Path, packages: Collection[str] | None = None) -> dict[Path, str]:
-    """Every ``.py`` file below ``root`` that belongs to a package chain starting at ``root``, with its module
-    name; tests, checks and build folders are not the framework's runtime code. ``packages`` (top-level package
-    and module names) keeps only a distribution's own files, where ``root`` is a ``site-packages`` holding others."""
-    skipped = {"tests", "test", "checks", "docs", "build", "dist", "__pycache__", ".nox", ".venv", "venv"}
-    modules = {}
-    found = (
-        sorted(root.rglob("*.py"))
-        if packages is None
-        else sorted(
-            path
-            for package in packages
-            for path in [*(root / package).rglob("*.py"), root / f"{package}.py"]
-            if path.is_file()
-        )
-    )
-    for path in found:
-        relative = path.relative_to(root)
-        if skipped & set(relative.parts[:-1]) or relative.name.startswith("test_"):
-            continue
-        folders = relative.parent.parts
-        if all((root.joinpath(*folders[: i + 1]) / "__init__.py").is_file() for i in range(len(folders))):
-            stem = [] if relative.name == "__init__.py" else [relative.stem]
-            name = ".".join([*folders, *stem])
-            if name:
-                modules[path] = name
-    return modules
 
 
 def scan_framework(
@@ -218,7 +191,7 @@ def _module_strings(trees: Iterable[ast.Module], megatron: tuple[Path, ...]) -> 
         for node in ast.walk(tree)
         if isinstance(node, ast.Constant)
         and isinstance(node.value, str)
-        and node.value.startswith("megatron.")
+        and is_megatron(node.value)
         and any(_module_file(t, node.value) for t in megatron)
     }
 
@@ -312,7 +285,10 @@ def _function_named(tree: ast.Module, value: str) -> str | None:
 def symbol_key(path: str, trees: Iterable[Path]) -> str | None:
     """``module:qualname`` of a dotted Megatron path: the longest prefix that is a module in one of ``trees``, a module
     that module imports by name followed (``finalize_model_grads:parallel_state.f`` is ``parallel_state:f``);
-    ``None`` for a module itself (its symbols are what a declaration names)."""
+    ``None`` for a module itself (its symbols are what a declaration names), and for a name outside Megatron's own
+    packages (``megatron.bridge``), whatever else the trees hold."""
+    if not is_megatron(path):
+        return None
     trees = tuple(trees)
     parts = path.split(".")
     for cut in range(len(parts) - 1, 0, -1):

@@ -18,6 +18,7 @@ from harness.contracts.api_fingerprint.framework_patches import (
     block_statements,
     statement_at,
 )
+from harness.source.megatron_namespace import imports_megatron as tree_imports_megatron
 
 
 @dataclass(frozen=True)
@@ -79,13 +80,7 @@ def imports_megatron(framework: FrameworkSource, module: str) -> bool:
     """Whether the framework's module imports Megatron anywhere, at its top or in a function: a back-fill there that
     reaches no Megatron module on a release is still a patch of Megatron's (verl fills Megatron's
     ``hadamard_transform`` from the module whose ``apply_patch`` imports Megatron lazily)."""
-    _, tree = framework.trees[module]
-    for node in ast.walk(tree):
-        if isinstance(node, ast.ImportFrom) and node.level == 0 and (node.module or "").startswith("megatron"):
-            return True
-        if isinstance(node, ast.Import) and any(alias.name.startswith("megatron") for alias in node.names):
-            return True
-    return False
+    return tree_imports_megatron(framework.trees[module][1])
 
 
 def _over_sys_modules(iterated: ast.expr) -> bool:

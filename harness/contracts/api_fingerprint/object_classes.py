@@ -14,6 +14,7 @@ from collections.abc import Callable, Mapping
 from harness.contracts.api_fingerprint.call_sites import MegatronSource
 from harness.contracts.api_fingerprint.framework_patches import InstancePatch
 from harness.contracts.api_fingerprint.megatron_keys import megatron_key
+from harness.source.megatron_namespace import is_megatron
 
 
 def instance_class(instance: InstancePatch, source: MegatronSource) -> str | None:
@@ -50,7 +51,7 @@ def class_of_self(instance: InstancePatch, bound_as: Mapping[int, str], source: 
         return None
     functions = [n for n in instance.chain if isinstance(n, ast.FunctionDef | ast.AsyncFunctionDef)]
     owner = next((bound_as[id(f)] for f in reversed(functions) if id(f) in bound_as), None)
-    key = megatron_key(owner, source) if owner and owner.startswith("megatron.") else ""
+    key = megatron_key(owner, source) if owner and is_megatron(owner) else ""
     return key if key.partition(":")[2][:1].isupper() else None
 
 
@@ -84,7 +85,7 @@ UNPLACED = "?"
 
 def is_megatrons(instance: InstancePatch) -> bool:
     """Whether the patch is on Megatron's objects: one in a file that never imports Megatron is another library's."""
-    return any(path.startswith("megatron.") for path in instance.names.values())
+    return any(is_megatron(path) for path in instance.names.values())
 
 
 def unplaced_verdict(instance: InstancePatch, source: MegatronSource, megatron: str) -> tuple[str, str]:

@@ -21,6 +21,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from harness.contracts.api_fingerprint.call_sites import absolute_module
+from harness.source.megatron_namespace import is_megatron
 
 Where = tuple[Path, tuple[ast.AST, ...]]
 """A file and the scopes around a place in it, outermost (the module) first."""
@@ -198,9 +199,9 @@ class ScopedNames:
         object's attribute, a call's result), is what the same file binds that name to where it says, unless
         ``fallback`` is off (while reading those)."""
         if isinstance(binding, _Imported):
-            return frozenset([binding.dotted]) if _is_megatron(binding.dotted) else frozenset()
+            return frozenset([binding.dotted]) if is_megatron(binding.dotted) else frozenset()
         if isinstance(binding, _From):
-            if _is_megatron(binding.origin):
+            if is_megatron(binding.origin):
                 return frozenset([f"{binding.origin}.{binding.name}"])
             origin = self.files.get(binding.origin)
             if origin is None:
@@ -286,10 +287,6 @@ def _global_assignments(tree: ast.Module) -> Iterator[tuple[tuple[ast.AST, ...],
                 if any(name in declared for name, _ in _bound_by(node, "", False)):
                     yield chain, node
         stack += [(*chain, node) for node in nodes if isinstance(node, _SCOPES)]
-
-
-def _is_megatron(dotted: str) -> bool:
-    return dotted == "megatron" or dotted.startswith("megatron.")
 
 
 def _body(scope: ast.AST) -> list[ast.stmt] | list[ast.expr]:

@@ -15,9 +15,10 @@ from collections.abc import Iterable, Mapping
 from pathlib import Path
 from types import ModuleType
 
-from harness.contracts.api_fingerprint.call_sites import parsed_file
 from harness.contracts.api_fingerprint.scoped_names import ScopedNames, Where
 from harness.contracts.api_fingerprint.symbol_table import Declared, declared_symbols, dotted
+from harness.source.parsing import parsed_file
+from harness.source.reader_error import reading
 
 _MEGATRON_ROOT = "megatron"
 _ATTRIBUTE_BUILTINS = ("hasattr", "setattr", "delattr")
@@ -129,7 +130,8 @@ def scan_sources(
     assignments: list[Assignment] = []
     for path, tree in trees.items():
         collector = _Collector(resolver, path, discovery)
-        collector.visit(tree)
+        with reading(path):
+            collector.visit(tree)
         uses += collector.uses
         calls += collector.calls
         called |= collector.called

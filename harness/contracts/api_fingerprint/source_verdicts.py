@@ -74,6 +74,7 @@ from harness.contracts.api_fingerprint.replacement_fit import (
     dropped_keywords,
     returned_count,
 )
+from harness.source.megatron_namespace import is_megatron
 
 SEVERITY = ("red", "advisory", "undecided", "fits", "skipped", "absent")
 """Verdicts, most severe first: a symbol patched in several places takes its most severe."""
@@ -302,7 +303,7 @@ def _declared_patch(symbol: str, replacement: str, definition: Definition) -> So
 def is_megatron_owner(dotted: str) -> bool:
     """A Megatron module, or a class of one, as the framework's imports name it: it need not exist on this target
     (then the patch is ``absent`` here, or skipped by the framework's own check, not unseen)."""
-    return dotted.startswith("megatron.")
+    return is_megatron(dotted) and dotted != "megatron"
 
 
 def _defines(source: MegatronSource, key: str) -> bool:

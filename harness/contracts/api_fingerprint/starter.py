@@ -37,6 +37,10 @@ from harness.contracts.api_fingerprint.scan_patches import (
     short_place,
 )
 from harness.contracts.api_fingerprint.scan_subject import ScanSubjectError, matrix_release_sources, scan_subject
+from harness.formats.generator_error import GATE_ERROR_STATUS
+from harness.source.megatron_namespace import imports_megatron
+from harness.source.package_layout import unreadable_files
+from harness.source.reader_error import ReaderError
 from harness.subjects.declaration import ROLE_ATTRIBUTES
 from harness.targets.megatron_names import ALIAS_NAME, FINALIZE_MODULE, UPSTREAM_NAME
 
@@ -223,24 +227,26 @@ def _replaced_usage(patches: FrameworkPatches, key: str, entry: Replaced, active
 
 
 def _adapter_package(found: FrameworkScan) -> str:
-    """The deepest package holding every file that reaches Megatron."""
-    reaching = [found.modules[path] for path in found.modules if _reaches_megatron(path)] or list(
-        found.modules.values()
-    )
+    """The deepest package holding every file that imports Megatron, examples and scripts left aside where the
+    framework's own packages reach Megatron too."""
+    reaching = [name for path, name in found.modules.items() if imports_megatron(found.trees[name], by_name=True)]
+    runtime = [name for name in reaching if name.split(".")[0] not in NOT_ADAPTERS]
+    reaching = runtime or reaching or list(found.modules.values())
     parts = [name.split(".") for name in reaching]
     common = []
     for group in zip(*parts, strict=False):
         if len(set(group)) != 1:
             break
         common.append(group[0])
-    packages = {name for path, name in found.modules.items() if path.name == "__init__.py"}
+    packages = {name for path, name in found.modules.items() if path.name == "__init__.py" or path.is_dir()}
+    packages |= {name.rpartition(".")[0] for name in found.modules.values()}
     while common and ".".join(common) not in packages:
         common.pop()
     return ".".join(common) or reaching[0]
 
 
-def _reaches_megatron(path: Path) -> bool:
-    return "megatron" in path.read_text()
+NOT_ADAPTERS = frozenset({"examples", "example", "scripts", "tools", "benchmarks", "benchmark", "docs", "setup"})
+"""Top-level folders and modules of a repository that are run by hand, not imported by the framework's users."""
 
 
 def _patch_guess(found: FrameworkScan) -> list[str]:
@@ -464,8 +470,18 @@ def main(argv: Sequence[str] | None = None, envdir: Path | None = None) -> int:
     except ScanSubjectError as err:
         print(f"megatron-conformance scan: {err}", file=sys.stderr)
         return 2
-    found = scan_framework(subject.root, trees, subject.packages)
-    text = starter_declaration(found, (output.resolve().parent if output else Path.cwd()), subject.distribution)
+    for why in unreadable_files(subject.root, subject.packages):
+        print(f"megatron-conformance scan: could not read {why}: the file is left out", file=sys.stderr)
+    try:
+        found = scan_framework(subject.root, trees, subject.packages)
+        if not found.modules:
+            print(f"megatron-conformance scan: no Python module to read under {subject.root}", file=sys.stderr)
+            return 2
+        text = starter_declaration(found, (output.resolve().parent if output else Path.cwd()), subject.distribution)
+    except Exception as err:
+        line = str(err) if isinstance(err, ReaderError) else str(ReaderError(subject.root, err))
+        print(f"megatron-conformance scan: {line}", file=sys.stderr)
+        return GATE_ERROR_STATUS
     if output:
         output.write_text(text)
         print(f"{output}: {len(found.symbols)} Megatron symbols, {len(found.patches)} patch assignments")
