@@ -30,7 +30,8 @@ def framework_files(root: Path, packages: Collection[str] | None = None) -> dict
     :func:`unreadable_files`."""
     base, modules = _modules(root, packages)
     prefix = _namespace_prefix(base, modules)
-    return {path: ".".join([*prefix, *parts]) for path, parts in modules.items() if unreadable(path) is None}
+    named = {path: ".".join([*prefix, *parts]) for path, parts in modules.items()}
+    return {path: name for path, name in named.items() if name and unreadable(path) is None}
 
 
 def unreadable_files(root: Path, packages: Collection[str] | None = None) -> list[str]:
@@ -52,7 +53,7 @@ def _modules(root: Path, packages: Collection[str] | None) -> tuple[Path, dict[P
             if path.is_file()
         )
     )
-    return base, {path: parts for path in found if (parts := _module_parts(path.relative_to(base)))}
+    return base, {path: parts for path in found if (parts := _module_parts(path.relative_to(base))) is not None}
 
 
 def _is_path_entry(folder: Path) -> bool:
@@ -60,16 +61,15 @@ def _is_path_entry(folder: Path) -> bool:
 
 
 def _module_parts(relative: Path) -> list[str] | None:
-    """The dotted parts of the module a file below the base is; None for a file no import reaches (a folder or
-    file name that is no identifier, a test, a build folder)."""
+    """The dotted parts of the module a file below the base is (none for the base's own ``__init__.py``, named by the
+    packages above it); None for a file no import reaches (a folder or file name that is no identifier, a test, a
+    build folder)."""
     folders = list(relative.parent.parts)
     if NOT_RUNTIME & set(folders) or relative.name.startswith("test_"):
         return None
     stem = [] if relative.name == "__init__.py" else [relative.stem]
     parts = [*folders, *stem]
-    if not parts or not all(part.isidentifier() for part in parts):
-        return None
-    return parts
+    return parts if all(part.isidentifier() for part in parts) else None
 
 
 def _namespace_prefix(base: Path, modules: dict[Path, list[str]]) -> list[str]:
@@ -82,7 +82,7 @@ def _namespace_prefix(base: Path, modules: dict[Path, list[str]]) -> list[str]:
     while (folder / "__init__.py").is_file() and folder.name.isidentifier():
         prefix.insert(0, folder.name)
         folder = folder.parent
-    tops = {parts[0] for parts in modules.values()}
+    tops = {parts[0] for parts in modules.values() if parts}
     texts = [path.read_text(errors="replace") for path in modules]
     while folder.name.isidentifier() and folder != folder.parent:
         heads = [".".join([folder.name, *prefix])] if prefix else [f"{folder.name}.{top}" for top in tops]

@@ -306,7 +306,7 @@ def symbol_key(path: str, trees: Iterable[Path]) -> str | None:
 
 def _imported_module(source: Path, module: str, name: str) -> str | None:
     """The module ``name`` is bound to in ``module``'s source by an import of it (``from .. import parallel_state``),
-    else ``None``."""
+    or by a module-level alias of such a name (``mpu = parallel_state``), else ``None``."""
     package = module.split(".") if source.name == "__init__.py" else module.split(".")[:-1]
     for node in _parsed(source).body:
         if isinstance(node, ast.ImportFrom):
@@ -319,6 +319,9 @@ def _imported_module(source: Path, module: str, name: str) -> str | None:
             for alias in node.names:
                 if alias.asname == name:
                     return alias.name
+        elif isinstance(node, ast.Assign) and isinstance(node.value, ast.Name) and node.value.id != name:
+            if any(isinstance(t, ast.Name) and t.id == name for t in node.targets):
+                return _imported_module(source, module, node.value.id)
     return None
 
 

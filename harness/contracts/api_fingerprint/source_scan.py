@@ -150,39 +150,56 @@ def undeclared_uses(scan: SourceScan, declaration: Iterable[Declared]) -> list[U
 
 
 def _string_constants(trees: Iterable[ast.Module]) -> dict[str, str]:
-    """Module-level ``NAME = "..."`` of all files; a name given different values in two files is left out."""
-    values: dict[str, set[str]] = {}
+    """``NAME = "..."`` of all files, in any scope (``name = "forward"; setattr(cls, name, f)`` in an applier); a
+    name given different values, or any value not a string literal, is left out."""
+    values: dict[str, set[str | None]] = {}
     for tree in trees:
-        for node in tree.body:
-            if (
-                isinstance(node, ast.Assign)
-                and len(node.targets) == 1
-                and isinstance(node.targets[0], ast.Name)
-                and isinstance(node.value, ast.Constant)
-                and isinstance(node.value.value, str)
-            ):
-                values.setdefault(node.targets[0].id, set()).add(node.value.value)
-    return {name: found.pop() for name, found in values.items() if len(found) == 1}
+        for node in ast.walk(tree):
+            if isinstance(node, ast.Assign) and len(node.targets) == 1 and isinstance(node.targets[0], ast.Name):
+                value = node.value.value if isinstance(node.value, ast.Constant) else None
+                values.setdefault(node.targets[0].id, set()).add(value if isinstance(value, str) else None)
+    return {name: value for name, found in values.items() if len(found) == 1 and (value := next(iter(found)))}
 
 
 def _loop_strings(trees: Iterable[ast.Module]) -> dict[str, frozenset[str]]:
-    """Loop variables over a module-level tuple or list of string literals: each name, the strings it takes."""
+    """Loop variables over string literals: over a module-level tuple or list of them, or written in the loop itself
+    (``for name in ("a", "b")``, ``for name, f in {"a": f}.items()``, ``for name, f in (("a", f),)``): each name,
+    the strings it takes."""
     tuples: dict[str, frozenset[str]] = {}
     for tree in trees:
         for node in tree.body:
             if isinstance(node, ast.Assign) and len(node.targets) == 1 and isinstance(node.targets[0], ast.Name):
-                value = node.value
-                if isinstance(value, ast.Tuple | ast.List) and all(
-                    isinstance(e, ast.Constant) and isinstance(e.value, str) for e in value.elts
-                ):
-                    tuples[node.targets[0].id] = frozenset(e.value for e in value.elts)
+                strings = _literal_strings(node.value)
+                if strings is not None:
+                    tuples[node.targets[0].id] = strings
     loops: dict[str, set[str]] = {}
     for tree in trees:
         for node in ast.walk(tree):
-            if isinstance(node, ast.For | ast.comprehension) and isinstance(node.target, ast.Name):
-                if isinstance(node.iter, ast.Name) and node.iter.id in tuples:
-                    loops.setdefault(node.target.id, set()).update(tuples[node.iter.id])
+            if not isinstance(node, ast.For | ast.comprehension):
+                continue
+            target = node.target.elts[0] if isinstance(node.target, ast.Tuple) and node.target.elts else node.target
+            if not isinstance(target, ast.Name):
+                continue
+            if isinstance(node.iter, ast.Name) and node.iter.id in tuples and target is node.target:
+                loops.setdefault(target.id, set()).update(tuples[node.iter.id])
+            elif (strings := _literal_strings(node.iter, pairs=target is not node.target)) is not None:
+                loops.setdefault(target.id, set()).update(strings)
     return {name: frozenset(values) for name, values in loops.items()}
+
+
+def _literal_strings(value: ast.expr, pairs: bool = False) -> frozenset[str] | None:
+    """The strings a literal iterates over: a tuple or list of strings, or with ``pairs`` the first items of a tuple
+    or list of pairs, or the keys of a dict literal's ``.items()``; None for anything else."""
+    if pairs and isinstance(value, ast.Call) and isinstance(value.func, ast.Attribute) and value.func.attr == "items":
+        value = value.func.value
+        items = value.keys if isinstance(value, ast.Dict) else []
+    elif isinstance(value, ast.Tuple | ast.List):
+        items = [e.elts[0] if pairs and isinstance(e, ast.Tuple | ast.List) and e.elts else e for e in value.elts]
+    else:
+        return None
+    if items and all(isinstance(e, ast.Constant) and isinstance(e.value, str) for e in items):
+        return frozenset(e.value for e in items)
+    return None
 
 
 def _under_megatron(path: str) -> bool:

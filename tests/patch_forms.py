@@ -1,0 +1,190 @@
+"""Frameworks written to disk by hypothesis, each patching one real megatron-core symbol in one form, with what it
+replaces known by construction: the catalogue of ``../shared/patch-forms.md`` drawn as data, for the reader to be
+proven on every form rather than on the frameworks at hand.
+
+A drawn framework is a layout (a regular package, an implicit namespace package, a ``src/`` layout, a single module,
+or the framework's own package inside the ``megatron.`` namespace, which also patches a class of its own), a way the
+Megatron module is reached, a way the name is assigned, when the assignment runs and the guard around it.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+from hypothesis import strategies as st
+
+
+@dataclass(frozen=True)
+class Target:
+    """A megatron-core symbol of every matrix release: its module, the class holding it (empty for a module-level
+    name) and its name."""
+
+    module: str
+    owner: str
+    name: str
+
+    @property
+    def key(self) -> str:
+        return f"{self.module}:{f'{self.owner}.' if self.owner else ''}{self.name}"
+
+
+TARGETS = (
+    Target("megatron.core.distributed.finalize_model_grads", "", "_allreduce_non_tensor_model_parallel_grads"),
+    Target("megatron.core.tensor_parallel.random", "", "get_cuda_rng_tracker"),
+    Target("megatron.core.parallel_state", "", "_TENSOR_MODEL_PARALLEL_GROUP"),
+    Target("megatron.core.transformer.moe.router", "TopKRouter", "routing"),
+    Target("megatron.core.models.gpt.gpt_model", "GPTModel", "forward"),
+    Target("megatron.core.transformer.transformer_layer", "TransformerLayer", "forward"),
+)
+LAYOUTS = ("regular", "namespace", "src", "single", "megatron-namespace")
+REACH = ("import-top", "import-as-inside", "from-inside", "try-import", "importlib", "sys-modules", "dotted-path")
+ASSIGN = ("attribute", "setattr-literal", "setattr-variable", "setattr-dict-loop", "setattr-tuple-loop")
+WHEN = ("import", "apply", "context")
+GUARD = ("none", "version", "hasattr", "device")
+
+
+@dataclass(frozen=True)
+class PatchForm:
+    """One drawn framework: its parts, and the patch it makes (``file``'s ``line`` re-binds ``target``)."""
+
+    layout: str
+    reach: str
+    assign: str
+    when: str
+    guard: str
+    target: Target
+
+    def describe(self) -> str:
+        return f"{self.layout}/{self.reach}/{self.assign}/{self.when}/{self.guard} -> {self.target.key}"
+
+
+@st.composite
+def patch_forms(draw: st.DrawFn) -> PatchForm:
+    """A form of the catalogue; a class's method is reached through its module, a module's name directly."""
+    return PatchForm(
+        draw(st.sampled_from(LAYOUTS)),
+        draw(st.sampled_from(REACH)),
+        draw(st.sampled_from(ASSIGN)),
+        draw(st.sampled_from(WHEN)),
+        draw(st.sampled_from(GUARD)),
+        draw(st.sampled_from(TARGETS)),
+    )
+
+
+@dataclass(frozen=True)
+class Written:
+    """A framework on disk: the folder to scan, the file making the patch and the line of its assignment."""
+
+    root: Path
+    patch_file: Path
+    line: int
+
+    @property
+    def place(self) -> str:
+        return f"{self.patch_file.name}:{self.line}"
+
+
+def write_framework(form: PatchForm, root: Path) -> Written:
+    """Write ``form`` as a framework under ``root``; the patch module is ``<package>/patching.py`` (or the single
+    module itself)."""
+    lines = _patch_module(form)
+    line = next(i for i, text in enumerate(lines, 1) if "# the patch" in text)
+    text = "\n".join(lines) + "\n"
+    if form.layout == "single":
+        path = root / "fwsingle.py"
+    else:
+        package = {
+            "regular": root / "fwreg",
+            "namespace": root / "fwns" / "inner",
+            "src": root / "src" / "fwsrc",
+            "megatron-namespace": root / "megatron" / "fwbridge",
+        }[form.layout]
+        package.mkdir(parents=True)
+        if form.layout in ("regular", "src", "megatron-namespace"):
+            (package / "__init__.py").write_text("")
+        if form.layout == "megatron-namespace":
+            (package / "models.py").write_text(OWN_CLASS)
+        path = package / "patching.py"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(text)
+    return Written(root, path, line)
+
+
+OWN_CLASS = """\
+class BridgeModel:
+    def forward(self, x):
+        return x
+"""
+"""A class of the framework's own, inside the ``megatron.`` namespace: its patches are not Megatron's."""
+
+
+def _patch_module(form: PatchForm) -> list[str]:
+    target = form.target
+    module = target.module
+    head = ["import contextlib", "import importlib", "import sys", "", "import torch", ""]
+    handle, reach = _reach(form.reach, module)
+    owner = f"{handle}.{target.owner}" if target.owner else handle
+    body = [*reach, *_guard(form.guard, owner, target.name), *_assign(form.assign, owner, target.name)]
+    if form.layout == "megatron-namespace":
+        head += ["from megatron.fwbridge.models import BridgeModel", ""]
+        body += ["BridgeModel.forward = replacement"]
+    replacement = ["def replacement(*args, **kwargs):", "    return None", ""]
+    if form.reach == "import-top":
+        head += [f"import {module} as target_module", ""]
+        body = body[len(reach) :]
+    if form.when == "import":
+        return [*head, *replacement, *body]
+    indent = ["    " + text if text else text for text in body]
+    if form.when == "apply":
+        return [*head, *replacement, "", "def apply():", *indent]
+    return [*head, *replacement, "", "@contextlib.contextmanager", "def patched():", *indent, "    yield"]
+
+
+def _reach(reach: str, module: str) -> tuple[str, list[str]]:
+    """The name the Megatron module is bound to, and the lines binding it where the patch runs."""
+    parent, _, leaf = module.rpartition(".")
+    return {
+        "import-top": ("target_module", []),
+        "import-as-inside": ("target_module", [f"import {module} as target_module"]),
+        "from-inside": (leaf, [f"from {parent} import {leaf}"]),
+        "try-import": (
+            "target_module",
+            ["try:", f"    import {module} as target_module", "except ImportError:", "    target_module = None"],
+        ),
+        "importlib": ("target_module", [f'target_module = importlib.import_module("{module}")']),
+        "sys-modules": ("target_module", [f"import {module}", f'target_module = sys.modules["{module}"]']),
+        "dotted-path": (module, [f"import {module}"]),
+    }[reach]
+
+
+def _guard(guard: str, owner: str, name: str) -> list[str]:
+    """A check before the patch that lets it through on every release (the patch is made): a guard the reader must
+    read past, not a skip."""
+    return {
+        "none": [],
+        "version": [
+            "import megatron.core",
+            'if not megatron.core.__version__.startswith("0."):',
+            "    raise SystemExit",
+        ],
+        "hasattr": [f'if not hasattr({owner}, "{name}"):', "    raise AttributeError"],
+        "device": ["if torch.cuda.is_available() and False:", "    raise SystemExit"],
+    }[guard]
+
+
+def _assign(assign: str, owner: str, name: str) -> list[str]:
+    marker = "  # the patch"
+    return {
+        "attribute": [f"{owner}.{name} = replacement{marker}"],
+        "setattr-literal": [f'setattr({owner}, "{name}", replacement){marker}'],
+        "setattr-variable": [f'patched_name = "{name}"', f"setattr({owner}, patched_name, replacement){marker}"],
+        "setattr-dict-loop": [
+            f'for patched_name, value in {{"{name}": replacement}}.items():',
+            f"    setattr({owner}, patched_name, value){marker}",
+        ],
+        "setattr-tuple-loop": [
+            f'for patched_name, value in (("{name}", replacement),):',
+            f"    setattr({owner}, patched_name, value){marker}",
+        ],
+    }[assign]

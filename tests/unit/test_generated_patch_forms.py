@@ -1,0 +1,111 @@
+"""``scan`` on frameworks hypothesis writes (:mod:`tests.patch_forms`): every layout, way of reaching Megatron, way
+of assigning, time and guard, against megatron-core 0.15.3's source. Each framework makes exactly one patch of a
+real Megatron symbol, so the scan must report exactly that symbol, at the line that makes it: no miss, and no extra
+(a framework's own class inside the ``megatron.`` namespace, patched beside it, is never Megatron's)."""
+
+from __future__ import annotations
+
+import importlib
+import tempfile
+from pathlib import Path
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+
+from harness.contracts.api_fingerprint.framework_scan import scan_framework
+from harness.source import package_layout
+from harness.targets.release_source import release_source
+from tests.patch_forms import PatchForm, Target, patch_forms, write_framework
+
+RELEASE = "0.15.3"
+
+
+@pytest.fixture(scope="module")
+def megatron_tree() -> Path:
+    return release_source(RELEASE).root
+
+
+def scanned(form: PatchForm, megatron: Path) -> tuple[set[tuple[str, str]], str]:
+    """The (place, symbol) of every patch ``scan`` reports on ``form`` written to disk, and the place expected."""
+    with tempfile.TemporaryDirectory() as folder:
+        written = write_framework(form, Path(folder))
+        found = scan_framework(written.root, [megatron])
+        return {(patch.place, patch.key) for patch in found.patches}, written.place
+
+
+@settings(deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
+@given(form=patch_forms())
+def test_scan_finds_exactly_the_patch_each_generated_framework_makes(form: PatchForm, megatron_tree: Path) -> None:
+    patches, place = scanned(form, megatron_tree)
+    assert patches == {(place, form.target.key)}, form.describe()
+
+
+NAMESPACE = PatchForm(
+    "namespace",
+    "import-top",
+    "attribute",
+    "apply",
+    "none",
+    Target(*"megatron.core.parallel_state _ _TENSOR_MODEL_PARALLEL_GROUP".split()),
+)
+
+
+def test_a_namespace_package_is_read_and_the_old_chain_rule_misses_it(
+    megatron_tree: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Seeded break: keeping only folders whose whole chain holds ``__init__.py`` (the rule before PEP 420 layouts
+    were read) loses the patch of a namespace package."""
+    form = PatchForm(
+        "namespace",
+        "from-inside",
+        "attribute",
+        "apply",
+        "none",
+        Target("megatron.core.tensor_parallel.random", "", "get_cuda_rng_tracker"),
+    )
+    assert scanned(form, megatron_tree)[0]
+    original = package_layout._module_parts
+
+    def regular_packages_only(relative: Path) -> list[str] | None:
+        return None if relative.parts[0] == "fwns" else original(relative)
+
+    monkeypatch.setattr(package_layout, "_module_parts", regular_packages_only)
+    assert scanned(form, megatron_tree)[0] == set()
+
+
+ROUTING = Target("megatron.core.transformer.moe.router", "TopKRouter", "routing")
+
+
+def _module_level_constants(trees: object) -> dict[str, str]:
+    return {}
+
+
+@pytest.mark.parametrize(
+    ("form", "module", "name", "broken"),
+    [
+        pytest.param(
+            PatchForm("regular", "import-top", "setattr-dict-loop", "apply", "none", ROUTING),
+            "harness.contracts.api_fingerprint.source_scan",
+            "_literal_strings",
+            lambda value, pairs=False: None,
+            id="setattr-loop-over-a-literal-unread",
+        ),
+        pytest.param(
+            PatchForm("regular", "import-top", "setattr-variable", "apply", "none", ROUTING),
+            "harness.contracts.api_fingerprint.source_scan",
+            "_string_constants",
+            _module_level_constants,
+            id="name-in-a-local-variable-unread",
+        ),
+    ],
+)
+def test_each_form_goes_red_when_its_reading_is_taken_away(
+    form: PatchForm, module: str, name: str, broken: object, megatron_tree: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Seeded breaks: the property holds on the form, and fails once the reader's handling of it is replaced by the
+    narrower rule it had before."""
+    expected_place = scanned(form, megatron_tree)
+    assert expected_place[0] == {(expected_place[1], form.target.key)}
+    for each in module.split():
+        monkeypatch.setattr(importlib.import_module(each), name, broken)
+    assert scanned(form, megatron_tree)[0] != {(expected_place[1], form.target.key)}
