@@ -20,6 +20,8 @@ import sys
 from collections.abc import Iterator
 from pathlib import Path
 
+from harness.targets.uv_lookup import find_uv
+
 _VERSION_PROBE = "import sys; print('%d.%d' % sys.version_info[:2])"
 _PROBE_TIMEOUT_S = 15
 
@@ -63,7 +65,7 @@ def _pyenv_root(environ: dict[str, str]) -> Path:
 
 def _uv_managed(version: str, environ: dict[str, str]) -> Iterator[Path]:
     """uv's own discovery, restricted to the interpreters uv installed itself (never a download)."""
-    uv = shutil.which("uv", path=environ.get("PATH"))
+    uv = find_uv(environ.get("PATH"))
     if uv is None:
         return
     try:

@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import importlib.metadata
 import os
-import shutil
 import subprocess
 import sys
 import tempfile
@@ -25,6 +24,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from harness.targets.matrix import MEGATRON_DISTRIBUTION
+from harness.targets.uv_lookup import find_uv
 from harness.targets.venv_install import index_options, pip_settings
 
 _OTHER_PYTHONS = ("3.12", "3.11", "3.10")
@@ -111,11 +111,12 @@ def _fetch(
 ) -> None:
     """Unpack the wheel of ``name==version`` into ``destination`` through a scratch folder, so that an interrupted
     fetch never leaves a half-filled cache entry behind."""
-    uv = shutil.which("uv")
+    uv = find_uv()
     if uv is None:
         raise ReleaseSourceError(
             f"{name} {version}: no target venv beside this one has it, and uv, which fetches its "
-            "wheel, is not on PATH (pip install uv, or build a target venv of that release)"
+            "wheel, is neither installed beside this interpreter nor on PATH (pip install uv, or build a target venv "
+            "of that release)"
         )
     destination.parent.mkdir(parents=True, exist_ok=True)
     requirement = f"{name}=={version}"

@@ -531,7 +531,7 @@ def test_a_release_unpacked_once_is_read_from_the_cache_with_its_own_packages(
     folder = tmp_path / "cache" / "distributions" / "my-fw-1.2.0"
     files = {"fw/__init__.py": "", "fw/mcore.py": "", "helpers.py": ""}
     unpacked = fake_distribution(folder, "my-fw", "1.2.0", files, listed=False)
-    monkeypatch.setattr(release_module.shutil, "which", lambda name: pytest.fail("a cached release was fetched again"))
+    monkeypatch.setattr(release_module, "find_uv", lambda: pytest.fail("a cached release was fetched again"))
     assert distribution_source("my-fw", "1.2.0", cache=tmp_path / "cache") == unpacked
     distribution = next(importlib.metadata.distributions(name="my-fw", path=[str(unpacked)]))
     assert top_level_packages(distribution) == ["fw", "helpers"]
