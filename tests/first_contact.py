@@ -2,9 +2,9 @@
 patches it reports that no site lists. ``python -m tests.first_contact SITES.json ROOT [RELEASE ...]`` prints one
 line of figures and the sites missed; the sites files of the blind corpus live in ``tests/published/blind/``.
 
-A site is found where ``scan`` reports a patch of the same Megatron symbol at the same file and line (a loop over
-names makes one site per name at the loop's line). A site whose symbol the reader wrote as ``?`` counts where any
-patch is found at its line.
+A site is found where ``scan``'s starter lists the same Megatron symbol as replaced at the same file and line (a
+loop over names makes one site per name at the loop's line). A site whose symbol the reader wrote as ``?`` counts
+where any replacement is listed at its line.
 """
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from harness.contracts.api_fingerprint.framework_scan import scan_framework
+from harness.contracts.api_fingerprint.starter import scanned_replacements
 from harness.targets.release_source import release_source
 
 RELEASES = ("0.19.2", "0.18.2", "0.17.1", "0.16.1", "0.15.3", "0.14.0", "0.13.1")
@@ -42,9 +42,8 @@ def measure(sites_file: Path, root: Path, releases: tuple[str, ...] = RELEASES) 
     sites = json.loads(sites_file.read_text())["sites"]
     trees = [release_source(version).root for version in releases]
     started = time.monotonic()
-    scan = scan_framework(root, trees)
+    patches = scanned_replacements(root, trees)
     seconds = time.monotonic() - started
-    patches = {(patch.place, patch.key) for patch in scan.patches}
     places = {place for place, _ in patches}
     found, missed, matched = [], [], set()
     for site in sites:

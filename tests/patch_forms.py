@@ -23,6 +23,8 @@ class Target:
     module: str
     owner: str
     name: str
+    config: str = ""
+    """For a method: the arguments that build one of its objects (``TopKRouter(config=None)``), as written."""
 
     @property
     def key(self) -> str:
@@ -33,13 +35,18 @@ TARGETS = (
     Target("megatron.core.distributed.finalize_model_grads", "", "_allreduce_non_tensor_model_parallel_grads"),
     Target("megatron.core.tensor_parallel.random", "", "get_cuda_rng_tracker"),
     Target("megatron.core.parallel_state", "", "_TENSOR_MODEL_PARALLEL_GROUP"),
-    Target("megatron.core.transformer.moe.router", "TopKRouter", "routing"),
-    Target("megatron.core.models.gpt.gpt_model", "GPTModel", "forward"),
-    Target("megatron.core.transformer.transformer_layer", "TransformerLayer", "forward"),
+    Target("megatron.core.transformer.moe.router", "TopKRouter", "routing", "config=None"),
+    Target("megatron.core.models.gpt.gpt_model", "GPTModel", "forward", "config=None, transformer_layer_spec=None"),
+    Target("megatron.core.transformer.transformer_layer", "TransformerLayer", "forward", "config=None"),
+    Target("megatron.core.optimizer.optimizer", "ChainedOptimizer", "step", "[]"),
 )
 LAYOUTS = ("regular", "namespace", "src", "single", "megatron-namespace")
 REACH = ("import-top", "import-as-inside", "from-inside", "try-import", "importlib", "sys-modules", "dotted-path")
-ASSIGN = ("attribute", "setattr-literal", "setattr-variable", "setattr-dict-loop", "setattr-tuple-loop")
+ASSIGN = ("attribute", "setattr-literal", "setattr-variable", "setattr-dict-loop", "setattr-tuple-loop", "literal")
+INSTANCE = ("closure", "method-type", "get")
+"""How a method is bound on one built object instead of its class."""
+OBJECT = ("constructed", "isinstance-loop", "annotated")
+"""How the source says which Megatron class that object is of."""
 WHEN = ("import", "apply", "context")
 GUARD = ("none", "version", "hasattr", "device")
 
@@ -54,21 +61,37 @@ class PatchForm:
     when: str
     guard: str
     target: Target
+    marker: bool = False
+    """The framework also leaves a marker of its own on the Megatron module or class (``_fw_patched = True``), a
+    name no release defines: never a replaced symbol."""
+    instance: str = ""
+    """For a method: bound on one built object, in one of :data:`INSTANCE`'s ways (empty: on the class)."""
+    known_by: str = ""
+    """For a method bound on an object: how the source says its class (:data:`OBJECT`)."""
 
     def describe(self) -> str:
-        return f"{self.layout}/{self.reach}/{self.assign}/{self.when}/{self.guard} -> {self.target.key}"
+        on = f"/{self.instance} on {self.known_by} object" if self.instance else ""
+        parts = (
+            f"{self.layout}/{self.reach}/{self.assign}{on}/{self.when}/{self.guard}{'/marker' if self.marker else ''}"
+        )
+        return f"{parts} -> {self.target.key}"
 
 
 @st.composite
 def patch_forms(draw: st.DrawFn) -> PatchForm:
     """A form of the catalogue; a class's method is reached through its module, a module's name directly."""
+    target = draw(st.sampled_from(TARGETS))
+    instance = draw(st.sampled_from(("", *INSTANCE))) if target.config else ""
     return PatchForm(
         draw(st.sampled_from(LAYOUTS)),
         draw(st.sampled_from(REACH)),
-        draw(st.sampled_from(ASSIGN)),
+        "attribute" if instance else draw(st.sampled_from(ASSIGN)),
         draw(st.sampled_from(WHEN)),
         draw(st.sampled_from(GUARD)),
-        draw(st.sampled_from(TARGETS)),
+        target,
+        draw(st.booleans()),
+        instance,
+        draw(st.sampled_from(OBJECT)) if instance else "",
     )
 
 
@@ -122,23 +145,45 @@ class BridgeModel:
 def _patch_module(form: PatchForm) -> list[str]:
     target = form.target
     module = target.module
-    head = ["import contextlib", "import importlib", "import sys", "", "import torch", ""]
+    head = ["import contextlib", "import importlib", "import sys", "import types", "", "import torch", ""]
     handle, reach = _reach(form.reach, module)
     owner = f"{handle}.{target.owner}" if target.owner else handle
-    body = [*reach, *_guard(form.guard, owner, target.name), *_assign(form.assign, owner, target.name)]
+    body = [*reach, *_guard(form.guard, owner, target.name)]
+    if form.instance:
+        body += _on_object(form, handle)
+    else:
+        body += _assign(form.assign, owner, target.name)
+    if form.marker:
+        body += [f"{owner}._fw_patched = True"]
     if form.layout == "megatron-namespace":
         head += ["from megatron.fwbridge.models import BridgeModel", ""]
         body += ["BridgeModel.forward = replacement"]
-    replacement = ["def replacement(*args, **kwargs):", "    return None", ""]
+    replacement = [
+        "def replacement(*args, **kwargs):",
+        "    return None",
+        "",
+        "",
+        "def model_chunks():",
+        "    return []",
+        "",
+    ]
     if form.reach == "import-top":
         head += [f"import {module} as target_module", ""]
         body = body[len(reach) :]
-    if form.when == "import":
+    if form.known_by == "annotated":
+        head += [f"from {module} import {target.owner}", ""]
+        body = body[len(reach) :] if form.reach != "import-top" else body
+        reach_lines = reach if form.reach != "import-top" else []
+        body = [*reach_lines, *body]
+        parameters = f"built: {target.owner} = None"
+    else:
+        parameters = ""
+    if form.when == "import" and not parameters:
         return [*head, *replacement, *body]
     indent = ["    " + text if text else text for text in body]
-    if form.when == "apply":
-        return [*head, *replacement, "", "def apply():", *indent]
-    return [*head, *replacement, "", "@contextlib.contextmanager", "def patched():", *indent, "    yield"]
+    if form.when in ("apply", "import"):
+        return [*head, *replacement, "", f"def apply({parameters}):", *indent]
+    return [*head, *replacement, "", "@contextlib.contextmanager", f"def patched({parameters}):", *indent, "    yield"]
 
 
 def _reach(reach: str, module: str) -> tuple[str, list[str]]:
@@ -173,9 +218,28 @@ def _guard(guard: str, owner: str, name: str) -> list[str]:
     }[guard]
 
 
+def _on_object(form: PatchForm, handle: str) -> list[str]:
+    """The lines binding the replacement on one object of the target's class, the object's class known from the
+    source as ``form.known_by`` says."""
+    target = form.target
+    cls = target.owner if form.known_by == "annotated" else f"{handle}.{target.owner}"
+    bound = {
+        "closure": "replacement",
+        "method-type": "types.MethodType(replacement, built)",
+        "get": "replacement.__get__(built, type(built))",
+    }[form.instance]
+    patch = f"built.{target.name} = {bound}  # the patch"
+    if form.known_by == "constructed":
+        return [f"built = {cls}({target.config})", patch]
+    if form.known_by == "isinstance-loop":
+        return ["for built in model_chunks():", f"    if isinstance(built, {cls}):", f"        {patch}"]
+    return [patch]
+
+
 def _assign(assign: str, owner: str, name: str) -> list[str]:
     marker = "  # the patch"
     return {
+        "literal": [f"{owner}.{name} = None{marker}"],
         "attribute": [f"{owner}.{name} = replacement{marker}"],
         "setattr-literal": [f'setattr({owner}, "{name}", replacement){marker}'],
         "setattr-variable": [f'patched_name = "{name}"', f"setattr({owner}, patched_name, replacement){marker}"],

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 from hypothesis import HealthCheck, given, settings
 
-from harness.contracts.api_fingerprint.framework_scan import scan_framework
+from harness.contracts.api_fingerprint.starter import scanned_replacements
 from harness.source import package_layout
 from harness.targets.release_source import release_source
 from tests.patch_forms import PatchForm, Target, patch_forms, write_framework
@@ -29,8 +29,7 @@ def scanned(form: PatchForm, megatron: Path) -> tuple[set[tuple[str, str]], str]
     """The (place, symbol) of every patch ``scan`` reports on ``form`` written to disk, and the place expected."""
     with tempfile.TemporaryDirectory() as folder:
         written = write_framework(form, Path(folder))
-        found = scan_framework(written.root, [megatron])
-        return {(patch.place, patch.key) for patch in found.patches}, written.place
+        return scanned_replacements(written.root, [megatron]), written.place
 
 
 @settings(deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])

@@ -24,6 +24,8 @@ from functools import cached_property
 from pathlib import Path
 from typing import Any
 
+from harness.source.syntax import absolute_module
+
 _CLASS_HEADER = re.compile(r"^[ \t]*class[ \t]+(\w+)[ \t]*(?:\(([^)]*)\))?[ \t]*:", re.MULTILINE)
 
 
@@ -436,15 +438,6 @@ def classes_in(tree: ast.Module) -> dict[str, list[ast.ClassDef]]:
     return found
 
 
-def absolute_module(node: ast.ImportFrom, module: str, is_package: bool) -> str:
-    """The module an ``ImportFrom`` in ``module`` names, relative imports resolved."""
-    if not node.level:
-        return node.module or ""
-    parts = module.split(".")
-    package = parts[: len(parts) - node.level + (1 if is_package else 0)]
-    return ".".join([*package, *([node.module] if node.module else [])])
-
-
 def functions_of(tree: ast.Module) -> list[tuple[ast.FunctionDef | ast.AsyncFunctionDef, str]]:
     """Every function of a module with its qualname (nested ones under their enclosing function's)."""
     found = []
@@ -457,22 +450,6 @@ def functions_of(tree: ast.Module) -> list[tuple[ast.FunctionDef | ast.AsyncFunc
             elif isinstance(child, ast.ClassDef):
                 stack.append((child, f"{prefix}{child.name}."))
     return found
-
-
-def last_name(node: ast.expr) -> str | None:
-    """The name a call or reference ends in: ``f`` of ``a.b.f`` and of ``f``; None for anything else."""
-    return node.attr if isinstance(node, ast.Attribute) else node.id if isinstance(node, ast.Name) else None
-
-
-def dotted_name(node: ast.expr) -> str | None:
-    """``a.b.c`` as written, for a chain of attributes on a name; None for anything else."""
-    parts = []
-    while isinstance(node, ast.Attribute):
-        parts.append(node.attr)
-        node = node.value
-    if not isinstance(node, ast.Name):
-        return None
-    return ".".join([node.id, *reversed(parts)])
 
 
 def is_self_call(method: str):

@@ -15,11 +15,12 @@ from __future__ import annotations
 import ast
 from dataclasses import dataclass, field
 
-from harness.contracts.api_fingerprint.call_sites import MegatronSource, absolute_module, classes_in
+from harness.contracts.api_fingerprint.call_sites import MegatronSource, classes_in
 from harness.contracts.api_fingerprint.framework_guards import Versions
 from harness.contracts.api_fingerprint.framework_patches import FrameworkSource, SourcePatch
 from harness.contracts.api_fingerprint.megatron_keys import megatron_key
 from harness.source.megatron_namespace import is_megatron
+from harness.source.syntax import absolute_module
 
 FAILURE = "!"
 """The key prefix of a failure of the framework's own code: ``!:<framework file>:<line>``."""

@@ -12,15 +12,16 @@ the object's class, which the source does not give: they are not read here.
 from __future__ import annotations
 
 import ast
-from collections.abc import Collection, Iterator
+from collections.abc import Collection
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from harness.contracts.api_fingerprint.call_sites import absolute_module, dotted_name, last_name
 from harness.source.megatron_namespace import is_megatron
 from harness.source.package_layout import framework_files
 from harness.source.parsing import parsed_file
 from harness.source.reader_error import reading
+from harness.source.scopes import Scope, bind, block_statements, isinstance_tests
+from harness.source.syntax import absolute_module, dotted_name, last_name
 
 METADATA = {"__signature__", "__doc__", "__name__", "__qualname__", "__module__", "__wrapped__", "__annotations__"}
 """Attributes a framework sets on the function it patched in, describing it."""
@@ -93,14 +94,6 @@ class SourcePatch:
         if self.declared:
             return f"declared, replaced by {self.value}"
         return f"{self.module.replace('.', '/')}.py:{self.line}"
-
-
-@dataclass
-class _Scope:
-    names: dict[str, str] = field(default_factory=dict)
-    """Name -> dotted path of what an import or an assignment bound to it."""
-    functions: dict[str, ast.FunctionDef | ast.AsyncFunctionDef] = field(default_factory=dict)
-    classes: dict[str, ast.ClassDef] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -231,8 +224,8 @@ def statement_at(framework: FrameworkSource, path: Path, line: int) -> tuple[str
         if isinstance(inner, ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef):
             chain.append(inner)
             if not isinstance(inner, ast.ClassDef):
-                inner_scope = _Scope()
-                _bind(inner_scope, inner.body, module, path.name == "__init__.py")
+                inner_scope = Scope()
+                bind(inner_scope, inner.body, module, path.name == "__init__.py")
                 names.update(inner_scope.names)
             body = inner.body
             continue
@@ -270,61 +263,10 @@ def read_framework(root: Path, is_megatron_owner, packages: Collection[str] | No
     return found
 
 
-def _module_scope(module: str, tree: ast.Module, path: Path) -> _Scope:
-    scope = _Scope()
-    _bind(scope, tree.body, module, path.name == "__init__.py")
+def _module_scope(module: str, tree: ast.Module, path: Path) -> Scope:
+    scope = Scope()
+    bind(scope, tree.body, module, path.name == "__init__.py")
     return scope
-
-
-def _bind(scope: _Scope, body: list[ast.stmt], module: str, is_package: bool) -> None:
-    """What ``body`` binds in its own scope (imports, defs, classes, aliases), nested blocks included."""
-    for node in block_statements(body):
-        if isinstance(node, ast.Import):
-            for alias in node.names:
-                if alias.asname:
-                    scope.names[alias.asname] = alias.name
-                else:
-                    top = alias.name.split(".")[0]
-                    scope.names.setdefault(top, top)
-        elif isinstance(node, ast.ImportFrom):
-            origin = absolute_module(node, module, is_package)
-            for alias in node.names:
-                scope.names[alias.asname or alias.name] = f"{origin}.{alias.name}" if origin else alias.name
-        elif isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef):
-            scope.functions[node.name] = node
-        elif isinstance(node, ast.ClassDef):
-            scope.classes[node.name] = node
-        elif isinstance(node, ast.Assign) and len(node.targets) == 1 and isinstance(node.targets[0], ast.Name):
-            imported = _imported_by_call(node.value)
-            if imported is not None:
-                scope.names[node.targets[0].id] = imported
-                continue
-            dotted = dotted_name(node.value)
-            if dotted is not None:
-                scope.names.setdefault(node.targets[0].id, f"={dotted}")
-
-
-def _imported_by_call(value: ast.expr) -> str | None:
-    """The module ``importlib.import_module("megatron...")`` names, as a name bound to it holds it."""
-    if (
-        isinstance(value, ast.Call)
-        and (getattr(value.func, "attr", None) or getattr(value.func, "id", None)) == "import_module"
-        and value.args
-        and isinstance(value.args[0], ast.Constant)
-        and isinstance(value.args[0].value, str)
-    ):
-        return value.args[0].value
-    return None
-
-
-def block_statements(body: list[ast.stmt]) -> Iterator[ast.stmt]:
-    """The statements of a block and of the blocks nested in it (if, try, with, for), not of nested defs."""
-    for node in body:
-        yield node
-        if isinstance(node, ast.If | ast.For | ast.While | ast.With | ast.Try):
-            nested = [*node.body, *getattr(node, "orelse", []), *getattr(node, "finalbody", [])]
-            nested += [s for handler in getattr(node, "handlers", []) for s in handler.body]
-            yield from block_statements(nested)
 
 
 class _Reader:
@@ -340,7 +282,19 @@ class _Reader:
         self.calls: list[CallStatement] = []
         self.instances: list[InstancePatch] = []
 
-    def resolve(self, dotted: str, scopes: list[_Scope]) -> str:
+    def built_class(self, value: ast.expr, scopes: list[Scope]) -> str | None:
+        """The class, as written, of the object a name holds where the nearest scope binding it says (``x =
+        Cls(...)``, ``x: Cls``); None for any other expression or binding."""
+        if not isinstance(value, ast.Name):
+            return None
+        for scope in reversed(scopes):
+            if value.id in scope.built:
+                return scope.built[value.id]
+            if value.id in scope.names:
+                return None
+        return None
+
+    def resolve(self, dotted: str, scopes: list[Scope]) -> str:
         """``dotted`` with its first name replaced by what the nearest scope binds it to (aliases followed)."""
         head, _, rest = dotted.partition(".")
         for _ in range(5):
@@ -355,14 +309,19 @@ class _Reader:
             head, rest = new_head, new_rest
         return dotted
 
-    def read(self, body: list[ast.stmt], enclosing: list[ast.AST], scopes: list[_Scope]) -> None:
+    def read(self, body: list[ast.stmt], enclosing: list[ast.AST], scopes: list[Scope]) -> None:
         for node in block_statements(body):
             if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef):
-                scope = _Scope()
-                _bind(scope, node.body, self.module, self.path.name == "__init__.py")
+                scope = Scope()
+                bind(scope, node.body, self.module, self.path.name == "__init__.py")
+                arguments = [*node.args.posonlyargs, *node.args.args, *node.args.kwonlyargs]
+                for argument in arguments:
+                    annotation = dotted_name(argument.annotation) if argument.annotation else None
+                    if annotation is not None:
+                        scope.built.setdefault(argument.arg, annotation)
                 self.read(node.body, [*enclosing, node], [*scopes, scope])
             elif isinstance(node, ast.ClassDef):
-                self.read(node.body, [*enclosing, node], [*scopes, _Scope()])
+                self.read(node.body, [*enclosing, node], [*scopes, Scope()])
             elif isinstance(node, ast.Assign):
                 for target in node.targets:
                     if isinstance(target, ast.Attribute) and not self.assigned(
@@ -379,7 +338,7 @@ class _Reader:
                             self.on_instances(target, value, node, enclosing, scopes)
             self.called(node, enclosing, scopes)
 
-    def called(self, node: ast.stmt, enclosing: list[ast.AST], scopes: list[_Scope]) -> None:
+    def called(self, node: ast.stmt, enclosing: list[ast.AST], scopes: list[Scope]) -> None:
         """Record the calls of the framework's own functions this statement makes (not in nested blocks: those are
         statements of their own)."""
         if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef):
@@ -401,7 +360,7 @@ class _Reader:
                 self.calls.append(CallStatement(called, self.module, (*enclosing, node), names))
 
     def on_instances(
-        self, target: ast.Attribute, value: ast.expr, node: ast.stmt, enclosing: list[ast.AST], scopes: list[_Scope]
+        self, target: ast.Attribute, value: ast.expr, node: ast.stmt, enclosing: list[ast.AST], scopes: list[Scope]
     ) -> None:
         """Record ``target = value`` where it binds a function of the framework as a method of built objects."""
         function = None
@@ -414,12 +373,18 @@ class _Reader:
             function = value.args[0]
         elif isinstance(target.value, ast.Attribute) and target.value.attr == "__class__":
             function = value
+        built = self.built_class(target.value, scopes)
+        functions = [n for n in enclosing if isinstance(n, ast.FunctionDef | ast.AsyncFunctionDef)]
+        around = functions[-1] if functions else self.trees[self.module][1]
+        narrowed = isinstance_tests(around, ast.unparse(target.value))
+        if function is None and (built is not None or narrowed):
+            function = value  # a plain function set on one object whose class the source names
         written = dotted_name(function) if function is not None else None
         definition = self.definition(written, scopes, enclosing) if written else None
         if definition is None or (target.attr.startswith("__") and target.attr != "__call__"):
             return
-        functions = [n for n in enclosing if isinstance(n, ast.FunctionDef | ast.AsyncFunctionDef)]
-        tested = [self.resolve(d, scopes) for d in isinstance_tests(functions[-1] if functions else None)]
+        tested = [self.resolve(d, scopes) for d in narrowed or isinstance_tests(functions[-1] if functions else None)]
+        tested += [self.resolve(built, scopes)] if built is not None else []
         owner = next((n for n in reversed(enclosing) if isinstance(n, ast.ClassDef)), None)
         if functions and owner is not None and not any(is_megatron(t) for t in tested):
             guards = _guards_of_calls(owner, functions[-1].name, ast.unparse(target.value).removesuffix(".__class__"))
@@ -441,7 +406,7 @@ class _Reader:
         )
 
     def assigned(
-        self, target: str | None, value: ast.expr, node: ast.stmt, enclosing: list[ast.AST], scopes: list[_Scope]
+        self, target: str | None, value: ast.expr, node: ast.stmt, enclosing: list[ast.AST], scopes: list[Scope]
     ) -> bool:
         """Record a patch of Megatron (``True``), where ``target`` names an attribute of a Megatron owner."""
         if target is None:
@@ -484,7 +449,7 @@ class _Reader:
         )
         return True
 
-    def class_value(self, written: str, scopes: list[_Scope], enclosing: list[ast.AST]) -> ClassValue | None:
+    def class_value(self, written: str, scopes: list[Scope], enclosing: list[ast.AST]) -> ClassValue | None:
         """The framework class ``written`` names: directly, or through the enclosing class's attribute it reads
         (``self.transformer_block`` where the class body says ``transformer_block = TransformerBlock``)."""
         head, _, rest = written.partition(".")
@@ -551,7 +516,7 @@ class _Reader:
             module, node = found
         return None, None
 
-    def definition(self, written: str, scopes: list[_Scope], enclosing: list[ast.AST]) -> Definition | None:
+    def definition(self, written: str, scopes: list[Scope], enclosing: list[ast.AST]) -> Definition | None:
         """The function ``written`` names: a def in an enclosing scope, a method of a class of the framework
         (``Cls.method``), or a function another module of the framework defines and this one imports."""
         head, _, rest = written.partition(".")
@@ -641,16 +606,6 @@ def _decorated(node: ast.FunctionDef | ast.AsyncFunctionDef) -> str | None:
         if name in WRAPPERS:
             return WRAPPERS[name]
     return None
-
-
-def isinstance_tests(function: ast.AST | None) -> list[str]:
-    """The dotted names of the classes ``function`` tests anything against with ``isinstance``."""
-    found = []
-    for call in ast.walk(function) if function is not None else ():
-        if isinstance(call, ast.Call) and getattr(call.func, "id", None) == "isinstance" and len(call.args) == 2:
-            kinds = call.args[1].elts if isinstance(call.args[1], ast.Tuple) else [call.args[1]]
-            found += [d for d in map(dotted_name, kinds) if d]
-    return found
 
 
 def _guards_of_calls(owner: ast.ClassDef, method: str, target: str) -> list[str]:

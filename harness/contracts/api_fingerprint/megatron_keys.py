@@ -6,8 +6,9 @@ from __future__ import annotations
 
 import ast
 
-from harness.contracts.api_fingerprint.call_sites import MegatronSource, absolute_module
+from harness.contracts.api_fingerprint.call_sites import MegatronSource
 from harness.contracts.api_fingerprint.framework_scan import symbol_key
+from harness.source.syntax import absolute_module
 
 
 def megatron_key(path: str, source: MegatronSource) -> str:

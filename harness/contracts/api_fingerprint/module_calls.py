@@ -17,14 +17,8 @@ from __future__ import annotations
 import ast
 import dataclasses
 
-from harness.contracts.api_fingerprint.call_sites import (
-    MegatronCall,
-    MegatronSource,
-    calls_in,
-    functions_of,
-    last_name,
-    walked,
-)
+from harness.contracts.api_fingerprint.call_sites import MegatronCall, MegatronSource, calls_in, functions_of, walked
+from harness.source.syntax import last_name
 
 BUILDERS = ("build_module",)
 """Megatron's functions that instantiate a module spec."""

@@ -71,6 +71,12 @@ class FrameworkPatches:
     replaced: dict[str, Replaced]
     guess: SymbolsPatchGuess | None
     framework: FrameworkSource
+    literals: set[str] = field(default_factory=set)
+    """``file:line`` (file name only) of every literal the framework binds on Megatron (``_X_GROUP = None``,
+    ``Cls._patched = True``): state where Megatron defines the name, a marker where no release does."""
+    literals: set[str] = field(default_factory=set)
+    """``file:line`` (file name only) of every literal the framework binds on Megatron (``_X_GROUP = None``,
+    ``Cls._patched = True``): state where Megatron defines the name, a marker where no release does."""
 
     def made_by_guess(self, key: str) -> list[str]:
         """The places where the guessed apply makes the patch of ``key`` (empty: made elsewhere)."""
@@ -138,7 +144,8 @@ def read_patches(
         entry.replacements[place] = f"{patch.module}:{function.name}"
         entry.values[place] = patch.value
         entry.makers[place] = f"{patch.module}:{maker.name}"
-    return FrameworkPatches(replaced, _guess(framework, replaced), framework)
+    literals = {f"{p.file.name}:{p.line}" for p in framework.patches if p.constant}
+    return FrameworkPatches(replaced, _guess(framework, replaced), framework, literals)
 
 
 def defined_everywhere(key: str, trees: Sequence[Path]) -> bool:

@@ -20,8 +20,8 @@ from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
-from harness.contracts.api_fingerprint.call_sites import absolute_module
 from harness.source.megatron_namespace import is_megatron
+from harness.source.syntax import absolute_module
 
 Where = tuple[Path, tuple[ast.AST, ...]]
 """A file and the scopes around a place in it, outermost (the module) first."""

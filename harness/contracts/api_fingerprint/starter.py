@@ -27,6 +27,7 @@ from harness.contracts.api_fingerprint.framework_scan import (
     Patch,
     Symbol,
     callers_of,
+    defined,
     scan_framework,
 )
 from harness.contracts.api_fingerprint.scan_patches import (
@@ -167,7 +168,10 @@ def _symbol_lines(found: FrameworkScan, patches: FrameworkPatches | None, active
         if usage == "replaces" and symbol.key not in _ALLREDUCE_KEYS and set(symbol.places) <= read:
             if set(symbol.places) & named_there:
                 continue  # the same assignment, named where Megatron defines it
-            usage = "reads"  # an undo or a marker the framework leaves: nothing of its own bound there
+            if not _state_set(symbol, patches, found.megatron):
+                usage = "reads"  # an undo or a marker the framework leaves: nothing of its own bound there
+        if usage == "replaces" and not any(defined(tree, symbol.key) for tree in found.megatron):
+            usage = "reads"  # a marker of the framework's own: no release of Megatron defines the name
         if usage == "replaces":
             usage, comment = _guessed_replacement(symbol, comment)
         line = f'"{symbol.key}" = "{usage}{", optional" if symbol.optional else ""}"  # {comment}'
@@ -186,6 +190,38 @@ def _symbol_lines(found: FrameworkScan, patches: FrameworkPatches | None, active
                 rest.append(f'"{caller}" = "relies"  # calls {key.partition(":")[2]}')
                 known.add(caller)
     return [line for _, line in sorted(first)] + rest
+
+
+def replaced_places(found: FrameworkScan, patches: FrameworkPatches | None) -> set[tuple[str, str]]:
+    """``(file:line, key)`` of every patch the starter lists as a replaced symbol (:func:`_symbol_lines`' first
+    rows): the patches read with their replacement, and those the source scan alone found that are neither an undo
+    nor a marker. What ``tests/first_contact.py`` and the generated forms compare with the sites."""
+    replaced = patches.replaced if patches is not None else {}
+    read = patches.patch_places if patches is not None else set()
+    rows = {(short_place(place), key) for key, entry in replaced.items() for place in entry.makers}
+    for symbol in found.symbols:
+        if symbol.usage != "replaces" or symbol.key in replaced:
+            continue
+        if not any(defined(tree, symbol.key) for tree in found.megatron):
+            continue  # a marker of the framework's own: no release of Megatron defines the name
+        if not set(symbol.places) <= read or _state_set(symbol, patches, found.megatron):
+            rows |= {(place, symbol.key) for place in symbol.places if place != "by name"}
+    return rows
+
+
+def _state_set(symbol: Symbol, patches: FrameworkPatches | None, trees: Sequence[Path]) -> bool:
+    """Whether the framework binds a literal on a name some Megatron release defines (``parallel_state._X_GROUP =
+    None``): Megatron's state replaced, not a marker of the framework's own (a name no release defines)."""
+    literal = patches is not None and bool(set(symbol.places) & patches.literals)
+    return literal and any(defined(tree, symbol.key) for tree in trees)
+
+
+def scanned_replacements(
+    root: Path, trees: Sequence[Path], packages: Sequence[str] | None = None
+) -> set[tuple[str, str]]:
+    """:func:`replaced_places` of the framework under ``root``, read against ``trees`` as ``scan`` reads it."""
+    found = scan_framework(root, trees, packages)
+    return replaced_places(found, read_patches(root, found.megatron[0], packages, found.patches))
 
 
 def _guessed_replacement(symbol: Symbol, places: str) -> tuple[str, str]:
