@@ -117,6 +117,9 @@ class InstancePatch:
     without underscores: what tells two Megatron classes defining the method apart."""
     wrapper: str | None = None
     """``property`` (or ``staticmethod``, ``classmethod``) where the function is set on the object's class so."""
+    plain: bool = False
+    """The function is set on the object as it is (``obj.forward = f``), not bound to it: a method replaced only
+    where the object's class defines the name as a method; a field set to a function is data."""
 
     @property
     def place(self) -> str:
@@ -377,8 +380,9 @@ class _Reader:
         functions = [n for n in enclosing if isinstance(n, ast.FunctionDef | ast.AsyncFunctionDef)]
         around = functions[-1] if functions else self.trees[self.module][1]
         narrowed = isinstance_tests(around, ast.unparse(target.value))
-        if function is None and (built is not None or narrowed):
-            function = value  # a plain function set on one object whose class the source names
+        plain = function is None and (built is not None or bool(narrowed))
+        if plain:
+            function = value  # a function set as it is on one object whose class the source names
         written = dotted_name(function) if function is not None else None
         definition = self.definition(written, scopes, enclosing) if written else None
         if definition is None or (target.attr.startswith("__") and target.attr != "__call__"):
@@ -402,6 +406,7 @@ class _Reader:
                 ast.unparse(target.value).removesuffix(".__class__"),
                 hint.lower().replace("_", ""),
                 wrapper,
+                plain,
             )
         )
 

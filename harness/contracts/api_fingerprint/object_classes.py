@@ -43,6 +43,18 @@ def instance_class(instance: InstancePatch, source: MegatronSource) -> str | Non
     return f"{chosen[0].module}:{chosen[0].name}" if len(chosen) == 1 else None
 
 
+def sets_data(instance: InstancePatch, owner: str | None, source: MegatronSource) -> bool:
+    """Whether ``instance`` sets a function as it is on objects whose class (``owner``, ``module:Class``) has no
+    method of that name along its bases: a field or attribute holding a callable (ms-swift's ``v.merge_fn = f`` on a
+    ``ShardedTensorFactory``), data rather than a method replaced; where the class is not Megatron's, nothing of
+    Megatron's either."""
+    if not instance.plain:
+        return False
+    module, _, name = owner.partition(":") if owner else ("", "", "")
+    info = source.class_named(module, name) if module in source.texts else None
+    return info is None or not any(instance.method in source.methods(each) for each in source.mro(info))
+
+
 def class_of_self(instance: InstancePatch, bound_as: Mapping[int, str], source: MegatronSource) -> str | None:
     """``module:Class`` where the object is ``self`` of a function the framework binds as a method of a Megatron class
     (verl's ``patched_routing``, bound as ``TopKRouter.routing``, sets ``self.is_aux_loss_enabled``): the class,

@@ -28,7 +28,7 @@ from harness.contracts.api_fingerprint.class_swaps import class_swaps
 from harness.contracts.api_fingerprint.framework_patches import Definition, FrameworkSource, read_framework
 from harness.contracts.api_fingerprint.framework_scan import Patch, defined
 from harness.contracts.api_fingerprint.megatron_keys import megatron_key
-from harness.contracts.api_fingerprint.object_classes import instance_class
+from harness.contracts.api_fingerprint.object_classes import instance_class, sets_data
 from harness.contracts.api_fingerprint.source_verdicts import has_member, is_megatron_owner
 from harness.targets.megatron_names import FINALIZE_MODULE
 
@@ -113,7 +113,7 @@ def read_patches(
         entry.makers[place] = _maker(patch.module, patch.scope)
     for instance in framework.instances:
         owner = instance_class(instance, source)
-        if owner is None:
+        if owner is None or sets_data(instance, owner, source):
             continue
         key = f"{owner}.{instance.method}"
         entry = replaced.setdefault(key, Replaced(key, on_instances=True))

@@ -118,6 +118,9 @@ def scan_sources(
     resolver = _Resolver(_string_constants(trees.values()))
     if discovery:
         resolver.loop_strings = _loop_strings(trees.values())
+        resolver.patching_loops = {
+            (path, name): found for path, tree in trees.items() for name, found in _patching_loops(tree).items()
+        }
         resolver.scoped = ScopedNames(trees, modules or {})
     for _ in range(0 if discovery else 10):
         aliases, returns = _bindings(trees.values(), resolver)
@@ -130,6 +133,7 @@ def scan_sources(
     assignments: list[Assignment] = []
     for path, tree in trees.items():
         collector = _Collector(resolver, path, discovery)
+        resolver.file = path
         with reading(path):
             collector.visit(tree)
         uses += collector.uses
@@ -162,9 +166,7 @@ def _string_constants(trees: Iterable[ast.Module]) -> dict[str, str]:
 
 
 def _loop_strings(trees: Iterable[ast.Module]) -> dict[str, frozenset[str]]:
-    """Loop variables over string literals: over a module-level tuple or list of them, or written in the loop itself
-    (``for name in ("a", "b")``, ``for name, f in {"a": f}.items()``, ``for name, f in (("a", f),)``): each name,
-    the strings it takes."""
+    """Loop variables over a module-level tuple or list of string literals: each name, the strings it takes."""
     tuples: dict[str, frozenset[str]] = {}
     for tree in trees:
         for node in tree.body:
@@ -175,16 +177,38 @@ def _loop_strings(trees: Iterable[ast.Module]) -> dict[str, frozenset[str]]:
     loops: dict[str, set[str]] = {}
     for tree in trees:
         for node in ast.walk(tree):
-            if not isinstance(node, ast.For | ast.comprehension):
-                continue
-            target = node.target.elts[0] if isinstance(node.target, ast.Tuple) and node.target.elts else node.target
-            if not isinstance(target, ast.Name):
-                continue
-            if isinstance(node.iter, ast.Name) and node.iter.id in tuples and target is node.target:
-                loops.setdefault(target.id, set()).update(tuples[node.iter.id])
-            elif (strings := _literal_strings(node.iter, pairs=target is not node.target)) is not None:
+            if isinstance(node, ast.For | ast.comprehension) and isinstance(node.target, ast.Name):
+                if isinstance(node.iter, ast.Name) and node.iter.id in tuples:
+                    loops.setdefault(node.target.id, set()).update(tuples[node.iter.id])
+    return {name: frozenset(values) for name, values in loops.items()}
+
+
+def _patching_loops(tree: ast.Module) -> dict[str, frozenset[str]]:
+    """Loop variables of one file's loops over literals written in the loop itself that set attributes by them
+    (``for name in ("a", "b")``, ``for name, f in {"a": f}.items()``, ``for name, f in (("a", f),)``): each name,
+    the strings it takes, read in that file only."""
+    loops: dict[str, set[str]] = {}
+    for node in ast.walk(tree):
+        if not isinstance(node, ast.For):
+            continue
+        target = node.target.elts[0] if isinstance(node.target, ast.Tuple) and node.target.elts else node.target
+        if isinstance(target, ast.Name) and _sets_by(node, target.id):
+            strings = _literal_strings(node.iter, pairs=target is not node.target)
+            if strings:
                 loops.setdefault(target.id, set()).update(strings)
     return {name: frozenset(values) for name, values in loops.items()}
+
+
+def _sets_by(loop: ast.For, name: str) -> bool:
+    """Whether ``loop``'s body sets attributes by the name ``name`` holds (``setattr(owner, name, f)``)."""
+    return any(
+        isinstance(node, ast.Call)
+        and getattr(node.func, "id", None) == "setattr"
+        and len(node.args) >= 2
+        and getattr(node.args[1], "id", None) == name
+        for statement in loop.body
+        for node in ast.walk(statement)
+    )
 
 
 def _literal_strings(value: ast.expr, pairs: bool = False) -> frozenset[str] | None:
@@ -212,6 +236,10 @@ class _Resolver:
     def __init__(self, constants: dict[str, str]) -> None:
         self.constants = constants
         self.loop_strings: dict[str, frozenset[str]] = {}
+        self.patching_loops: dict[tuple[Path, str], frozenset[str]] = {}
+        """(file, loop variable) -> the strings a patching loop of that file gives it (discovery only)."""
+        self.file: Path | None = None
+        """The file being read."""
         self.aliases: dict[str, frozenset[str]] = {}
         self.returns: dict[str, frozenset[str]] = {}
         self.scoped: ScopedNames | None = None
@@ -223,7 +251,9 @@ class _Resolver:
         known = self.string(node)
         if known is not None:
             return frozenset([known])
-        return self.loop_strings.get(node.id, frozenset()) if isinstance(node, ast.Name) else frozenset()
+        if not isinstance(node, ast.Name):
+            return frozenset()
+        return self.loop_strings.get(node.id, frozenset()) | self.patching_loops.get((self.file, node.id), frozenset())
 
     def string(self, node: ast.expr) -> str | None:
         if isinstance(node, ast.Constant) and isinstance(node.value, str):

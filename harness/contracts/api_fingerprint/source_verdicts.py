@@ -65,6 +65,7 @@ from harness.contracts.api_fingerprint.object_classes import (
     class_of_self,
     instance_class,
     is_megatrons,
+    sets_data,
     unplaced_verdict,
 )
 from harness.contracts.api_fingerprint.object_flags import returned_under_flags
@@ -145,6 +146,8 @@ def framework_verdicts(
     }
     for instance in framework.instances:
         owner = class_of_self(instance, bound_as, source) or instance_class(instance, source)
+        if sets_data(instance, owner, source):
+            continue
         if owner is not None:
             keyed.setdefault(f"{owner}.{instance.method}@{instance.place}", []).append(_instance_patch(instance, owner))
         elif is_megatrons(instance) and (instance.definition.module, instance.definition.node.name) not in declared_by:
