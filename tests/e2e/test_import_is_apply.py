@@ -86,3 +86,35 @@ def test_an_import_that_applies_is_red_from_megatrons_own_objects(tmp_path: Path
             f"{PLANNER}._validate_global_plan: re-bound: <function {PLANNER}._validate_global_plan> -> "
             "<function bootfw.patch._validate_global_plan>" in text
         ), text
+
+
+IMPORT_APPLIED = f'''"""Applies at import, as a module body that patches: each import makes its replacement anew."""
+
+from {P2P.rpartition(".")[0]} import p2p_communication
+
+
+def _batched_p2p_ops(*, tensor_send_prev, tensor_recv_prev, tensor_send_next, tensor_recv_next, group, **kwargs):
+    return []
+
+
+p2p_communication._batched_p2p_ops = _batched_p2p_ops
+'''
+
+
+def test_an_import_applied_patch_is_checked_against_itself_as_green(tmp_path: Path) -> None:
+    """Declared ``applied = "import"`` with a bare ``replaces``: the replacement captured from one import and the one
+    the checked import binds are two function objects of the same module, qualname and code, the same replacement.
+    (Compared by id they differ: ``tests/unit/test_patch_identity.py`` seeds that break.)"""
+    root = tmp_path / "fw"
+    (root / "importfw").mkdir(parents=True)
+    (root / "importfw" / "__init__.py").write_text("")
+    (root / "importfw" / "patch.py").write_text(IMPORT_APPLIED)
+    declaration = root / "megatron-conformance.toml"
+    declaration.write_text(
+        '[subject]\nsource_root = "."\nadapter_package = "importfw"\n\n'
+        '[symbols_patch]\nmodule = "importfw.patch"\napplied = "import"\n\n'
+        f'[megatron_symbols]\n"{P2P}:_batched_p2p_ops" = "replaces"\n'
+    )
+    run = run_target_cases(SESSION, ["cases/test_api_fingerprint.py"], tmp_path / "run", declaration)
+    verdicts = {name: verdict for name, (verdict, _) in run.verdicts.items()}
+    assert verdicts["test_the_patch_binds_each_replacement_and_undo_restores_exactly"] == "passed", run.output[-4000:]

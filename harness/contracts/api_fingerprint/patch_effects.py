@@ -118,21 +118,30 @@ def _set_defaults(owner: Any, defaults: dict[str, Any]) -> None:
 
 def bound_to(value: Any, replacement: Any) -> bool:
     """Whether a name bound to ``value`` calls ``replacement``: itself, wrapped as a static or class method or as a
-    property's getter, or, for
-    a replacement the apply makes anew each time (a closure), a function of the same code; a replaced value (a
-    default) equal to it."""
+    property's getter, or the same function made again (:func:`same_function`: a closure an apply makes anew each
+    time, a module imported again); a replaced value (a default) equal to it."""
     if isinstance(replacement, staticmethod | classmethod):
         # What a bare ``replaces`` captured is the class's own binding: the wrapper, where Megatron's lookup finds
         # the function it wraps.
         replacement = replacement.__func__
     candidates = [value, getattr(value, "__func__", None), inspect.unwrap(value) if callable(value) else None]
     candidates.append(value.fget if isinstance(value, property) else None)
-    if any(candidate is replacement for candidate in candidates if candidate is not None):
+    if any(same_function(candidate, replacement) for candidate in candidates if candidate is not None):
         return True
-    code = getattr(replacement, "__code__", None)
-    if code is not None:
-        return getattr(value, "__code__", None) is code
     return not callable(replacement) and value == replacement
+
+
+def same_function(found: Any, replacement: Any) -> bool:
+    """Whether ``found`` is ``replacement`` by what it is, not by its id: the object itself, or a function of the
+    same module and qualname whose code reads the same (a second import of the module that defines it, or a second
+    call of the apply that makes it as a closure, makes a new function object and a new code object)."""
+    if found is replacement:
+        return True
+    code, other = getattr(found, "__code__", None), getattr(replacement, "__code__", None)
+    if code is None or other is None:
+        return False
+    names = ("__module__", "__qualname__")
+    return all(getattr(found, n, None) == getattr(replacement, n, None) for n in names) and code == other
 
 
 KIND_WORDS = {
