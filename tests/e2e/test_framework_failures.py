@@ -150,3 +150,46 @@ def test_a_patching_function_whose_earlier_calls_go_through_is_judged_as_written
     found = verdicts(write_framework(tmp_path, seed), megatron)
     assert failures(found) == {}, [v.line() for v in failures(found).values()]
     assert found[POSTPROCESS].verdict != "absent", found[POSTPROCESS].line()
+
+
+OWN_NAMESPACE = {
+    "megatron/fwbridge/__init__.py": "",
+    "megatron/fwbridge/models.py": "class Qwen3VLGPTModel:\n    def _postprocess(self, x):\n        return x\n",
+    "megatron/fwbridge/patch.py": """from megatron.core.transformer.moe.router import TopKRouter
+from megatron.fwbridge.models import Qwen3VLGPTModel
+
+
+def apply():
+    original = Qwen3VLGPTModel._postprocess
+
+    def replacement(self, *args, **kwargs):
+        return original(self, *args, **kwargs)
+
+    Qwen3VLGPTModel._postprocess = replacement
+    TopKRouter.routing = replacement
+""",
+}
+"""A framework living in the ``megatron.`` namespace (as Megatron-Bridge's ``megatron.bridge``) that patches a class
+of its own, reading its original first, beside one patch of Megatron's."""
+
+
+def _prefix_rule(dotted: str) -> bool:
+    return dotted == "megatron" or dotted.startswith("megatron.")
+
+
+def test_a_frameworks_own_class_in_the_megatron_namespace_is_never_megatrons(
+    tmp_path: Path, megatron: MegatronSource, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Its patch of its own class is no replaced symbol and its read of its own original no failure row; only the
+    patch of Megatron's router is judged. Seeded break: taking every ``megatron.`` name for Megatron's (the rule
+    before) makes the false red row of first contact ("reads Qwen3VLGPTModel._postprocess before patching it, and
+    megatron-core 0.15.3 defines none")."""
+    for name, text in OWN_NAMESPACE.items():
+        (tmp_path / name).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / name).write_text(text)
+    found = verdicts(tmp_path, megatron)
+    assert set(found) == {f"{ROUTER}.routing"}, sorted(found)
+    for module in ("framework_patches", "framework_failures", "source_verdicts", "scoped_names", "object_classes"):
+        monkeypatch.setattr(f"harness.contracts.api_fingerprint.{module}.is_megatron", _prefix_rule)
+    broken = verdicts(tmp_path, megatron)
+    assert any(key.startswith("!:") and row.verdict == "red" for key, row in broken.items()), sorted(broken)
