@@ -42,7 +42,15 @@ TARGETS = (
 )
 LAYOUTS = ("regular", "namespace", "src", "single", "megatron-namespace")
 REACH = ("import-top", "import-as-inside", "from-inside", "try-import", "importlib", "sys-modules", "dotted-path")
-ASSIGN = ("attribute", "setattr-literal", "setattr-variable", "setattr-dict-loop", "setattr-tuple-loop", "literal")
+ASSIGN = (
+    "attribute",
+    "setattr-literal",
+    "setattr-variable",
+    "setattr-dict-loop",
+    "setattr-tuple-loop",
+    "literal",
+    "registry",
+)
 INSTANCE = ("closure", "method-type", "get")
 """How a method is bound on one built object instead of its class."""
 OBJECT = ("constructed", "isinstance-loop", "annotated")
@@ -134,6 +142,22 @@ def write_framework(form: PatchForm, root: Path) -> Written:
     return Written(root, path, line)
 
 
+REGISTRY = [
+    "PATCHES = []",
+    "",
+    "",
+    "def register(path, value):",
+    "    PATCHES.append((path, value))",
+    "",
+    "",
+    "def apply_registered():",
+    "    for path, value in PATCHES:",
+    '        module, _, name = path.rpartition(".")',
+    "        setattr(importlib.import_module(module), name, value)",
+    "",
+]
+"""A registry keyed by dotted strings, applied later by a generic loop (F17)."""
+
 OWN_CLASS = """\
 class BridgeModel:
     def forward(self, x):
@@ -151,6 +175,9 @@ def _patch_module(form: PatchForm) -> list[str]:
     body = [*reach, *_guard(form.guard, owner, target.name)]
     if form.instance:
         body += _on_object(form, handle)
+    elif form.assign == "registry":
+        head += REGISTRY
+        body += [f'register("{target.module}.{target.key.partition(":")[2]}", replacement)  # the patch']
     else:
         body += _assign(form.assign, owner, target.name)
     if form.marker:

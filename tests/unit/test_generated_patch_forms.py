@@ -1,11 +1,14 @@
 """``scan`` on frameworks hypothesis writes (:mod:`tests.patch_forms`): every layout, way of reaching Megatron, way
-of assigning, time and guard, against megatron-core 0.15.3's source. Each framework makes exactly one patch of a
-real Megatron symbol, so the scan must report exactly that symbol, at the line that makes it: no miss, and no extra
-(a framework's own class inside the ``megatron.`` namespace, patched beside it, is never Megatron's)."""
+of assigning (a registry of dotted strings, a literal, a method bound on one built object whose class the source
+names), time and guard, with or without a marker of the framework's own, against megatron-core 0.15.3's source.
+Each framework makes exactly one patch of a real Megatron symbol, so the scan must report exactly that symbol, at the
+line that makes it: no miss, and no extra (a framework's own class inside the ``megatron.`` namespace, patched beside
+it, and its marker, a name no release defines, are never Megatron's)."""
 
 from __future__ import annotations
 
 import importlib
+import os
 import tempfile
 from pathlib import Path
 
@@ -32,7 +35,17 @@ def scanned(form: PatchForm, megatron: Path) -> tuple[set[tuple[str, str]], str]
         return scanned_replacements(written.root, [megatron]), written.place
 
 
-@settings(deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
+DRAWS = 1000
+"""Frameworks written and scanned a run: at random on a laptop, derandomized under ``CI=true``."""
+
+
+@settings(
+    max_examples=DRAWS,
+    derandomize=os.environ.get("CI", "").lower() == "true",
+    deadline=None,
+    database=None,
+    suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
+)
 @given(form=patch_forms())
 def test_scan_finds_exactly_the_patch_each_generated_framework_makes(form: PatchForm, megatron_tree: Path) -> None:
     patches, place = scanned(form, megatron_tree)
@@ -96,6 +109,27 @@ def _module_level_constants(trees: object) -> dict[str, str]:
             _module_level_constants,
             id="name-in-a-local-variable-unread",
         ),
+        pytest.param(
+            PatchForm("regular", "import-top", "registry", "import", "none", ROUTING),
+            "harness.contracts.api_fingerprint.source_scan",
+            "_registered",
+            lambda dotted: False,
+            id="registry-of-dotted-strings-unread",
+        ),
+        pytest.param(
+            PatchForm("regular", "import-top", "attribute", "apply", "none", ROUTING, False, "closure", "constructed"),
+            "harness.contracts.api_fingerprint.framework_patches:_Reader",
+            "built_class",
+            lambda self, value, scopes: None,
+            id="object-built-by-its-class-unread",
+        ),
+        pytest.param(
+            PatchForm("regular", "import-top", "literal", "apply", "none", ROUTING, True),
+            "harness.contracts.api_fingerprint.starter",
+            "_state_set",
+            lambda symbol, patches, trees: False,
+            id="literal-on-a-megatron-name-taken-for-a-marker",
+        ),
     ],
 )
 def test_each_form_goes_red_when_its_reading_is_taken_away(
@@ -106,5 +140,7 @@ def test_each_form_goes_red_when_its_reading_is_taken_away(
     expected_place = scanned(form, megatron_tree)
     assert expected_place[0] == {(expected_place[1], form.target.key)}
     for each in module.split():
-        monkeypatch.setattr(importlib.import_module(each), name, broken)
+        owner, _, cls = each.partition(":")
+        target = importlib.import_module(owner)
+        monkeypatch.setattr(getattr(target, cls) if cls else target, name, broken)
     assert scanned(form, megatron_tree)[0] != {(expected_place[1], form.target.key)}

@@ -99,7 +99,7 @@ def read_patches(
     found (``scanned``: an owner a helper returns, a name held in a constant), those binding a function of the
     patching module are replacements too."""
     framework = read_framework(root, is_megatron_owner, packages)
-    source = MegatronSource(megatron)
+    source = _source(megatron)
     qualnames = _Qualnames(framework)
     replaced: dict[str, Replaced] = {}
     for patch in framework.patches:

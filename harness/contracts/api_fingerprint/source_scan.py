@@ -11,12 +11,14 @@ from __future__ import annotations
 import ast
 import dataclasses
 import importlib.util
+import itertools
 from collections.abc import Iterable, Mapping
 from pathlib import Path
 from types import ModuleType
 
 from harness.contracts.api_fingerprint.scoped_names import ScopedNames, Where
 from harness.contracts.api_fingerprint.symbol_table import Declared, declared_symbols, dotted
+from harness.source.megatron_namespace import is_megatron
 from harness.source.parsing import parsed_file
 from harness.source.reader_error import reading
 
@@ -224,6 +226,12 @@ def _literal_strings(value: ast.expr, pairs: bool = False) -> frozenset[str] | N
     if items and all(isinstance(e, ast.Constant) and isinstance(e.value, str) for e in items):
         return frozenset(e.value for e in items)
     return None
+
+
+def _registered(dotted: str) -> bool:
+    """Whether a string is the full dotted path of a name in a Megatron module (at least a module and a name)."""
+    parts = dotted.split(".")
+    return len(parts) > 3 and all(part.isidentifier() for part in parts) and is_megatron(dotted)
 
 
 def _under_megatron(path: str) -> bool:
@@ -454,14 +462,20 @@ class _Collector(ast.NodeVisitor):
             self.assignments.append(Assignment(paths, ast.unparse(value), ".".join(self.scope), self.path, line))
 
     def _record(self, node: ast.Call) -> None:
-        """A patch kept as data (``Edit("megatron.x.y", "name", replacement)``, as registries of patches hold them):
-        a Megatron module's name, then an attribute name, then the value, among a call's positional arguments."""
+        """A patch kept as data, as registries of patches hold them: a Megatron module's name, then an attribute
+        name, then the value (``Edit("megatron.x.y", "name", replacement)``), or a Megatron name's full dotted path,
+        then the value (``register_patch("megatron.x.y.Cls.method", replacement)``), among a call's positional
+        arguments; a generic loop applies them later."""
         arguments = node.args
         for index in range(len(arguments) - 2):
             modules = self.resolver.module_named(arguments[index])
             attribute = self.resolver.string(arguments[index + 1])
             if modules and attribute and attribute.isidentifier():
                 self._assigned((f"{module}.{attribute}" for module in modules), arguments[index + 2], node)
+        for path, value in itertools.pairwise(arguments):
+            dotted = self.resolver.string(path)
+            if dotted and _registered(dotted) and not isinstance(value, ast.Constant):
+                self._assigned([dotted], value, node)
 
     def visit_Assign(self, node: ast.Assign) -> None:
         for target in node.targets:
