@@ -4,8 +4,9 @@ replacement, and the guess of ``[symbols_patch]``, the functions whose call make
 The reading is :mod:`.framework_patches`' (the scopes of each assignment, closures, methods and aliases resolved,
 methods bound on built objects whose class the framework's ``isinstance`` tests or the names around them give), named
 as the from-source verdicts name them (:func:`~.megatron_keys.megatron_key`). Restoring assignments (an undo puts
-the original back) and literal markers (``Cls._patched = True``) are no replacements; a replaced function's own
-``__signature__`` or ``__doc__`` is no patch of its own.
+the original back) are no replacements; literals are kept apart (:attr:`FrameworkPatches.literals`: state where
+Megatron defines the name, a marker where no release does); a replaced function's own ``__signature__`` or
+``__doc__`` is no patch of its own.
 
 ``[symbols_patch]`` names one module: its ``apply`` is a function of it that calls every function making the
 patches (``mcore_bridge.patcher.apply_patch``), or the list of those functions (verl's ``apply_patch``,
