@@ -170,7 +170,7 @@ def _symbol_lines(found: FrameworkScan, patches: FrameworkPatches | None, active
                 continue  # the same assignment, named where Megatron defines it
             if not _state_set(symbol, patches, found.megatron):
                 usage = "reads"  # an undo or a marker the framework leaves: nothing of its own bound there
-        if usage == "replaces" and not any(defined(tree, symbol.key) for tree in found.megatron):
+        if usage == "replaces" and not _megatron_defines(symbol.key, found.megatron):
             usage = "reads"  # a marker of the framework's own: no release of Megatron defines the name
         if usage == "replaces":
             usage, comment = _guessed_replacement(symbol, comment)
@@ -202,7 +202,7 @@ def replaced_places(found: FrameworkScan, patches: FrameworkPatches | None) -> s
     for symbol in found.symbols:
         if symbol.usage != "replaces" or symbol.key in replaced:
             continue
-        if not any(defined(tree, symbol.key) for tree in found.megatron):
+        if not _megatron_defines(symbol.key, found.megatron):
             continue  # a marker of the framework's own: no release of Megatron defines the name
         if not set(symbol.places) <= read or _state_set(symbol, patches, found.megatron):
             rows |= {(place, symbol.key) for place in symbol.places if place != "by name"}
@@ -213,7 +213,12 @@ def _state_set(symbol: Symbol, patches: FrameworkPatches | None, trees: Sequence
     """Whether the framework binds a literal on a name some Megatron release defines (``parallel_state._X_GROUP =
     None``): Megatron's state replaced, not a marker of the framework's own (a name no release defines)."""
     literal = patches is not None and bool(set(symbol.places) & patches.literals)
-    return literal and any(defined(tree, symbol.key) for tree in trees)
+    return literal and _megatron_defines(symbol.key, trees)
+
+
+def _megatron_defines(key: str, trees: Sequence[Path]) -> bool:
+    """Whether some Megatron release read defines ``key``: a name none defines is the framework's own marker."""
+    return any(defined(tree, key) for tree in trees)
 
 
 def scanned_replacements(
@@ -274,8 +279,8 @@ def _adapter_package(found: FrameworkScan) -> str:
         if len(set(group)) != 1:
             break
         common.append(group[0])
-    packages = {name for path, name in found.modules.items() if path.name == "__init__.py" or path.is_dir()}
-    packages |= {name.rpartition(".")[0] for name in found.modules.values()}
+    packages = {name for path, name in found.modules.items() if path.name == "__init__.py"}
+    packages |= {name.rpartition(".")[0] for name in found.modules.values()}  # namespace packages too
     while common and ".".join(common) not in packages:
         common.pop()
     return ".".join(common) or reaching[0]
