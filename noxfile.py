@@ -489,7 +489,7 @@ if (ROOT / "tests").is_dir():
 @nox.session(venv_backend="none")
 def scan(session: nox.Session) -> None:
     """A starter declaration for the framework under the given folder, from its source: -- PATH [--output FILE]."""
-    session.run("python", "-m", "harness.contracts.api_fingerprint.starter", *session.posargs, external=True)
+    session.run("python", "-m", "harness.source.starter", *session.posargs, external=True)
 
 
 @nox.session(venv_backend="none")

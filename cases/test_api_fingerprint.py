@@ -2,14 +2,14 @@
 the target, and has a signature the subject's use of it fits.
 
 - The subject's source uses nothing undeclared (imports, modules named to ``importlib.import_module``, attributes
-  and ``getattr`` on them; see ``harness.contracts.api_fingerprint.source_scan.scan_sources``).
+  and ``getattr`` on them; see ``harness.source.source_scan.scan_sources``).
 - Each non-optional entry exists here; for alternatives, at least one member.
 - A function the subject replaces: the replacement accepts every call upstream's signature accepts (parameter names
   in order, defaults where upstream has them), so any caller can call it instead on this target (an advisory: a
   mismatch no Megatron call makes breaks nothing Megatron does).
 - A function the subject calls: at least one of the subject's call shapes binds to upstream's signature.
 - A symbol the subject replaces, against Megatron's own calls of it in the installed source
-  (:mod:`harness.contracts.api_fingerprint.call_sites`): each call binds to the replacement, and where a call unpacks
+  (:mod:`harness.source.call_sites`): each call binds to the replacement, and where a call unpacks
   the result, the replacement returns that many values. Advisories: a replaced symbol none of whose calls the source
   reveals (``forward``, reached through ``nn.Module.__call__``) or whose returned count its source does not decide,
   and keywords Megatron passes that the replacement takes in ``**kwargs`` and never reads.
@@ -34,7 +34,6 @@ from typing import Any
 import pytest
 
 from harness.contracts.api_fingerprint.cache import write_json
-from harness.contracts.api_fingerprint.call_sites import MegatronCall, MegatronSource, calls_in_replacement
 from harness.contracts.api_fingerprint.checks import (
     changed_copies,
     machine_bound,
@@ -44,9 +43,6 @@ from harness.contracts.api_fingerprint.checks import (
     resolved_member,
     unbound_calls,
 )
-from harness.contracts.api_fingerprint.copies import body_diff, definition, diff_summary, shown
-from harness.contracts.api_fingerprint.framework_patches import read_framework
-from harness.contracts.api_fingerprint.from_source import versions_of
 from harness.contracts.api_fingerprint.inspection import fingerprint_symbols, parameters, signature_text
 from harness.contracts.api_fingerprint.patch_effects import (
     NOT_APPLIED_HERE,
@@ -59,22 +55,33 @@ from harness.contracts.api_fingerprint.patch_effects import (
     snapshot,
     upstream_kind,
 )
-from harness.contracts.api_fingerprint.replacement_fit import (
+from harness.contracts.api_fingerprint.session_source import SessionSource, session_verdicts
+from harness.contracts.instance_patch import instance_patch_task
+from harness.plugin.failure import contract_failure
+from harness.plugin.families import family
+from harness.ranks.cpu_gpt import tiny_config_fields
+from harness.ranks.early_start import ON_RANKS
+from harness.ranks.megatron_state import model_parallel
+from harness.ranks.pool import get_pool
+from harness.source.call_sites import MegatronCall, MegatronSource, calls_in_replacement
+from harness.source.copies import body_diff, definition, diff_summary, shown
+from harness.source.framework_patches import read_framework
+from harness.source.from_source import versions_of
+from harness.source.replacement_fit import (
     binding_problem,
     callable_of,
     dropped_keywords,
     returned_count,
 )
-from harness.contracts.api_fingerprint.session_source import SessionSource, session_verdicts
-from harness.contracts.api_fingerprint.source_scan import (
+from harness.source.source_scan import (
     CallSite,
     SourceScan,
     scan_sources,
     subject_files,
     undeclared_uses,
 )
-from harness.contracts.api_fingerprint.source_verdicts import call_skipped, is_megatron_owner, judge, megatron_calls_of
-from harness.contracts.api_fingerprint.symbol_table import (
+from harness.source.source_verdicts import call_skipped, is_megatron_owner, judge, megatron_calls_of
+from harness.source.symbol_table import (
     BODY_HASHES_NAME,
     DeclarationError,
     Declared,
@@ -84,13 +91,6 @@ from harness.contracts.api_fingerprint.symbol_table import (
     read_copied_from,
     read_declaration,
 )
-from harness.contracts.instance_patch import instance_patch_task
-from harness.plugin.failure import contract_failure
-from harness.plugin.families import family
-from harness.ranks.cpu_gpt import tiny_config_fields
-from harness.ranks.early_start import ON_RANKS
-from harness.ranks.megatron_state import model_parallel
-from harness.ranks.pool import get_pool
 from harness.subjects.framework_source import framework_source_root
 from harness.subjects.loading import SubjectRef
 from harness.subjects.upstream_state import upstream_restored
@@ -643,7 +643,7 @@ def _checked_applied(
     request: pytest.FixtureRequest, declared: bool
 ) -> tuple[dict[str, tuple[str, list[str]]], dict[str, str], str]:
     """The symbols the live checks checked applied, each with its verdict by the same rules the source path uses
-    (:func:`~harness.contracts.api_fingerprint.source_verdicts.judge`), why each other declared one was not, and why
+    (:func:`~harness.source.source_verdicts.judge`), why each other declared one was not, and why
     the rest are read from source."""
     if not declared:
         return {}, {}, "no [megatron_symbols] declared: nothing is checked applied"

@@ -32,7 +32,6 @@ from typing import Any
 
 import pytest
 
-from harness.contracts.api_fingerprint.symbol_table import DeclarationError, read_declaration
 from harness.contracts.import_side_effects.detector import (
     SideEffect,
     allowance_for,
@@ -52,6 +51,7 @@ from harness.plugin.families import family
 from harness.ranks.early_start import ON_RANKS
 from harness.ranks.megatron_state import finalize_module
 from harness.ranks.pool import RankPoolError
+from harness.source.symbol_table import DeclarationError, read_declaration
 from harness.subjects.framework_imports import megatron_restored, missing_dependency
 from harness.subjects.loading import SubjectRef
 from harness.subjects.promises import budget_env_var

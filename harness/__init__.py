@@ -16,8 +16,9 @@
 - ``contracts``: what each family needs besides its case file (populations, rank-side comparison, generated
   providers, import isolation and side effects, fingerprints). May import ``formats``, ``targets``, ``subjects``,
   ``plugin``, ``ranks`` and ``source``.
-- ``source``: reading a framework's and Megatron's source without running them: which files are a framework's
-  modules in every layout Python imports, which dotted names are Megatron's. Imports only ``formats``.
+- ``source``: reading a framework's and Megatron's source without running them: its modules in every layout, its
+  patches, Megatron's calls of what it replaces, the verdicts read from both, ``scan``'s starter. May import
+  ``formats``, ``targets`` and ``subjects``.
 - ``reference``: the built-in reference subject. Imports only Megatron and torch.
 - ``bisect``: the search for the first build of megatron-core on the index that turns a subject's cases red, its
   steps, their cache and the source diff of its answer. May import ``formats``, ``targets``, ``subjects``, ``source``,
@@ -40,7 +41,7 @@ MAY_IMPORT = {
     "plugin": ("formats", "targets", "subjects", "ranks"),
     "ranks": ("targets",),
     "reference": (),
-    "source": ("formats",),
+    "source": ("formats", "targets", "subjects"),
     "contracts": ("formats", "targets", "subjects", "plugin", "ranks", "source"),
     "reports": ("formats", "targets", "subjects", "plugin", "ranks", "contracts", "source"),
     "sensitivity": ("formats", "targets", "subjects", "plugin", "ranks", "contracts", "source", "reference", "reports"),

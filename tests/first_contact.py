@@ -15,7 +15,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from harness.contracts.api_fingerprint.starter import scanned_replacements
+from harness.source.starter import scanned_replacements
 from harness.targets.release_source import release_source
 
 RELEASES = ("0.19.2", "0.18.2", "0.17.1", "0.16.1", "0.15.3", "0.14.0", "0.13.1")

@@ -16,11 +16,11 @@ import sys
 from dataclasses import dataclass
 
 from harness import REPO_ROOT
-from harness.contracts.api_fingerprint.call_sites import MegatronSource
-from harness.contracts.api_fingerprint.framework_failures import FAILURE
-from harness.contracts.api_fingerprint.from_source import versions_of
-from harness.contracts.api_fingerprint.object_classes import UNPLACED
-from harness.contracts.api_fingerprint.source_verdicts import framework_verdicts
+from harness.source.call_sites import MegatronSource
+from harness.source.framework_failures import FAILURE
+from harness.source.from_source import versions_of
+from harness.source.object_classes import UNPLACED
+from harness.source.source_verdicts import framework_verdicts
 from harness.targets.matrix import load_matrix
 from harness.targets.release_source import distribution_source, release_source
 

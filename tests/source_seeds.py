@@ -8,9 +8,9 @@ from __future__ import annotations
 import textwrap
 from pathlib import Path
 
-from harness.contracts.api_fingerprint.call_sites import MegatronSource
-from harness.contracts.api_fingerprint.from_source import versions_of
-from harness.contracts.api_fingerprint.source_verdicts import SymbolVerdict, framework_verdicts
+from harness.source.call_sites import MegatronSource
+from harness.source.from_source import versions_of
+from harness.source.source_verdicts import SymbolVerdict, framework_verdicts
 from harness.targets.release_source import release_source
 from tests.pytest_helpers import ROOT
 

@@ -10,13 +10,15 @@ of them can.
 
 from __future__ import annotations
 
+from harness.formats.gate_error import GateError
+
 GATE_ERROR_STATUS = 70
 """The exit status of a run in which the gate's own example generator failed (``EX_SOFTWARE`` of ``sysexits.h``)."""
 PREFIX = "the gate's own example generator failed"
 NOT_A_VERDICT = "this is not a verdict on the subject"
 
 
-class GeneratorError(Exception):
+class GeneratorError(GateError):
     """A strategy of the gate raised while drawing an example; ``strategy`` is its ``module:qualname``."""
 
     def __init__(self, strategy: str, error: BaseException) -> None:

@@ -13,7 +13,7 @@
     }
 
 The rest of the declaration's handling (what the fingerprint records, the source scan) is the api-fingerprint
-family's: :mod:`harness.contracts.api_fingerprint.symbol_table`.
+family's: :mod:`harness.source.symbol_table`.
 """
 
 from __future__ import annotations

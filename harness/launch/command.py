@@ -30,7 +30,7 @@ DECLARATION_TABLE = "megatron-conformance"
 VENVS = Path(".nox") / "megatron-conformance"
 """The target venvs under the framework's checkout: beside, never among, the framework's own nox venvs."""
 REFERENCE = "harness.reference"
-SCAN_MODULE = "harness.contracts.api_fingerprint.starter"
+SCAN_MODULE = "harness.source.starter"
 USAGE = f"""usage: {COMMAND} [--subject PATH ...] [nox arguments] [-- pytest arguments]
 
 Runs the megatron-conformance gate's nox sessions from this checkout: target venvs in {VENVS}/, reports in reports/.

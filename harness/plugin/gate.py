@@ -280,7 +280,7 @@ def pytest_runtest_call(item: pytest.Item) -> Generator[None, Any, None]:
 def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) -> Any:
     outcome = yield
     report = outcome.get_result()
-    error = generator_failures.generator_error(call) if report.failed else None
+    error = generator_failures.gate_error(call) if report.failed else None
     if error is not None:
         generator_failures.mark(report, error, verdicts.repro_command(item.config, report.nodeid))
     elif report.failed and hasattr(report.longrepr, "addsection"):

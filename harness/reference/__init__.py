@@ -19,7 +19,7 @@ _FINALIZE = "megatron.core.distributed.finalize_model_grads"
 _PARALLEL_STATE = "megatron.core.parallel_state"
 _DDP_CONFIG = "megatron.core.distributed.distributed_data_parallel_config:DistributedDataParallelConfig"
 _REPLACED = "replaces with allreduce_non_tensor_model_parallel_grads"
-# Every Megatron symbol this package touches (format: harness/contracts/api_fingerprint/symbol_table.py). The
+# Every Megatron symbol this package touches (format: harness/source/symbol_table.py). The
 # api-fingerprint contract checks that each exists on the target and that the source uses nothing undeclared;
 # `nox -s api-diff` diffs them.
 MEGATRON_SYMBOLS = {

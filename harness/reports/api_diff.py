@@ -26,9 +26,9 @@ from typing import Any
 
 from harness import REPO_ROOT
 from harness.contracts.api_fingerprint.checks import resolved_member
-from harness.contracts.api_fingerprint.copies import body_diff
-from harness.contracts.api_fingerprint.symbol_table import Declared
 from harness.formats.markdown import table_row
+from harness.source.copies import body_diff
+from harness.source.symbol_table import Declared
 
 _ROOT = REPO_ROOT
 _FINGERPRINT_TIMEOUT_S = 600

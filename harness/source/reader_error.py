@@ -10,11 +10,13 @@ import contextlib
 from collections.abc import Iterator
 from pathlib import Path
 
+from harness.formats.gate_error import GateError
+
 FORM_CHARACTERS = 80
 """How much of the statement being read the line quotes."""
 
 
-class ReaderError(Exception):
+class ReaderError(GateError):
     """The reader raised while reading ``path``; the message is the one line printed."""
 
     def __init__(self, path: Path, error: BaseException) -> None:

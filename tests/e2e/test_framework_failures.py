@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from harness.contracts.api_fingerprint.call_sites import MegatronSource
+from harness.source.call_sites import MegatronSource
 from tests.source_seeds import FORWARD, seeded_framework, seeded_release, verdicts
 
 ROUTER = "megatron.core.transformer.moe.router:TopKRouter"
@@ -190,6 +190,6 @@ def test_a_frameworks_own_class_in_the_megatron_namespace_is_never_megatrons(
     found = verdicts(tmp_path, megatron)
     assert set(found) == {f"{ROUTER}.routing"}, sorted(found)
     for module in ("framework_patches", "framework_failures", "source_verdicts", "scoped_names", "object_classes"):
-        monkeypatch.setattr(f"harness.contracts.api_fingerprint.{module}.is_megatron", _prefix_rule)
+        monkeypatch.setattr(f"harness.source.{module}.is_megatron", _prefix_rule)
     broken = verdicts(tmp_path, megatron)
     assert any(key.startswith("!:") and row.verdict == "red" for key, row in broken.items()), sorted(broken)

@@ -18,10 +18,10 @@ from pathlib import Path
 
 import pytest
 
-from harness.contracts.api_fingerprint.call_sites import MegatronSource
-from harness.contracts.api_fingerprint.copies import definition
 from harness.sensitivity.catalogue import CATALOGUE, load_catalogue
 from harness.sensitivity.runner import run_sensitivity
+from harness.source.call_sites import MegatronSource
+from harness.source.copies import definition
 from harness.targets.matrix import load_matrix
 from harness.targets.release_source import release_source
 from tests.pytest_helpers import ROOT, SharedRuns, on_one_target, selected_parameters, target_python

@@ -13,8 +13,8 @@ from pathlib import Path
 
 import pytest
 
-from harness.contracts.api_fingerprint.framework_scan import scan_framework
-from harness.contracts.api_fingerprint.starter import ROLE_REPLACEMENT, megatron_trees, starter_declaration
+from harness.source.framework_scan import scan_framework
+from harness.source.starter import ROLE_REPLACEMENT, megatron_trees, starter_declaration
 from harness.subjects.declaration import read_declaration_file
 from harness.targets.megatron_names import ALIAS_NAME, FINALIZE_MODULE, UPSTREAM_NAME
 from tests.pytest_helpers import ROOT, SharedRuns, on_one_target, selected_parameters, target_python

@@ -20,7 +20,7 @@ from pathlib import Path
 
 import pytest
 
-from harness.contracts.api_fingerprint.starter import main
+from harness.source.starter import main
 from harness.subjects.declaration import read_declaration_file
 from harness.targets.release_source import distribution_source
 from tests.pytest_helpers import ROOT

@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from harness.contracts.api_fingerprint.call_sites import MegatronSource
 from harness.contracts.api_fingerprint.session_source import SessionSource, session_verdicts
+from harness.source.call_sites import MegatronSource
 from tests.source_seeds import RELEASE, seeded_framework, seeded_release
 
 ROUTING = "megatron.core.transformer.moe.router:TopKRouter.routing"

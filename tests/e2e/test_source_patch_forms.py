@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from harness.contracts.api_fingerprint.call_sites import MegatronSource
+from harness.source.call_sites import MegatronSource
 from tests.source_seeds import (
     BACKFILL_SEED,
     FORWARD,

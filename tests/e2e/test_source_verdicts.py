@@ -16,9 +16,9 @@ from pathlib import Path
 
 import pytest
 
-from harness.contracts.api_fingerprint.call_sites import MegatronSource
-from harness.contracts.api_fingerprint.from_source import versions_of
-from harness.contracts.api_fingerprint.source_verdicts import framework_verdicts
+from harness.source.call_sites import MegatronSource
+from harness.source.from_source import versions_of
+from harness.source.source_verdicts import framework_verdicts
 from harness.targets.release_source import distribution_source, release_source
 from tests.pytest_helpers import ROOT, run_subjects_together, run_target_cases
 from tests.source_seeds import (

@@ -13,9 +13,9 @@ from pathlib import Path
 
 import pytest
 
-from harness.contracts.api_fingerprint.call_sites import MegatronSource
-from harness.contracts.api_fingerprint.from_source import versions_of
-from harness.contracts.api_fingerprint.source_verdicts import framework_verdicts
+from harness.source.call_sites import MegatronSource
+from harness.source.from_source import versions_of
+from harness.source.source_verdicts import framework_verdicts
 from tests.source_seeds import BACKFILL_SEED, RELEASE, seeded_framework, seeded_release, verdicts
 
 ROUTER = "megatron.core.transformer.moe.router:TopKRouter"

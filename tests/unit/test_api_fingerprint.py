@@ -20,13 +20,6 @@ import pytest
 
 from harness.contracts.api_fingerprint.checks import changed_copies, replacement_problems, unbound_calls
 from harness.contracts.api_fingerprint.inspection import body_hash, fingerprint_symbols, parameters, signature_text
-from harness.contracts.api_fingerprint.source_scan import CallSite, scan_sources, undeclared_uses
-from harness.contracts.api_fingerprint.symbol_table import (
-    DeclarationError,
-    parse_body_hashes,
-    parse_declaration,
-    read_body_hashes,
-)
 from harness.reports.api_diff import (
     CALLS_ADDED,
     CALLS_REMOVED,
@@ -37,6 +30,13 @@ from harness.reports.api_diff import (
     diff,
     parameter_changes,
     render_markdown,
+)
+from harness.source.source_scan import CallSite, scan_sources, undeclared_uses
+from harness.source.symbol_table import (
+    DeclarationError,
+    parse_body_hashes,
+    parse_declaration,
+    read_body_hashes,
 )
 from harness.subjects.declaration import DeclarationFileError, read_declaration_file
 from harness.subjects.loading import load_subject

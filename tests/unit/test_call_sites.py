@@ -8,9 +8,9 @@ from pathlib import Path
 
 import pytest
 
-from harness.contracts.api_fingerprint.call_sites import MegatronCall, MegatronSource
-from harness.contracts.api_fingerprint.copies import body_diff, definition, diff_summary, shown
-from harness.contracts.api_fingerprint.replacement_fit import (
+from harness.source.call_sites import MegatronCall, MegatronSource
+from harness.source.copies import body_diff, definition, diff_summary, shown
+from harness.source.replacement_fit import (
     binding_problem,
     dropped_keywords,
     returned_count,

@@ -11,10 +11,10 @@ from pathlib import Path
 
 import pytest
 
-from harness.contracts.api_fingerprint.framework_guards import Versions, guard_of, release
-from harness.contracts.api_fingerprint.framework_patches import SourcePatch, read_framework
-from harness.contracts.api_fingerprint.replacement_fit import ReadFunction
 from harness.plugin.blockers import cuda_only_module, subject_blocker
+from harness.source.framework_guards import Versions, guard_of, release
+from harness.source.framework_patches import SourcePatch, read_framework
+from harness.source.replacement_fit import ReadFunction
 
 MEGATRON = {"megatron.core.transformer.moe.router", "megatron.core.transformer.moe.router.TopKRouter"}
 

@@ -15,8 +15,8 @@ from pathlib import Path
 import pytest
 from hypothesis import HealthCheck, given, settings
 
-from harness.contracts.api_fingerprint.starter import scanned_replacements
 from harness.source import package_layout
+from harness.source.starter import scanned_replacements
 from harness.targets.release_source import release_source
 from tests.patch_forms import PatchForm, Target, patch_forms, write_framework
 
@@ -97,35 +97,35 @@ def _module_level_constants(trees: object) -> dict[str, str]:
     [
         pytest.param(
             PatchForm("regular", "import-top", "setattr-dict-loop", "apply", "none", ROUTING),
-            "harness.contracts.api_fingerprint.source_scan",
+            "harness.source.source_scan",
             "_literal_strings",
             lambda value, pairs=False: None,
             id="setattr-loop-over-a-literal-unread",
         ),
         pytest.param(
             PatchForm("regular", "import-top", "setattr-variable", "apply", "none", ROUTING),
-            "harness.contracts.api_fingerprint.source_scan",
+            "harness.source.source_scan",
             "_string_constants",
             _module_level_constants,
             id="name-in-a-local-variable-unread",
         ),
         pytest.param(
             PatchForm("regular", "import-top", "registry", "import", "none", ROUTING),
-            "harness.contracts.api_fingerprint.source_scan",
+            "harness.source.source_scan",
             "_registered",
             lambda dotted: False,
             id="registry-of-dotted-strings-unread",
         ),
         pytest.param(
             PatchForm("regular", "import-top", "attribute", "apply", "none", ROUTING, False, "closure", "constructed"),
-            "harness.contracts.api_fingerprint.framework_patches:_Reader",
+            "harness.source.framework_patches:_Reader",
             "built_class",
             lambda self, value, scopes: None,
             id="object-built-by-its-class-unread",
         ),
         pytest.param(
             PatchForm("regular", "import-top", "literal", "apply", "none", ROUTING, True),
-            "harness.contracts.api_fingerprint.starter",
+            "harness.source.starter",
             "_state_set",
             lambda symbol, patches, trees: False,
             id="literal-on-a-megatron-name-taken-for-a-marker",

@@ -13,7 +13,6 @@ from pathlib import Path
 
 import pytest
 
-from harness.contracts.api_fingerprint.scan_subject import matrix_releases
 from harness.formats.environment import (
     ENVDIR_ENV_VAR,
     LAUNCHER_ENV_VAR,
@@ -22,6 +21,7 @@ from harness.formats.environment import (
 )
 from harness.formats.red_section import repro_line
 from harness.launch.command import GATE_ROOT, UsageError, main, needs_subject, plan, split_subject
+from harness.source.scan_subject import matrix_releases
 
 DECLARED = '[project]\nname = "fw"\n\n[tool.megatron-conformance]\nsubject = { source_root = "." }\n'
 

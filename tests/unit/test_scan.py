@@ -18,10 +18,10 @@ from pathlib import Path
 import pytest
 from packaging.version import Version
 
-from harness.contracts.api_fingerprint import scan_subject as scan_subject_module
-from harness.contracts.api_fingerprint.framework_scan import scan_framework
-from harness.contracts.api_fingerprint.scan_subject import matrix_releases
-from harness.contracts.api_fingerprint.starter import ROLE_REPLACEMENT, main, starter_declaration
+from harness.source import scan_subject as scan_subject_module
+from harness.source.framework_scan import scan_framework
+from harness.source.scan_subject import matrix_releases
+from harness.source.starter import ROLE_REPLACEMENT, main, starter_declaration
 from harness.subjects.declaration import read_declaration_file
 from harness.targets import release_source as release_module
 from harness.targets.release_source import ReleaseSourceError, distribution_source, top_level_packages

@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from harness.contracts.api_fingerprint import starter
 from harness.formats.generator_error import GATE_ERROR_STATUS
+from harness.source import starter
 from harness.source.megatron_namespace import is_megatron
 from harness.source.package_layout import framework_files, unreadable_files
 
@@ -68,7 +68,7 @@ def test_an_error_of_the_reader_is_one_line_naming_the_file_with_status_70(
     one line naming the file, its line and the statement, and no traceback."""
     framework = write(tmp_path / "fw", {"fw/__init__.py": "", "fw/p.py": "import megatron.core.x as m\nm.f = 1\n"})
     monkeypatch.setattr(starter, "megatron_trees", lambda envdir: [tmp_path / "megatron-tree"])
-    from harness.contracts.api_fingerprint import source_scan
+    from harness.source import source_scan
 
     def broken(self: object, node: object) -> None:
         raise KeyError("seeded")

@@ -6,13 +6,13 @@ Public-API checkers skip exactly those: they stop at underscore names and never 
 So the subject names every Megatron symbol it touches in ``MEGATRON_SYMBOLS``, and the gate fingerprints each one
 with ``inspect`` and ``ast`` inside the target's venv.
 
-- :mod:`.symbol_table`: the subject's ``MEGATRON_SYMBOLS`` table: its format and parsing.
-- :mod:`.source_scan`: what the subject's source reaches in Megatron, checked against the declaration.
 - :mod:`.inspection`: the fingerprint of a symbol in the running interpreter.
 - :mod:`.checks`: the api-fingerprint contract's checks of a declaration against a target's fingerprints.
 - :mod:`.cache`: fingerprints cached per installed Megatron; ``python -m harness.contracts.api_fingerprint`` writes them
   from inside a target venv.
+- :mod:`.patch_effects`: what a live apply binds, and whether a found object is the declared replacement.
+- :mod:`.session_source`: the from-source verdicts a session reads (the reader itself is :mod:`harness.source`).
 
-Nothing is re-exported here: import a name from the module that owns it. May import ``harness.targets`` and
-``harness.plugin``.
+Nothing is re-exported here: import a name from the module that owns it. May import ``harness.targets``,
+``harness.plugin`` and ``harness.source``.
 """

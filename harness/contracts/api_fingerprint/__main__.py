@@ -9,7 +9,7 @@ import sys
 from pathlib import Path
 
 from harness.contracts.api_fingerprint.cache import cached_fingerprint, write_json
-from harness.contracts.api_fingerprint.symbol_table import DeclarationError, declared_symbols, read_declaration
+from harness.source.symbol_table import DeclarationError, declared_symbols, read_declaration
 from harness.subjects.declaration import DeclarationFileError
 from harness.subjects.loading import SubjectError, load_subject
 

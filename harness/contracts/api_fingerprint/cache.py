@@ -16,21 +16,15 @@ from pathlib import Path
 from typing import Any
 
 from harness.contracts.api_fingerprint.inspection import fingerprint_symbols
+from harness.source.reader_digest import READER_DIGEST, files_digest
 from harness.targets.installed_versions import installed_versions, megatron_origin
 
 _DISTRIBUTION = "megatron-core"
 
 
-def _package_digest() -> str:
-    """Digest of every ``.py`` file of this package in sorted order: a change of how fingerprints are made
-    invalidates the cached ones."""
-    digest = hashlib.sha256()
-    for file in sorted(Path(__file__).resolve().parent.glob("*.py")):
-        digest.update(file.name.encode() + b"\0" + file.read_bytes())
-    return digest.hexdigest()[:12]
-
-
-HARNESS_DIGEST = _package_digest()
+HARNESS_DIGEST = files_digest(Path(__file__).resolve().parent) + READER_DIGEST
+"""Digest of this package's code and the reader's (the fingerprint names call chains the reader reads): a change of
+how fingerprints are made invalidates the cached ones."""
 
 
 def _install_key() -> str | None:

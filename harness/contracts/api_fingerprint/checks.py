@@ -8,8 +8,8 @@ from collections.abc import Iterable
 from types import ModuleType
 from typing import Any
 
-from harness.contracts.api_fingerprint.source_scan import CallSite
-from harness.contracts.api_fingerprint.symbol_table import Declared
+from harness.source.source_scan import CallSite
+from harness.source.symbol_table import Declared
 
 _POSITIONAL = ("POSITIONAL_ONLY", "POSITIONAL_OR_KEYWORD")
 

@@ -23,7 +23,7 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
-from harness.contracts.api_fingerprint.source_scan import attribute_chain
+from harness.source.source_scan import attribute_chain
 
 _ADDRESS = re.compile(r" at 0x[0-9A-Fa-f]+")
 _REPR_LIMIT = 200

@@ -144,17 +144,6 @@ def same_function(found: Any, replacement: Any) -> bool:
     return all(getattr(found, n, None) == getattr(replacement, n, None) for n in names) and code == other
 
 
-KIND_WORDS = {
-    "function": "module-level function",
-    "method": "plain function (a method: the instance comes first)",
-    "staticmethod": "static method",
-    "classmethod": "class method",
-    "property": "property",
-    "value": "callable that is no function (no instance passed)",
-}
-"""What each descriptor kind is called in a message."""
-
-
 def descriptor_kind(value: Any) -> str:
     """How Megatron's ``self.name`` sees ``value`` bound in a class: a ``method`` gets the instance first, a
     ``classmethod`` the class, a ``staticmethod`` or another callable (``value``) neither; a ``property`` is read,

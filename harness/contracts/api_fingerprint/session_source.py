@@ -14,11 +14,12 @@ from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-from harness.contracts.api_fingerprint.call_sites import MegatronSource
-from harness.contracts.api_fingerprint.from_source import versions_of
-from harness.contracts.api_fingerprint.source_verdicts import SymbolVerdict, framework_verdicts
-from harness.contracts.api_fingerprint.verdict_cache import cached_verdicts, verdicts_key
 from harness.formats.megatron_symbols import parse_declaration
+from harness.source.call_sites import MegatronSource
+from harness.source.from_source import versions_of
+from harness.source.reader_error import reading
+from harness.source.source_verdicts import SymbolVerdict, framework_verdicts
+from harness.source.verdict_cache import cached_verdicts, verdicts_key
 
 
 @dataclass
@@ -96,14 +97,17 @@ def session_verdicts(
     source = source or MegatronSource.installed()
     declared = declared_replacements(megatron_symbols, tables)
     key = verdicts_key(root, source.root, (megatron, torch), declared)
-    verdicts = cached_verdicts(
-        key, lambda: framework_verdicts(root, source, versions_of(source, megatron, torch), declared)
-    )
+
+    def read() -> list[SymbolVerdict]:
+        with reading(root):
+            return framework_verdicts(root, source, versions_of(source, megatron, torch), declared)
+
+    verdicts = cached_verdicts(key, read)
     for verdict in verdicts:
         verdict.why = why.get(verdict.symbol, because)
-    read = [v for v in verdicts if v.symbol not in applied]
+    unapplied = [v for v in verdicts if v.symbol not in applied]
     shadow = [v for v in verdicts if v.symbol in applied]
-    return SessionSource(_as_the_framework_applies(applied, shadow), read, shadow)
+    return SessionSource(_as_the_framework_applies(applied, shadow), unapplied, shadow)
 
 
 def _as_the_framework_applies(

@@ -1,4 +1,4 @@
-"""``python -m harness.contracts.api_fingerprint.from_source ROOT --megatron DIR ...``: the from-source verdicts of a
+"""``python -m harness.source.from_source ROOT --megatron DIR ...``: the from-source verdicts of a
 framework's replaced Megatron symbols against one Megatron tree, without importing either (no torch needed).
 
 ``DIR`` holds a ``megatron`` package: a target venv's site-packages, or a release wheel unpacked
@@ -14,12 +14,12 @@ import sys
 from dataclasses import asdict
 from pathlib import Path
 
-from harness.contracts.api_fingerprint.call_sites import MegatronSource
-from harness.contracts.api_fingerprint.framework_guards import Versions
-from harness.contracts.api_fingerprint.framework_scan import defined, symbol_key
-from harness.contracts.api_fingerprint.megatron_keys import megatron_key
-from harness.contracts.api_fingerprint.replacement_fit import ReadFunction
-from harness.contracts.api_fingerprint.source_verdicts import framework_verdicts, has_member, upstream_definition
+from harness.source.call_sites import MegatronSource
+from harness.source.framework_guards import Versions
+from harness.source.framework_scan import defined, symbol_key
+from harness.source.megatron_keys import megatron_key
+from harness.source.replacement_fit import ReadFunction
+from harness.source.source_verdicts import framework_verdicts, has_member, upstream_definition
 
 
 def defines(source: MegatronSource):
@@ -69,7 +69,7 @@ def versions_of(source: MegatronSource, megatron: str, torch: str) -> Versions:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m harness.contracts.api_fingerprint.from_source")
+    parser = argparse.ArgumentParser(prog="python -m harness.source.from_source")
     parser.add_argument("root", type=Path, help="the framework's source root (its packages below it)")
     parser.add_argument("--megatron", type=Path, required=True, help="a folder holding the megatron package")
     parser.add_argument("--megatron-version", required=True)

@@ -15,10 +15,10 @@ from __future__ import annotations
 import ast
 from dataclasses import dataclass, field
 
-from harness.contracts.api_fingerprint.call_sites import MegatronSource, classes_in
-from harness.contracts.api_fingerprint.framework_guards import Versions
-from harness.contracts.api_fingerprint.framework_patches import FrameworkSource, SourcePatch
-from harness.contracts.api_fingerprint.megatron_keys import megatron_key
+from harness.source.call_sites import MegatronSource, classes_in
+from harness.source.framework_guards import Versions
+from harness.source.framework_patches import FrameworkSource, SourcePatch
+from harness.source.megatron_keys import megatron_key
 from harness.source.megatron_namespace import is_megatron
 from harness.source.syntax import absolute_module
 

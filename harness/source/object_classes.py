@@ -11,9 +11,9 @@ from __future__ import annotations
 import ast
 from collections.abc import Callable, Mapping
 
-from harness.contracts.api_fingerprint.call_sites import MegatronSource
-from harness.contracts.api_fingerprint.framework_patches import InstancePatch
-from harness.contracts.api_fingerprint.megatron_keys import megatron_key
+from harness.source.call_sites import MegatronSource
+from harness.source.framework_patches import InstancePatch
+from harness.source.megatron_keys import megatron_key
 from harness.source.megatron_namespace import is_megatron
 
 

@@ -12,7 +12,7 @@ Declaration format (``MEGATRON_SYMBOLS`` in the subject module)::
 ``relies`` names upstream code the subject depends on without calling it (``finalize_model_grads`` looks the replaced
 name up at call time). The entries are parsed by :mod:`harness.formats.megatron_symbols` (re-exported here), which a
 declaration file's ``[megatron_symbols]`` is checked with when it is read; the declaration is checked against the
-subject's source (:mod:`harness.contracts.api_fingerprint.source_scan`).
+subject's source (:mod:`harness.source.source_scan`).
 
 A subject whose code is a copy of an upstream function may also declare the body it copied, optionally
 (``UPSTREAM_BODY_HASHES`` in the subject module, ``[upstream_body_hashes]`` in a declaration file)::
@@ -30,7 +30,7 @@ A replacement that is a copy of upstream's function as one release had it may sa
     {"<module>:<qualname>": "0.13.1"}   # a symbol the subject replaces, and the megatron-core release it copied
 
 An advisory then shows the unified diff of upstream's body between that release and the target
-(:mod:`harness.contracts.api_fingerprint.copies`); it is red only where a body hash is declared.
+(:mod:`harness.source.copies`); it is red only where a body hash is declared.
 """
 
 from __future__ import annotations
@@ -75,7 +75,7 @@ def read_declaration(subject: ModuleType) -> list[Declared]:
     if not hasattr(subject, _DECLARATION_NAME):
         raise DeclarationError(
             f"subject {subject.__name__!r} declares no {_DECLARATION_NAME}: name every Megatron symbol it imports, "
-            "calls, replaces or reads (format: harness/contracts/api_fingerprint/symbol_table.py)"
+            "calls, replaces or reads (format: harness/source/symbol_table.py)"
         )
     return parse_declaration(getattr(subject, _DECLARATION_NAME))
 

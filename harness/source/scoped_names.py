@@ -1,6 +1,6 @@
 """Which Megatron object a name of the framework means where it is used, read from the scopes that use sees.
 
-The source scan's discovery (:func:`~harness.contracts.api_fingerprint.source_scan.scan_sources`, for a starter
+The source scan's discovery (:func:`~harness.source.source_scan.scan_sources`, for a starter
 declaration) binds names across all files by name alone: one file's ``from megatron.core.enums import ModelType``
 made every ``ModelType`` of mcore-bridge Megatron's, its own enum of model names included, and a parameter called
 ``tokenizer`` anywhere a path into ``megatron.core.utils``. Here a name is looked up as Python looks it up: in the

@@ -19,8 +19,8 @@ import re
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from harness.contracts.api_fingerprint.source_scan import own_returns
 from harness.source.megatron_namespace import is_megatron
+from harness.source.source_scan import own_returns
 from harness.source.syntax import dotted_name
 
 UNKNOWN = object()

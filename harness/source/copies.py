@@ -14,7 +14,7 @@ import difflib
 import textwrap
 from dataclasses import dataclass
 
-from harness.contracts.api_fingerprint.call_sites import MegatronSource
+from harness.source.call_sites import MegatronSource
 
 DIFF_LINES_SHOWN = 60
 """Lines of a diff a failure message carries; the whole diff is in the report folder."""

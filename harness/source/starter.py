@@ -2,7 +2,7 @@
 source: a folder, a release on the package index, or a distribution installed here (:mod:`.scan_subject`).
 
 The output is a declaration that reads as it is: ``[subject]`` and every Megatron symbol the framework touches
-(:mod:`~harness.contracts.api_fingerprint.framework_scan`), the replaced ones first, each with its usage word and
+(:mod:`~harness.source.framework_scan`), the replaced ones first, each with its usage word and
 where it is used, a replaced one with the framework's replacement (:mod:`.scan_patches`). What the source alone cannot
 settle is marked ``# guess``. For a framework that replaces the chunked all-reduce, ``[patch]`` and ``[budget]`` are
 commented out: how the patch is applied and undone (from the function that makes the assignment), where the budget
@@ -22,7 +22,8 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
-from harness.contracts.api_fingerprint.framework_scan import (
+from harness.formats.generator_error import GATE_ERROR_STATUS
+from harness.source.framework_scan import (
     FrameworkScan,
     Patch,
     Symbol,
@@ -30,18 +31,17 @@ from harness.contracts.api_fingerprint.framework_scan import (
     defined,
     scan_framework,
 )
-from harness.contracts.api_fingerprint.scan_patches import (
+from harness.source.megatron_namespace import imports_megatron
+from harness.source.package_layout import unreadable_files
+from harness.source.reader_error import ReaderError
+from harness.source.scan_patches import (
     FrameworkPatches,
     Replaced,
     defined_everywhere,
     read_patches,
     short_place,
 )
-from harness.contracts.api_fingerprint.scan_subject import ScanSubjectError, matrix_release_sources, scan_subject
-from harness.formats.generator_error import GATE_ERROR_STATUS
-from harness.source.megatron_namespace import imports_megatron
-from harness.source.package_layout import unreadable_files
-from harness.source.reader_error import ReaderError
+from harness.source.scan_subject import ScanSubjectError, matrix_release_sources, scan_subject
 from harness.subjects.declaration import ROLE_ATTRIBUTES
 from harness.targets.megatron_names import ALIAS_NAME, FINALIZE_MODULE, UPSTREAM_NAME
 

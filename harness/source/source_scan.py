@@ -16,11 +16,11 @@ from collections.abc import Iterable, Mapping
 from pathlib import Path
 from types import ModuleType
 
-from harness.contracts.api_fingerprint.scoped_names import ScopedNames, Where
-from harness.contracts.api_fingerprint.symbol_table import Declared, declared_symbols, dotted
 from harness.source.megatron_namespace import is_megatron
 from harness.source.parsing import parsed_file
 from harness.source.reader_error import reading
+from harness.source.scoped_names import ScopedNames, Where
+from harness.source.symbol_table import Declared, declared_symbols, dotted
 
 _MEGATRON_ROOT = "megatron"
 _ATTRIBUTE_BUILTINS = ("hasattr", "setattr", "delattr")

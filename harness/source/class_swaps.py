@@ -9,7 +9,7 @@ import ast
 from collections.abc import Iterator
 from dataclasses import dataclass
 
-from harness.contracts.api_fingerprint.framework_patches import FrameworkSource
+from harness.source.framework_patches import FrameworkSource
 from harness.source.megatron_namespace import is_megatron
 from harness.source.scopes import isinstance_tests
 from harness.source.syntax import absolute_module, dotted_name

@@ -1,8 +1,8 @@
 """What a framework's source touches in Megatron, read without importing it: the material of a starter declaration
-(:mod:`harness.contracts.api_fingerprint.starter`).
+(:mod:`harness.source.starter`).
 
 Every Megatron symbol the source imports, calls, reads or binds is found by the api-fingerprint family's source scan
-(:mod:`harness.contracts.api_fingerprint.source_scan`), then named as ``module:qualname`` against Megatron's own
+(:mod:`harness.source.source_scan`), then named as ``module:qualname`` against Megatron's own
 source trees (the built target venvs'): the longest dotted prefix that is a module file is the module. A symbol that
 some of those trees lack is optional. For a symbol the framework binds (a patch), the functions of the same Megatron
 module that call it are the ones it relies on: Megatron's own call sites reach the replacement through them.
@@ -16,10 +16,10 @@ from collections.abc import Collection, Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from harness.contracts.api_fingerprint.source_scan import Assignment, SourceScan, scan_sources
 from harness.source.megatron_namespace import is_megatron
 from harness.source.package_layout import framework_files
 from harness.source.parsing import parsed_file
+from harness.source.source_scan import Assignment, SourceScan, scan_sources
 
 
 @dataclass(frozen=True)

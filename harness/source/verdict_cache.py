@@ -4,7 +4,7 @@ Reading a framework of hundreds of modules and Megatron's source for each replac
 session on the same target would spend again on the same files. The verdicts (plain data) are written once under the
 cache (``$MEGATRON_CONFORMANCE_CACHE``, else ``~/.cache/megatron-conformance``, ``verdicts/``), keyed by what decides
 them: every framework ``.py`` file and every Megatron ``.py`` file (path, size, modification time), the releases
-the framework's checks compare against, what the declaration names, and this package's code. A change of any of them
+the framework's checks compare against, what the declaration names, and the reader's code. A change of any of them
 is another key; nothing stale is read.
 """
 
@@ -18,16 +18,16 @@ import tempfile
 from collections.abc import Callable, Mapping
 from pathlib import Path
 
-from harness.contracts.api_fingerprint.cache import HARNESS_DIGEST
-from harness.contracts.api_fingerprint.source_verdicts import SymbolVerdict
 from harness.formats.file_state import files_state
+from harness.source.reader_digest import READER_DIGEST
+from harness.source.source_verdicts import SymbolVerdict
 from harness.targets.release_source import cache_dir
 
 
 def verdicts_key(root: Path, megatron_root: Path, releases: tuple[str, str], declared: Mapping[str, str]) -> str:
     """What the verdicts of the framework under ``root`` on the Megatron under ``megatron_root`` depend on."""
     parts = [
-        HARNESS_DIGEST,
+        READER_DIGEST,
         str(root),
         files_state(root, ".py"),
         str(megatron_root),

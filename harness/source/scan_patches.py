@@ -24,13 +24,13 @@ from collections.abc import Collection, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from harness.contracts.api_fingerprint.call_sites import MegatronSource, functions_of
-from harness.contracts.api_fingerprint.class_swaps import class_swaps
-from harness.contracts.api_fingerprint.framework_patches import Definition, FrameworkSource, read_framework
-from harness.contracts.api_fingerprint.framework_scan import Patch, defined
-from harness.contracts.api_fingerprint.megatron_keys import megatron_key
-from harness.contracts.api_fingerprint.object_classes import instance_class, sets_data
-from harness.contracts.api_fingerprint.source_verdicts import has_member, is_megatron_owner
+from harness.source.call_sites import MegatronSource, functions_of
+from harness.source.class_swaps import class_swaps
+from harness.source.framework_patches import Definition, FrameworkSource, read_framework
+from harness.source.framework_scan import Patch, defined
+from harness.source.megatron_keys import megatron_key
+from harness.source.object_classes import instance_class, sets_data
+from harness.source.source_verdicts import has_member, is_megatron_owner
 from harness.targets.megatron_names import FINALIZE_MODULE
 
 

@@ -27,22 +27,22 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from harness.contracts.api_fingerprint.call_sites import (
+from harness.source.call_sites import (
     MegatronCall,
     MegatronSource,
     calls_in,
     is_self_call,
 )
-from harness.contracts.api_fingerprint.class_swaps import ClassSwap, class_swaps
-from harness.contracts.api_fingerprint.framework_failures import (
+from harness.source.class_swaps import ClassSwap, class_swaps
+from harness.source.framework_failures import (
     Failure,
     calls_missing_first,
     failing_import,
     missing_original,
     reads_original,
 )
-from harness.contracts.api_fingerprint.framework_guards import Versions, guard_of
-from harness.contracts.api_fingerprint.framework_patches import (
+from harness.source.framework_guards import Versions, guard_of
+from harness.source.framework_patches import (
     ClassValue,
     Definition,
     FrameworkSource,
@@ -51,16 +51,17 @@ from harness.contracts.api_fingerprint.framework_patches import (
     read_framework,
     statement_at,
 )
-from harness.contracts.api_fingerprint.framework_scan import defined
-from harness.contracts.api_fingerprint.megatron_keys import megatron_key
-from harness.contracts.api_fingerprint.module_backfills import (
+from harness.source.framework_scan import defined
+from harness.source.megatron_keys import megatron_key
+from harness.source.megatron_namespace import is_megatron
+from harness.source.module_backfills import (
     BackFill,
     backfilled_modules,
     backfills,
     imports_megatron,
 )
-from harness.contracts.api_fingerprint.module_calls import instance_calls, spec_constructions
-from harness.contracts.api_fingerprint.object_classes import (
+from harness.source.module_calls import instance_calls, spec_constructions
+from harness.source.object_classes import (
     UNPLACED,
     class_of_self,
     instance_class,
@@ -68,14 +69,13 @@ from harness.contracts.api_fingerprint.object_classes import (
     sets_data,
     unplaced_verdict,
 )
-from harness.contracts.api_fingerprint.object_flags import returned_under_flags
-from harness.contracts.api_fingerprint.replacement_fit import (
+from harness.source.object_flags import returned_under_flags
+from harness.source.replacement_fit import (
     ReadFunction,
     binding_problem,
     dropped_keywords,
     returned_count,
 )
-from harness.source.megatron_namespace import is_megatron
 
 SEVERITY = ("red", "advisory", "undecided", "fits", "skipped", "absent")
 """Verdicts, most severe first: a symbol patched in several places takes its most severe."""

@@ -9,10 +9,10 @@ from __future__ import annotations
 
 import ast
 
-from harness.contracts.api_fingerprint.framework_guards import UNKNOWN, Versions, reached, value_of
-from harness.contracts.api_fingerprint.framework_patches import FrameworkSource, SourcePatch
-from harness.contracts.api_fingerprint.replacement_fit import tuple_length
-from harness.contracts.api_fingerprint.source_scan import own_returns
+from harness.source.framework_guards import UNKNOWN, Versions, reached, value_of
+from harness.source.framework_patches import FrameworkSource, SourcePatch
+from harness.source.replacement_fit import tuple_length
+from harness.source.source_scan import own_returns
 
 
 def flags_set(patch: SourcePatch, framework: FrameworkSource, versions: Versions) -> dict[str, object]:

@@ -11,8 +11,8 @@ from __future__ import annotations
 import ast
 from dataclasses import dataclass
 
-from harness.contracts.api_fingerprint.call_sites import MegatronSource
-from harness.contracts.api_fingerprint.framework_patches import Definition, FrameworkSource, statement_at
+from harness.source.call_sites import MegatronSource
+from harness.source.framework_patches import Definition, FrameworkSource, statement_at
 from harness.source.megatron_namespace import imports_megatron as tree_imports_megatron
 from harness.source.scopes import block_statements
 from harness.source.syntax import dotted_name

@@ -6,8 +6,8 @@ from __future__ import annotations
 
 import ast
 
-from harness.contracts.api_fingerprint.call_sites import MegatronSource
-from harness.contracts.api_fingerprint.framework_scan import symbol_key
+from harness.source.call_sites import MegatronSource
+from harness.source.framework_scan import symbol_key
 from harness.source.syntax import absolute_module
 
 

@@ -18,9 +18,18 @@ import textwrap
 from dataclasses import dataclass
 from typing import Any
 
-from harness.contracts.api_fingerprint.call_sites import MegatronCall
-from harness.contracts.api_fingerprint.patch_effects import KIND_WORDS
-from harness.contracts.api_fingerprint.source_scan import own_returns
+from harness.source.call_sites import MegatronCall
+from harness.source.source_scan import own_returns
+
+KIND_WORDS = {
+    "function": "module-level function",
+    "method": "plain function (a method: the instance comes first)",
+    "staticmethod": "static method",
+    "classmethod": "class method",
+    "property": "property",
+    "value": "callable that is no function (no instance passed)",
+}
+"""What each descriptor kind is called in a message."""
 
 
 @dataclass(frozen=True)
