@@ -50,6 +50,9 @@ ASSIGN = (
     "setattr-tuple-loop",
     "literal",
     "registry",
+    "helper",
+    "list-loop",
+    "getattr-loop",
 )
 INSTANCE = ("closure", "method-type", "get")
 """How a method is bound on one built object instead of its class."""
@@ -157,6 +160,12 @@ REGISTRY = [
     "",
 ]
 """A registry keyed by dotted strings, applied later by a generic loop (F17)."""
+HELPER = [
+    "def swap_attribute(owner, attribute, new, note=None):",
+    "    setattr(owner, attribute, new)",
+    "",
+]
+"""A function of the framework's own that patches what its parameters name (``patch_method_source``)."""
 
 OWN_CLASS = """\
 class BridgeModel:
@@ -179,7 +188,8 @@ def _patch_module(form: PatchForm) -> list[str]:
         head += REGISTRY
         body += [f'register("{target.module}.{target.key.partition(":")[2]}", replacement)  # the patch']
     else:
-        body += _assign(form.assign, owner, target.name)
+        head += HELPER if form.assign == "helper" else []
+        body += _assign(form.assign, owner, target.name, handle, target.owner)
     if form.marker:
         body += [f"{owner}._fw_patched = True"]
     if form.layout == "megatron-namespace":
@@ -263,9 +273,18 @@ def _on_object(form: PatchForm, handle: str) -> list[str]:
     return [patch]
 
 
-def _assign(assign: str, owner: str, name: str) -> list[str]:
+def _assign(assign: str, owner: str, name: str, handle: str, owner_name: str) -> list[str]:
     marker = "  # the patch"
+    if assign == "getattr-loop" and owner_name:
+        return [
+            f'for owner_name in ("{owner_name}",):',
+            f"    found = getattr({handle}, owner_name, None)",
+            f"    found.{name} = replacement{marker}",
+        ]
     return {
+        "helper": [f'swap_attribute({owner}, "{name}", replacement){marker}'],
+        "list-loop": [f"for patched in [{owner}]:", f"    patched.{name} = replacement{marker}"],
+        "getattr-loop": [f"for patched in ({owner},):", f"    patched.{name} = replacement{marker}"],
         "literal": [f"{owner}.{name} = None{marker}"],
         "attribute": [f"{owner}.{name} = replacement{marker}"],
         "setattr-literal": [f'setattr({owner}, "{name}", replacement){marker}'],

@@ -3,5 +3,6 @@ upstream-vs-subject comparison against a pinned upstream, allocation tracking (m
 measure of work (linear cost), generated providers, import isolation, side-effect detection and import time,
 fingerprints.
 
-May import ``harness.targets``, ``harness.formats``, ``harness.subjects``, ``harness.plugin`` and ``harness.ranks``.
+May import ``harness.targets``, ``harness.formats``, ``harness.subjects``, ``harness.plugin``, ``harness.ranks``
+and ``harness.source`` (the source reader the api-fingerprint family's from-source verdicts use).
 """

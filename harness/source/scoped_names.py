@@ -6,11 +6,11 @@ made every ``ModelType`` of mcore-bridge Megatron's, its own enum of model names
 ``tokenizer`` anywhere a path into ``megatron.core.utils``. Here a name is looked up as Python looks it up: in the
 function the use is in, the functions around it, then its module (a class body only for the statements directly in
 it). Where one of them binds the name, that scope's bindings decide: an import from ``megatron``, an assignment of
-a Megatron object, or an import of a name that a module of the framework itself binds to one make it Megatron's; a
-def, a class, a loop variable, an import from another library or of the framework's own name make it no Megatron
-object there. What the source does not give, a parameter or an object's attribute (``def _resolve(fmg)``,
-``fmg = self.fmg``), is what the same file binds that name to where it says; a call of one of the framework's
-functions is what that function returns, read in its own scopes.
+a Megatron object, a loop over a list or tuple of them, or an import of a name that a module of the framework
+itself binds to one make it Megatron's; a def, a class, another loop variable, an import from another library or of
+the framework's own name make it no Megatron object there. What the source does not give, a parameter or an
+object's attribute (``def _resolve(fmg)``, ``fmg = self.fmg``), is what the same file binds that name to where it
+says; a call of one of the framework's functions is what that function returns, read in its own scopes.
 """
 
 from __future__ import annotations
@@ -59,6 +59,14 @@ class _Value:
 
 
 @dataclass(frozen=True)
+class _Each:
+    """A loop variable over a list or tuple written in the source, or a name its scopes bind to one
+    (``for module in (transformer_block, mamba_block)``): each element in turn."""
+
+    iterable: ast.expr
+
+
+@dataclass(frozen=True)
 class _Parameter:
     """A function's parameter: what its callers pass, which the source does not say."""
 
@@ -75,7 +83,7 @@ _OWN = None
 """A binding that is never a Megatron object: a class, a loop or ``with`` variable, an unpacked target."""
 
 
-_Binding = _Imported | _From | _Value | _Parameter | _Def | None
+_Binding = _Imported | _From | _Value | _Each | _Parameter | _Def | None
 
 
 class ScopedNames:
@@ -208,6 +216,8 @@ class ScopedNames:
                 return frozenset()  # another library's name, or a module of the framework itself
             found = self.lookup((origin, (self.trees[origin],)), binding.name, paths_at)
             return found or frozenset()
+        if isinstance(binding, _Each):
+            return frozenset(p for element in self._elements(binding.iterable, where) for p in paths_at(element, where))
         fallback = fallback and not self._reading_elsewhere
         if isinstance(binding, _Value):
             found = paths_at(binding.value, (where[0], binding.at) if binding.at else where)
@@ -227,6 +237,22 @@ class ScopedNames:
             )
         finally:
             self._reading_elsewhere = False
+
+    def _elements(self, iterable: ast.expr, where: Where) -> list[ast.expr]:
+        """The elements of a list or tuple written in the source, or of the one the nearest scope binding the name
+        ``iterable`` binds it to (every binding there a list or tuple); none for anything else."""
+        if isinstance(iterable, ast.List | ast.Tuple | ast.Set):
+            return list(iterable.elts)
+        if not isinstance(iterable, ast.Name):
+            return []
+        path, chain = where
+        for scope in reversed(chain):
+            bound = self.bindings(scope, path).get(iterable.id)
+            if bound is None:
+                continue
+            literal = all(isinstance(b, _Value) and isinstance(b.value, ast.List | ast.Tuple) for b in bound)
+            return [e for b in bound for e in b.value.elts] if literal else []
+        return []
 
     def _in_file(self, path: Path, name: str) -> list[tuple[Where, _Binding]]:
         """Every binding of ``name`` in the file other than a parameter, with the place it is bound at."""
@@ -327,6 +353,8 @@ def _bound_by(node: ast.AST, module: str, is_package: bool) -> list[tuple[str, _
         return _targets(node.target, node.value)
     if isinstance(node, ast.NamedExpr):
         return [(node.target.id, _Value(node.value))]
+    if isinstance(node, ast.For | ast.AsyncFor | ast.comprehension) and isinstance(node.target, ast.Name):
+        return [(node.target.id, _Each(node.iter))]
     if isinstance(node, ast.AugAssign | ast.For | ast.AsyncFor | ast.comprehension):
         return _targets(node.target, None)
     if isinstance(node, ast.withitem) and node.optional_vars is not None:

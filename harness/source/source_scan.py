@@ -124,6 +124,7 @@ def scan_sources(
             (path, name): found for path, tree in trees.items() for name, found in _patching_loops(tree).items()
         }
         resolver.scoped = ScopedNames(trees, modules or {})
+        resolver.patching_helpers = _patching_helpers(trees.values())
     for _ in range(0 if discovery else 10):
         aliases, returns = _bindings(trees.values(), resolver)
         if (aliases, returns) == (resolver.aliases, resolver.returns):
@@ -201,16 +202,49 @@ def _patching_loops(tree: ast.Module) -> dict[str, frozenset[str]]:
     return {name: frozenset(values) for name, values in loops.items()}
 
 
+def _patching_helpers(trees: Iterable[ast.Module]) -> dict[str, tuple[int, int]]:
+    """Functions of the framework that set an attribute named by one parameter on the object another parameter
+    holds (``def patch_method_source(cls, method_name, ...): ... setattr(cls, method_name, new)``): each name, with
+    the positions of the object and of the name among its positional parameters. Methods are left out (a call
+    through an instance shifts the positions), and so is a name defined twice with other positions."""
+    found: dict[str, set[tuple[int, int]]] = {}
+    for tree in trees:
+        methods = {
+            id(node)
+            for owner in ast.walk(tree)
+            if isinstance(owner, ast.ClassDef)
+            for node in owner.body
+            if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef)
+        }
+        for function in ast.walk(tree):
+            if not isinstance(function, ast.FunctionDef | ast.AsyncFunctionDef) or id(function) in methods:
+                continue
+            parameters = [a.arg for a in (*function.args.posonlyargs, *function.args.args)]
+            for node in ast.walk(function):
+                if not (isinstance(node, ast.Call) and getattr(node.func, "id", None) == "setattr"):
+                    continue
+                owner, name = (getattr(a, "id", None) for a in [*node.args, None, None][:2])
+                if owner in parameters and name in parameters and len(node.args) >= 3:
+                    found.setdefault(function.name, set()).add((parameters.index(owner), parameters.index(name)))
+    return {name: next(iter(places)) for name, places in found.items() if len(places) == 1}
+
+
 def _sets_by(loop: ast.For, name: str) -> bool:
-    """Whether ``loop``'s body sets attributes by the name ``name`` holds (``setattr(owner, name, f)``)."""
-    return any(
-        isinstance(node, ast.Call)
-        and getattr(node.func, "id", None) == "setattr"
-        and len(node.args) >= 2
-        and getattr(node.args[1], "id", None) == name
-        for statement in loop.body
-        for node in ast.walk(statement)
-    )
+    """Whether ``loop``'s body sets attributes by the name ``name`` holds (``setattr(owner, name, f)``), or gets an
+    object by it and assigns an attribute (``cls = getattr(module, name); cls.forward = f``)."""
+    nodes = [node for statement in loop.body for node in ast.walk(statement)]
+
+    def by_name(function: str) -> bool:
+        return any(
+            isinstance(node, ast.Call)
+            and getattr(node.func, "id", None) == function
+            and len(node.args) >= 2
+            and getattr(node.args[1], "id", None) == name
+            for node in nodes
+        )
+
+    assigns = any(isinstance(n, ast.Assign) and any(isinstance(t, ast.Attribute) for t in n.targets) for n in nodes)
+    return by_name("setattr") or (assigns and by_name("getattr"))
 
 
 def _literal_strings(value: ast.expr, pairs: bool = False) -> frozenset[str] | None:
@@ -245,6 +279,8 @@ class _Resolver:
         self.constants = constants
         self.loop_strings: dict[str, frozenset[str]] = {}
         self.patching_loops: dict[tuple[Path, str], frozenset[str]] = {}
+        self.patching_helpers: dict[str, tuple[int, int]] = {}
+        """The framework's functions that set an attribute by their parameters (discovery only)."""
         """(file, loop variable) -> the strings a patching loop of that file gives it (discovery only)."""
         self.file: Path | None = None
         """The file being read."""
@@ -465,7 +501,8 @@ class _Collector(ast.NodeVisitor):
         """A patch kept as data, as registries of patches hold them: a Megatron module's name, then an attribute
         name, then the value (``Edit("megatron.x.y", "name", replacement)``), or a Megatron name's full dotted path,
         then the value (``register_patch("megatron.x.y.Cls.method", replacement)``), among a call's positional
-        arguments; a generic loop applies them later."""
+        arguments; a generic loop applies them later. Also a call of the framework's own function that sets an
+        attribute by its parameters, given a Megatron object and a name (``patch_method_source(MLP, "forward")``)."""
         arguments = node.args
         for index in range(len(arguments) - 2):
             modules = self.resolver.module_named(arguments[index])
@@ -476,6 +513,11 @@ class _Collector(ast.NodeVisitor):
             dotted = self.resolver.string(path)
             if dotted and _registered(dotted) and not isinstance(value, ast.Constant):
                 self._assigned([dotted], value, node)
+        helper = self.resolver.patching_helpers.get(getattr(node.func, "id", getattr(node.func, "attr", "")))
+        if helper is not None and len(arguments) > max(helper):
+            owners = self.resolver.paths(arguments[helper[0]])
+            names = self.resolver.strings(arguments[helper[1]])
+            self._assigned((f"{owner}.{name}" for owner in owners for name in names), node, node)
 
     def visit_Assign(self, node: ast.Assign) -> None:
         for target in node.targets:

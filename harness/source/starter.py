@@ -179,10 +179,14 @@ def _symbol_lines(found: FrameworkScan, patches: FrameworkPatches | None, active
             first.append((symbol.key, line))
         else:
             rest.append(line)
+    places_of = {symbol.key: symbol.places for symbol in found.symbols}
     for key, entry in replaced.items():
         if key in _ALLREDUCE_KEYS and key in known:
             continue
         usage, comment = _replaced_usage(patches, key, entry, active)
+        states = [place for place in places_of.get(key, ()) if place in patches.literals]
+        if states:
+            comment += f"; also set to a literal at {', '.join(states[:3])}"
         optional = ", optional" if not defined_everywhere(key, found.megatron) else ""
         first.append((key, f'"{key}" = "{usage}{optional}"  # {comment}'))
         for caller in callers_of(key, found.megatron[0]) if key not in known else ():
@@ -194,18 +198,21 @@ def _symbol_lines(found: FrameworkScan, patches: FrameworkPatches | None, active
 
 def replaced_places(found: FrameworkScan, patches: FrameworkPatches | None) -> set[tuple[str, str]]:
     """``(file:line, key)`` of every patch the starter lists as a replaced symbol (:func:`_symbol_lines`' first
-    rows): the patches read with their replacement, and those the source scan alone found that are neither an undo
-    nor a marker. What ``tests/first_contact.py`` and the generated forms compare with the sites."""
+    rows): the patches read with their replacement, those the source scan alone found that are neither an undo
+    nor a marker, and the literals set on a name some release defines, also where it is replaced elsewhere.
+    What ``tests/first_contact.py`` and the generated forms compare with the sites."""
     replaced = patches.replaced if patches is not None else {}
     read = patches.patch_places if patches is not None else set()
     rows = {(short_place(place), key) for key, entry in replaced.items() for place in entry.makers}
+    literals = patches.literals if patches is not None else set()
     for symbol in found.symbols:
-        if symbol.usage != "replaces" or symbol.key in replaced:
-            continue
-        if not _megatron_defines(symbol.key, found.megatron):
+        if symbol.usage != "replaces" or not _megatron_defines(symbol.key, found.megatron):
             continue  # a marker of the framework's own: no release of Megatron defines the name
-        if not set(symbol.places) <= read or _state_set(symbol, patches, found.megatron):
-            rows |= {(place, symbol.key) for place in symbol.places if place != "by name"}
+        places = [place for place in symbol.places if place != "by name"]
+        if symbol.key in replaced:
+            rows |= {(place, symbol.key) for place in places if place in literals}
+        elif not set(symbol.places) <= read or _state_set(symbol, patches, found.megatron):
+            rows |= {(place, symbol.key) for place in places}
     return rows
 
 

@@ -7,6 +7,7 @@ it, and its marker, a name no release defines, are never Megatron's)."""
 
 from __future__ import annotations
 
+import ast
 import importlib
 import os
 import tempfile
@@ -92,6 +93,18 @@ def _module_level_constants(trees: object) -> dict[str, str]:
     return {}
 
 
+def _sets_by_setattr_only(loop: ast.For, name: str) -> bool:
+    """The rule before loops that get an object by name were read: only ``setattr`` by the loop's name counts."""
+    return any(
+        isinstance(node, ast.Call)
+        and getattr(node.func, "id", None) == "setattr"
+        and len(node.args) >= 2
+        and getattr(node.args[1], "id", None) == name
+        for statement in loop.body
+        for node in ast.walk(statement)
+    )
+
+
 @pytest.mark.parametrize(
     ("form", "module", "name", "broken"),
     [
@@ -122,6 +135,27 @@ def _module_level_constants(trees: object) -> dict[str, str]:
             "built_class",
             lambda self, value, scopes: None,
             id="object-built-by-its-class-unread",
+        ),
+        pytest.param(
+            PatchForm("regular", "import-top", "helper", "apply", "none", ROUTING),
+            "harness.source.source_scan",
+            "_patching_helpers",
+            lambda trees: {},
+            id="helper-patching-its-parameters-unread",
+        ),
+        pytest.param(
+            PatchForm("regular", "from-inside", "list-loop", "apply", "none", ROUTING),
+            "harness.source.scoped_names:ScopedNames",
+            "_elements",
+            lambda self, iterable, where: [],
+            id="loop-over-a-list-of-megatron-objects-unread",
+        ),
+        pytest.param(
+            PatchForm("regular", "import-top", "getattr-loop", "apply", "none", ROUTING),
+            "harness.source.source_scan",
+            "_sets_by",
+            _sets_by_setattr_only,
+            id="class-got-by-a-loops-name-unread",
         ),
         pytest.param(
             PatchForm("regular", "import-top", "literal", "apply", "none", ROUTING, True),

@@ -13,6 +13,6 @@ with ``inspect`` and ``ast`` inside the target's venv.
 - :mod:`.patch_effects`: what a live apply binds, and whether a found object is the declared replacement.
 - :mod:`.session_source`: the from-source verdicts a session reads (the reader itself is :mod:`harness.source`).
 
-Nothing is re-exported here: import a name from the module that owns it. May import ``harness.targets``,
-``harness.plugin`` and ``harness.source``.
+Nothing is re-exported here: import a name from the module that owns it. May import ``harness.formats``,
+``harness.targets``, ``harness.subjects`` and ``harness.source``.
 """
