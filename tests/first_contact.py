@@ -4,7 +4,9 @@ line of figures and the sites missed; the sites files of the blind corpus live i
 
 A site is found where ``scan``'s starter lists the same Megatron symbol as replaced at the same file and line (a
 loop over names makes one site per name at the loop's line). A site whose symbol the reader wrote as ``?`` counts
-where any replacement is listed at its line.
+where any replacement is listed at its line. A site naming what no release read defines (a name the framework adds
+to a Megatron module or class) is counted apart: by the marker rule it gets no replaced row, so it is right where
+``scan`` lists none there.
 """
 
 from __future__ import annotations
@@ -15,6 +17,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+from harness.source.framework_scan import defined
 from harness.source.starter import scanned_replacements
 from harness.targets.release_source import release_source
 
@@ -27,13 +30,18 @@ class Figures:
     missed: list[dict]
     extra: list[str]
     seconds: float
+    undefined: list[dict]
+    """Sites naming what no release read defines."""
+    listed: list[dict]
+    """Those of them ``scan`` lists as replaced anyway."""
 
     def line(self, name: str) -> str:
         total = len(self.found) + len(self.missed)
         share = 100 * len(self.found) / total if total else 100.0
         return (
             f"{name}: {len(self.found)} of {total} sites found ({share:.0f}%), {len(self.missed)} missed, "
-            f"{len(self.extra)} extra, scan {self.seconds:.1f} s"
+            f"{len(self.extra)} extra, scan {self.seconds:.1f} s; {len(self.undefined)} more name what no release "
+            f"defines, {len(self.listed)} of them listed"
         )
 
 
@@ -45,14 +53,18 @@ def measure(sites_file: Path, root: Path, releases: tuple[str, ...] = RELEASES) 
     patches = scanned_replacements(root, trees)
     seconds = time.monotonic() - started
     places = {place for place, _ in patches}
-    found, missed, matched = [], [], set()
+    found, missed, undefined, listed, matched = [], [], [], [], set()
     for site in sites:
         place = f"{Path(site['file']).name}:{site['line']}"
         hit = place in places if site["symbol"] == "?" else (place, site["symbol"]) in patches
-        (found if hit else missed).append(site)
+        if site["symbol"] != "?" and not any(defined(tree, site["symbol"]) for tree in trees):
+            undefined.append(site)
+            listed += [site] if hit else []
+        else:
+            (found if hit else missed).append(site)
         matched |= {p for p in patches if p[0] == place}
     extra = sorted(f"{place} {key}" for place, key in patches - matched)
-    return Figures(found, missed, extra, seconds)
+    return Figures(found, missed, extra, seconds, undefined, listed)
 
 
 def main(argv: list[str]) -> int:

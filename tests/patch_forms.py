@@ -56,7 +56,7 @@ ASSIGN = (
 )
 INSTANCE = ("closure", "method-type", "get")
 """How a method is bound on one built object instead of its class."""
-OBJECT = ("constructed", "isinstance-loop", "annotated")
+OBJECT = ("constructed", "isinstance-loop", "annotated", "get-owner")
 """How the source says which Megatron class that object is of."""
 WHEN = ("import", "apply", "context")
 GUARD = ("none", "version", "hasattr", "device")
@@ -266,6 +266,9 @@ def _on_object(form: PatchForm, handle: str) -> list[str]:
         "get": "replacement.__get__(built, type(built))",
     }[form.instance]
     patch = f"built.{target.name} = {bound}  # the patch"
+    if form.known_by == "get-owner":
+        bound = f"replacement.__get__(built, {cls})"
+        return ["for built in model_chunks():", f"    built.{target.name} = {bound}  # the patch"]
     if form.known_by == "constructed":
         return [f"built = {cls}({target.config})", patch]
     if form.known_by == "isinstance-loop":

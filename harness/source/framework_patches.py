@@ -266,6 +266,13 @@ def read_framework(root: Path, is_megatron_owner, packages: Collection[str] | No
     return found
 
 
+def class_bound_for(value: ast.expr) -> str | None:
+    """The class, as written, a function is bound as a method of by ``f.__get__(obj, Cls)``: the source names the
+    object's class there, whatever the object is."""
+    is_get = isinstance(value, ast.Call) and isinstance(value.func, ast.Attribute) and value.func.attr == "__get__"
+    return dotted_name(value.args[1]) if is_get and len(value.args) == 2 else None
+
+
 def _module_scope(module: str, tree: ast.Module, path: Path) -> Scope:
     scope = Scope()
     bind(scope, tree.body, module, path.name == "__init__.py")
@@ -370,6 +377,7 @@ class _Reader:
         wrapper = None
         if isinstance(value, ast.Call) and getattr(value.func, "id", None) in WRAPPERS and len(value.args) == 1:
             wrapper, value = WRAPPERS[value.func.id], value.args[0]
+        named_class = class_bound_for(value)
         if isinstance(value, ast.Call) and isinstance(value.func, ast.Attribute) and value.func.attr == "__get__":
             function = value.func.value
         elif isinstance(value, ast.Call) and last_name(value.func) == "MethodType" and value.args:
@@ -389,6 +397,7 @@ class _Reader:
             return
         tested = [self.resolve(d, scopes) for d in narrowed or isinstance_tests(functions[-1] if functions else None)]
         tested += [self.resolve(built, scopes)] if built is not None else []
+        tested += [self.resolve(named_class, scopes)] if named_class is not None else []  # f.__get__(obj, Cls)
         owner = next((n for n in reversed(enclosing) if isinstance(n, ast.ClassDef)), None)
         if functions and owner is not None and not any(is_megatron(t) for t in tested):
             guards = _guards_of_calls(owner, functions[-1].name, ast.unparse(target.value).removesuffix(".__class__"))

@@ -16,10 +16,12 @@ from collections.abc import Collection, Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from harness.source.call_sites import MegatronSource
 from harness.source.megatron_namespace import is_megatron
 from harness.source.package_layout import framework_files
 from harness.source.parsing import parsed_file
-from harness.source.source_scan import Assignment, SourceScan, scan_sources
+from harness.source.source_scan import SWEPT, Assignment, SourceScan, scan_sources, swept_module
+from harness.source.syntax import absolute_module, dotted_name
 
 
 @dataclass(frozen=True)
@@ -80,8 +82,11 @@ def scan_framework(
     )
     replaced: dict[str, tuple[str | None, list[str]]] = {}
     for assignment in scan.assignments:
-        for path in assignment.paths:
-            key = symbol_key(path, trees)
+        keys = (
+            swept_keys(path.removeprefix(SWEPT), trees) if path.startswith(SWEPT) else [symbol_key(path, trees)]
+            for path in assignment.paths
+        )
+        for key in (key for found in keys for key in found):
             if key is None:
                 continue
             module = modules[assignment.file]
@@ -135,11 +140,19 @@ def _attribute_names(trees: Iterable[ast.Module]) -> tuple[set[str], set[str], s
     """Attribute names the framework uses (``x.name``, ``getattr``/``hasattr``/``setattr`` of a literal or a module
     constant, and string literals that are names, as ``getattr(config, _flag_name())`` reads them), those it calls,
     and those it sets with ``setattr``: by a literal name, or, where a file sets attributes by computed names
-    (``for name in targets: setattr(module, name, f)``), each private name it holds as a string."""
+    (``for name in targets: setattr(module, name, f)``), each private name it holds as a string. A sweep over
+    ``sys.modules`` is read by its own rule (:data:`~harness.source.source_scan.SWEPT`), not by these names."""
     used: set[str] = set()
     called: set[str] = set()
     set_names: set[str] = set()
     for tree in trees:
+        swept = {
+            id(node)
+            for loop in ast.walk(tree)
+            if isinstance(loop, ast.For) and (module := swept_module(loop))
+            for node in ast.walk(loop)
+            if isinstance(node, ast.Call) and node.args and getattr(node.args[0], "id", None) == module
+        }
         strings = {
             node.value
             for node in ast.walk(tree)
@@ -169,7 +182,7 @@ def _attribute_names(trees: Iterable[ast.Module]) -> tuple[set[str], set[str], s
                 if isinstance(node.func, ast.Attribute):
                     called.add(node.func.attr)
                 builtin = getattr(node.func, "id", None)
-                if builtin in ("getattr", "hasattr", "setattr") and len(node.args) >= 2:
+                if builtin in ("getattr", "hasattr", "setattr") and len(node.args) >= 2 and id(node) not in swept:
                     argument = node.args[1]
                     name = (
                         argument.value
@@ -338,20 +351,85 @@ def _parsed(path: Path) -> ast.Module:
     return ast.parse(path.read_text())
 
 
-def defined(tree: Path, key: str) -> bool:
+def defined(tree: Path, key: str, on_objects: bool = True) -> bool:
     """Whether Megatron in ``tree`` defines ``key``: its module's source binds the qualname's first part at module
-    level (a def, class, assignment or import), and a class binds the rest in its body."""
+    level (a def, class, assignment or import, followed to where it is defined), and each further part is bound by
+    what the part before is: a class's body, an attribute its methods set on ``self`` (``self.output_layer``), a
+    Megatron base class's member (``Router.set_layer_number`` for ``TopKRouter``), or an attribute set on a
+    function in its module (``f.warned = True``). A member of a base class outside Megatron is not known here.
+    Without ``on_objects``, what only the objects hold (set on ``self``) is left out: the class itself lacks it."""
     module, _, qualname = key.partition(":")
+    first, *rest = qualname.split(".")
+    found = _defined_in(tree, module, first, 0)
+    return found is not None and _has_members(tree, *found, rest, 0, on_objects)
+
+
+_FOLLOWED = 6
+"""How many imports and base classes a lookup follows: re-exports and class hierarchies are shallow."""
+
+
+def _defined_in(tree: Path, module: str, name: str, depth: int) -> tuple[str, ast.stmt] | None:
+    """The module and statement defining ``name`` of ``module``, an import of it followed to its origin."""
     source = _module_file(tree, module)
-    if source is None:
+    if source is None or depth > _FOLLOWED:
+        return None
+    node = _binding(_parsed(source).body, name)
+    if isinstance(node, ast.ImportFrom):
+        origin = absolute_module(node, module, source.name == "__init__.py")
+        alias = next(a for a in node.names if (a.asname or a.name) == name)
+        if not is_megatron(origin) or _module_file(tree, f"{origin}.{alias.name}") is not None:
+            return module, node  # another library's name, or a submodule (``from megatron.core import parallel_state``)
+        return _defined_in(tree, origin, alias.name, depth + 1)
+    return (module, node) if node is not None else None
+
+
+def _has_members(tree: Path, module: str, node: ast.stmt, parts: list[str], depth: int, on_objects: bool) -> bool:
+    if not parts:
+        return True
+    if depth > _FOLLOWED:
         return False
-    scope: list[ast.stmt] = _parsed(source).body
-    for part in qualname.split("."):
-        found = _binding(scope, part)
-        if found is None:
-            return False
-        scope = found.body if isinstance(found, ast.ClassDef) else []
-    return True
+    part, rest = parts[0], parts[1:]
+    if isinstance(node, ast.ClassDef):
+        member = _class_member(tree, module, node, part, depth, on_objects)
+        return member is not None and _has_members(tree, *member, rest, depth + 1, on_objects)
+    if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef) and not rest:
+        source = _module_file(tree, module)
+        return source is not None and any(
+            isinstance(t, ast.Attribute) and t.attr == part and getattr(t.value, "id", None) == node.name
+            for statement in ast.walk(_parsed(source))
+            if isinstance(statement, ast.Assign)
+            for t in statement.targets
+        )
+    return False
+
+
+def _class_member(
+    tree: Path, module: str, cls: ast.ClassDef, name: str, depth: int, on_objects: bool = True
+) -> tuple[str, ast.stmt] | None:
+    """Where ``cls`` (of ``module``) binds ``name``: its body, ``self.name = ...`` in its methods, ``Cls.name = ...``
+    anywhere in its module (a flag Megatron sets itself), or a base class Megatron defines, followed."""
+    found = _binding(cls.body, name)
+    if found is not None:
+        return module, found
+    source = _module_file(tree, module)
+    methods = [n for n in cls.body if isinstance(n, ast.FunctionDef | ast.AsyncFunctionDef)]
+    places = [(method, "self") for method in methods if on_objects] + [(_parsed(source), cls.name)] if source else []
+    for place, holder in places:
+        for node in ast.walk(place):
+            targets = node.targets if isinstance(node, ast.Assign) else [getattr(node, "target", None)]
+            if isinstance(node, ast.Assign | ast.AnnAssign) and any(
+                isinstance(t, ast.Attribute) and t.attr == name and getattr(t.value, "id", None) == holder
+                for t in targets
+            ):
+                return module, node
+    for base in cls.bases:
+        written = dotted_name(base)
+        base_class = _defined_in(tree, module, written, depth + 1) if written and "." not in written else None
+        if base_class is not None and isinstance(base_class[1], ast.ClassDef) and depth < _FOLLOWED:
+            member = _class_member(tree, *base_class, name, depth + 1, on_objects)
+            if member is not None:
+                return member
+    return None
 
 
 def _binding(body: list[ast.stmt], name: str) -> ast.stmt | None:
@@ -375,6 +453,25 @@ def _binding(body: list[ast.stmt], name: str) -> ast.stmt | None:
             if found is not None:
                 return found
     return None
+
+
+def swept_keys(name: str, trees: Sequence[Path]) -> list[str]:
+    """The Megatron modules a sweep over ``sys.modules`` re-binds ``name`` in: those holding a module-level function
+    of that name by value from the Megatron module defining it (``from ...multi_token_prediction import
+    process_mtp_loss`` in ``gpt_model``), in any release read. The defining module itself is what the framework's
+    own assignment there names."""
+    found: set[str] = set()
+    for tree in trees:
+        source = _megatron_source(tree)
+        for module, (_, text) in source.texts.items():
+            if f"def {name}(" in text and defined(tree, f"{module}:{name}"):
+                found.update(f"{b.module}:{name}" for b in source.bindings_of(f"{module}:{name}") if b.alias == name)
+    return sorted(found)
+
+
+@functools.cache
+def _megatron_source(tree: Path) -> MegatronSource:
+    return MegatronSource(tree)
 
 
 def callers_of(key: str, tree: Path) -> list[str]:

@@ -56,6 +56,14 @@ def _modules(root: Path, packages: Collection[str] | None) -> tuple[Path, dict[P
     return base, {path: parts for path in found if (parts := _module_parts(path.relative_to(base))) is not None}
 
 
+PROJECT_FILES = ("pyproject.toml", "setup.py", "setup.cfg")
+"""A folder holding one of these builds a distribution: it is what goes on ``sys.path``, never a package."""
+
+
+def is_project_root(folder: Path) -> bool:
+    return any((folder / name).is_file() for name in PROJECT_FILES)
+
+
 def _is_path_entry(folder: Path) -> bool:
     return folder.is_dir() and not (folder / "__init__.py").is_file()
 
@@ -76,7 +84,10 @@ def _namespace_prefix(base: Path, modules: dict[Path, list[str]]) -> list[str]:
     """The dotted names of the packages ``base`` itself lies in: its own folder and those above it while they hold
     ``__init__.py``, then the namespace folders above those that the framework's own imports name (a file under
     ``bridge/`` importing ``megatron.bridge.models`` places ``bridge`` under ``megatron``). Empty where ``base``
-    is a path entry (a repository root, a ``site-packages``)."""
+    is a path entry (a project's root, which builds it, even with an ``__init__.py`` of its own; a
+    ``site-packages``)."""
+    if is_project_root(base):
+        return []
     prefix: list[str] = []
     folder = base
     while (folder / "__init__.py").is_file() and folder.name.isidentifier():

@@ -367,6 +367,32 @@ class _Resolver:
         )
 
 
+SWEPT = "sys.modules:"
+"""The prefix of an assignment's path made by a sweep over ``sys.modules`` (``for m in sys.modules.values(): if
+getattr(m, "f", None) is orig: m.f = g``): every module holding ``f`` gets the replacement; which ones are Megatron's
+is read from Megatron's source (:func:`~harness.source.framework_scan.scan_framework`)."""
+
+
+def swept_module(loop: ast.For) -> str | None:
+    """The loop variable that holds each module of a loop over ``sys.modules`` (``.values()``, ``.items()``, a copy
+    or a ``list`` of either), else ``None``."""
+    iterable = loop.iter
+    if isinstance(iterable, ast.Call) and getattr(iterable.func, "id", None) in ("list", "tuple") and iterable.args:
+        iterable = iterable.args[0]
+    method = iterable.func.attr if isinstance(iterable, ast.Call) and isinstance(iterable.func, ast.Attribute) else ""
+    if method not in ("values", "items"):
+        return None
+    base = iterable.func.value
+    if isinstance(base, ast.Call) and isinstance(base.func, ast.Attribute) and base.func.attr == "copy":
+        base = base.func.value
+    if attribute_chain(base) != "sys.modules":
+        return None
+    target = loop.target
+    if method == "items":
+        target = target.elts[1] if isinstance(target, ast.Tuple) and len(target.elts) == 2 else None
+    return target.id if isinstance(target, ast.Name) else None
+
+
 def attribute_chain(node: ast.expr) -> str | None:
     """``a.b.c`` for a plain name or attribute chain, else ``None``."""
     if isinstance(node, ast.Name):
@@ -518,6 +544,19 @@ class _Collector(ast.NodeVisitor):
             owners = self.resolver.paths(arguments[helper[0]])
             names = self.resolver.strings(arguments[helper[1]])
             self._assigned((f"{owner}.{name}" for owner in owners for name in names), node, node)
+
+    def visit_For(self, node: ast.For) -> None:
+        module = swept_module(node) if self.discovery else None
+        for inner in (n for statement in node.body for n in ast.walk(statement)) if module else ():
+            if isinstance(inner, ast.Call) and getattr(inner.func, "id", None) == "setattr" and len(inner.args) >= 3:
+                if getattr(inner.args[0], "id", None) == module:
+                    names = self.resolver.strings(inner.args[1])
+                    self._assigned((f"{SWEPT}{name}" for name in names), inner.args[2], inner)
+            elif isinstance(inner, ast.Assign):
+                for target in inner.targets:
+                    if isinstance(target, ast.Attribute) and getattr(target.value, "id", None) == module:
+                        self._assigned([f"{SWEPT}{target.attr}"], inner.value, inner)
+        self.generic_visit(node)
 
     def visit_Assign(self, node: ast.Assign) -> None:
         for target in node.targets:

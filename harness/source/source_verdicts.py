@@ -311,8 +311,8 @@ def is_megatron_owner(dotted: str) -> bool:
 
 def _defines(source: MegatronSource, key: str) -> bool:
     """Whether Megatron here has ``key``: a module-level name, or a method its class defines or inherits from a
-    Megatron base."""
-    return defined(source.root, key) or has_member(source, key)
+    Megatron base (an attribute only its objects hold, set by its constructor, is no member of the class)."""
+    return defined(source.root, key, on_objects=False) or has_member(source, key)
 
 
 def has_member(source: MegatronSource, key: str) -> bool:

@@ -14,6 +14,7 @@ from typing import Any
 
 from harness.formats.megatron_symbols import parse_declaration
 from harness.subjects.declaration import Declaration
+from harness.subjects.import_chain import import_failure
 from harness.subjects.upstream_state import UpstreamState, upstream_restored
 from harness.targets.megatron_names import FINALIZE_MODULE
 
@@ -63,9 +64,9 @@ def import_declared(declaration: Declaration, key: str, module_name: str, fresh:
             raise declaration.fail(key, f"no module {err.name!r} ({where})") from None
         if err.name:
             raise declaration.fail(key, missing_dependency(module_name, err.name)) from None
-        raise declaration.fail(key, f"importing {module_name!r} failed: {type(err).__name__}: {err}") from None
+        raise declaration.fail(key, import_failure(module_name, err)) from None
     except Exception as err:
-        raise declaration.fail(key, f"importing {module_name!r} failed: {type(err).__name__}: {err}") from None
+        raise declaration.fail(key, import_failure(module_name, err)) from None
 
 
 def missing_dependency(importing: str, missing: str) -> str:

@@ -15,7 +15,8 @@ from collections.abc import Callable
 from typing import Any
 
 from harness.subjects.declaration import Declaration
-from harness.subjects.framework_imports import import_declared, megatron_restored
+from harness.subjects.framework_imports import import_declared, megatron_restored, missing_dependency
+from harness.subjects.import_chain import import_failure
 
 
 class SymbolsPatch:
@@ -62,8 +63,12 @@ class SymbolsPatch:
         name = self.table["module"]
         try:
             found = importlib.util.find_spec(name)
-        except ModuleNotFoundError:
+        except ModuleNotFoundError as err:
+            if err.name and not (name == err.name or name.startswith(f"{err.name}.")):
+                raise self.declaration.fail("symbols_patch.module", missing_dependency(name, err.name)) from None
             found = None
+        except Exception as err:  # a package above the module raised while imported: the module may well exist
+            raise self.declaration.fail("symbols_patch.module", import_failure(name, err)) from None
         if found is None:
             where = self.declaration.distribution or f"source root {self.declaration.source_root}"
             raise self.declaration.fail("symbols_patch.module", f"no module {name!r} ({where})")

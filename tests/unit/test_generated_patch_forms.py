@@ -137,6 +137,13 @@ def _sets_by_setattr_only(loop: ast.For, name: str) -> bool:
             id="object-built-by-its-class-unread",
         ),
         pytest.param(
+            PatchForm("regular", "import-top", "attribute", "apply", "none", ROUTING, False, "get", "get-owner"),
+            "harness.source.framework_patches",
+            "class_bound_for",
+            lambda value: None,
+            id="class-named-by-get-unread",
+        ),
+        pytest.param(
             PatchForm("regular", "import-top", "helper", "apply", "none", ROUTING),
             "harness.source.source_scan",
             "_patching_helpers",

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from harness.formats.generator_error import GATE_ERROR_STATUS
-from harness.source import starter
+from harness.source import package_layout, starter
 from harness.source.megatron_namespace import is_megatron
 from harness.source.package_layout import framework_files, unreadable_files
 
@@ -47,6 +47,26 @@ def test_a_package_scanned_on_its_own_keeps_the_namespace_its_imports_name(tmp_p
 def test_a_regular_package_scanned_on_its_own_is_named_from_its_top(tmp_path: Path) -> None:
     package = write(tmp_path / "fw", {"__init__.py": "", "sub/__init__.py": "", "sub/m.py": ""})
     assert names(package / "sub") == {"fw.sub", "fw.sub.m"}
+
+
+def test_a_project_root_with_an_init_of_its_own_is_a_path_entry(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """FlagScale's checkout has an ``__init__.py`` at its root beside ``pyproject.toml``; Primus' packages import
+    ``primus.tools``. Both are imported with the root on ``sys.path``: ``flagscale.train``, not
+    ``<root>.flagscale.train``. Seeded break: taking the root for a package names every module under it."""
+    root = write(
+        tmp_path / "flagscale",
+        {
+            "__init__.py": "",
+            "pyproject.toml": "[project]\nname = 'flagscale'\n",
+            "flagscale/__init__.py": "",
+            "flagscale/train/patch.py": "from flagscale.train import x\n",
+        },
+    )
+    assert names(root) == {"flagscale", "flagscale.train.patch"}
+    monkeypatch.setattr(package_layout, "is_project_root", lambda folder: False)
+    assert "flagscale.flagscale.train.patch" in names(root)
 
 
 def test_megatrons_names_are_megatron_lms_own_packages() -> None:
