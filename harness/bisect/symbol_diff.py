@@ -13,6 +13,8 @@ import difflib
 from dataclasses import dataclass
 from pathlib import Path
 
+from harness.source.framework_scan import module_file
+
 
 @dataclass(frozen=True)
 class SymbolDiff:
@@ -21,14 +23,6 @@ class SymbolDiff:
     symbol: str
     role: str
     diff: str
-
-
-def _module_file(root: Path, module: str) -> Path | None:
-    base = root / Path(*module.split("."))
-    for candidate in (base.with_suffix(".py"), base / "__init__.py"):
-        if candidate.is_file():
-            return candidate
-    return None
 
 
 def _definitions(tree: ast.Module) -> dict[str, ast.AST]:
@@ -47,7 +41,7 @@ def _definitions(tree: ast.Module) -> dict[str, ast.AST]:
 
 
 def _source_of(root: Path, module: str, qualname: str) -> str | None:
-    path = _module_file(root, module)
+    path = module_file(root, module)
     if path is None:
         return None
     text = path.read_text(errors="replace")

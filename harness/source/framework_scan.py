@@ -113,7 +113,7 @@ def _by_name(found: FrameworkScan, trees: tuple[Path, ...]) -> None:
     reached = {key.partition(":")[0] for key in known} | _module_strings(found.trees.values(), trees)
     added: list[Symbol] = []
     for module in sorted(reached):
-        source = _module_file(trees[0], module)
+        source = module_file(trees[0], module)
         for name in sorted(used & _defined_names(source, module, trees[0]) if source else ()):
             key = f"{module}:{name}"
             if key not in known:
@@ -205,7 +205,7 @@ def _module_strings(trees: Iterable[ast.Module], megatron: tuple[Path, ...]) -> 
         if isinstance(node, ast.Constant)
         and isinstance(node.value, str)
         and is_megatron(node.value)
-        and any(_module_file(t, node.value) for t in megatron)
+        and any(module_file(t, node.value) for t in megatron)
     }
 
 
@@ -222,7 +222,7 @@ def _defined_names(source: Path, module: str, tree: Path) -> set[str]:
             for alias in node.names:
                 name = alias.asname or alias.name
                 imported = _imported_module(source, module, name)
-                if not (imported and _module_file(tree, imported)):
+                if not (imported and module_file(tree, imported)):
                     names.add(name)
     return {name for name in names if "_" in name and len(name) > 3}
 
@@ -307,11 +307,11 @@ def symbol_key(path: str, trees: Iterable[Path]) -> str | None:
     for cut in range(len(parts) - 1, 0, -1):
         module = ".".join(parts[:cut])
         for tree in trees:
-            source = _module_file(tree, module)
+            source = module_file(tree, module)
             if source is None:
                 continue
             imported = _imported_module(source, module, parts[cut]) if cut < len(parts) - 1 else None
-            if imported and _module_file(tree, imported):
+            if imported and module_file(tree, imported):
                 return symbol_key(".".join([imported, *parts[cut + 1 :]]), trees)
             return f"{module}:{'.'.join(parts[cut:])}"
     return None
@@ -338,7 +338,8 @@ def _imported_module(source: Path, module: str, name: str) -> str | None:
     return None
 
 
-def _module_file(tree: Path, module: str) -> Path | None:
+def module_file(tree: Path, module: str) -> Path | None:
+    """The file of ``module`` below ``tree`` (a folder holding ``megatron/``), a package's ``__init__.py``."""
     base = tree.joinpath(*module.split("."))
     for candidate in (base.with_suffix(".py"), base / "__init__.py"):
         if candidate.is_file():
@@ -364,20 +365,42 @@ def defined(tree: Path, key: str, on_objects: bool = True) -> bool:
     return found is not None and _has_members(tree, *found, rest, 0, on_objects)
 
 
+def inherits_from_outside(tree: Path, key: str) -> bool:
+    """Whether the class owning ``key`` (``module:Class.name``) derives, through Megatron's own classes, from a class
+    outside Megatron's source (``torch.autograd.Function``, a Transformer Engine module): a member Megatron's
+    source does not bind may still be the class's own there (``MTPLossAutoScaler.apply``)."""
+    module, _, qualname = key.partition(":")
+    owner = qualname.rpartition(".")[0]
+    found = _defined_in(tree, module, owner, 0) if owner and "." not in owner else None
+    return found is not None and isinstance(found[1], ast.ClassDef) and _outside_base(tree, *found, 0)
+
+
+def _outside_base(tree: Path, module: str, cls: ast.ClassDef, depth: int) -> bool:
+    for base in cls.bases:
+        written = dotted_name(base)
+        base_class = _defined_in(tree, module, written, depth + 1) if written and "." not in written else None
+        if base_class is None or not isinstance(base_class[1], ast.ClassDef):
+            if written not in (None, "object", "ABC", "Generic", "Protocol", "Enum"):
+                return True
+        elif depth < _FOLLOWED and _outside_base(tree, *base_class, depth + 1):
+            return True
+    return False
+
+
 _FOLLOWED = 6
 """How many imports and base classes a lookup follows: re-exports and class hierarchies are shallow."""
 
 
 def _defined_in(tree: Path, module: str, name: str, depth: int) -> tuple[str, ast.stmt] | None:
     """The module and statement defining ``name`` of ``module``, an import of it followed to its origin."""
-    source = _module_file(tree, module)
+    source = module_file(tree, module)
     if source is None or depth > _FOLLOWED:
         return None
     node = _binding(_parsed(source).body, name)
     if isinstance(node, ast.ImportFrom):
         origin = absolute_module(node, module, source.name == "__init__.py")
         alias = next(a for a in node.names if (a.asname or a.name) == name)
-        if not is_megatron(origin) or _module_file(tree, f"{origin}.{alias.name}") is not None:
+        if not is_megatron(origin) or module_file(tree, f"{origin}.{alias.name}") is not None:
             return module, node  # another library's name, or a submodule (``from megatron.core import parallel_state``)
         return _defined_in(tree, origin, alias.name, depth + 1)
     return (module, node) if node is not None else None
@@ -393,7 +416,7 @@ def _has_members(tree: Path, module: str, node: ast.stmt, parts: list[str], dept
         member = _class_member(tree, module, node, part, depth, on_objects)
         return member is not None and _has_members(tree, *member, rest, depth + 1, on_objects)
     if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef) and not rest:
-        source = _module_file(tree, module)
+        source = module_file(tree, module)
         return source is not None and any(
             isinstance(t, ast.Attribute) and t.attr == part and getattr(t.value, "id", None) == node.name
             for statement in ast.walk(_parsed(source))
@@ -411,7 +434,7 @@ def _class_member(
     found = _binding(cls.body, name)
     if found is not None:
         return module, found
-    source = _module_file(tree, module)
+    source = module_file(tree, module)
     methods = [n for n in cls.body if isinstance(n, ast.FunctionDef | ast.AsyncFunctionDef)]
     places = [(method, "self") for method in methods if on_objects] + [(_parsed(source), cls.name)] if source else []
     for place, holder in places:
@@ -478,7 +501,7 @@ def callers_of(key: str, tree: Path) -> list[str]:
     """The module-level functions of ``key``'s Megatron module that call its name: where Megatron's own calls reach
     a replacement of it."""
     module, _, qualname = key.partition(":")
-    source = _module_file(tree, module)
+    source = module_file(tree, module)
     if source is None or "." in qualname:
         return []
     callers = []

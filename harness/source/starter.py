@@ -29,6 +29,8 @@ from harness.source.framework_scan import (
     Symbol,
     callers_of,
     defined,
+    inherits_from_outside,
+    module_file,
     scan_framework,
 )
 from harness.source.megatron_namespace import imports_megatron
@@ -183,6 +185,10 @@ def _symbol_lines(found: FrameworkScan, patches: FrameworkPatches | None, active
     for key, entry in replaced.items():
         if key in _ALLREDUCE_KEYS and key in known:
             continue
+        if not _replaceable(key, found.megatron):
+            places = ", ".join(short_place(place) for place in list(entry.makers)[:3])
+            rest.append(f'"{key}" = "reads, optional"  # set at {places}: a name no release of Megatron defines')
+            continue
         usage, comment = _replaced_usage(patches, key, entry, active)
         states = [place for place in places_of.get(key, ()) if place in patches.literals]
         if states:
@@ -203,7 +209,12 @@ def replaced_places(found: FrameworkScan, patches: FrameworkPatches | None) -> s
     What ``tests/first_contact.py`` and the generated forms compare with the sites."""
     replaced = patches.replaced if patches is not None else {}
     read = patches.patch_places if patches is not None else set()
-    rows = {(short_place(place), key) for key, entry in replaced.items() for place in entry.makers}
+    rows = {
+        (short_place(place), key)
+        for key, entry in replaced.items()
+        if _replaceable(key, found.megatron)
+        for place in entry.makers
+    }
     literals = patches.literals if patches is not None else set()
     for symbol in found.symbols:
         if symbol.usage != "replaces" or not _megatron_defines(symbol.key, found.megatron):
@@ -221,6 +232,21 @@ def _state_set(symbol: Symbol, patches: FrameworkPatches | None, trees: Sequence
     None``): Megatron's state replaced, not a marker of the framework's own (a name no release defines)."""
     literal = patches is not None and bool(set(symbol.places) & patches.literals)
     return literal and _megatron_defines(symbol.key, trees)
+
+
+def _replaceable(key: str, trees: Sequence[Path]) -> bool:
+    """Whether a function bound on ``key`` replaces something of Megatron's: some release defines it; its class
+    derives from one outside Megatron's source that may, or gets it from Python (``__init__`` of a dataclass); or
+    no release defines its owner at all (a module or class of a Megatron to come, judged per target). A name the
+    framework adds to a module or class that releases define is its own."""
+    module, _, qualname = key.partition(":")
+    owner, _, name = qualname.rpartition(".")
+    if _megatron_defines(key, trees) or (owner and name.startswith("__") and name.endswith("__")):
+        return True
+    owner_key = f"{module}:{owner}" if owner else None
+    if owner_key is None:
+        return not any(module_file(tree, module) for tree in trees)
+    return not _megatron_defines(owner_key, trees) or any(inherits_from_outside(tree, key) for tree in trees)
 
 
 def _megatron_defines(key: str, trees: Sequence[Path]) -> bool:

@@ -12,8 +12,9 @@ from pathlib import Path
 
 import pytest
 
-from harness.source import framework_scan
+from harness.source import framework_scan, starter
 from harness.source.framework_scan import defined
+from harness.source.starter import scanned_replacements
 from harness.targets.release_source import release_source
 
 MEGATRONS = {
@@ -66,3 +67,31 @@ def test_the_class_body_alone_takes_inherited_and_constructed_members_for_marker
     monkeypatch.setattr(framework_scan, "_class_member", body_only)
     assert not defined(megatron, MEGATRONS["inherited from a Megatron base class"])
     assert not defined(megatron, MEGATRONS["set on self by the constructor"])
+
+
+def test_a_member_a_base_outside_megatron_may_give_is_not_taken_for_the_frameworks_own(megatron: Path) -> None:
+    """``MTPLossAutoScaler`` derives from ``torch.autograd.Function`` (``transformer/multi_token_prediction.py:356``):
+    its ``apply`` is torch's, which Megatron's source never binds; a function the framework binds there replaces
+    it. A name set on a module (``moe_module_specs.GroupedMLP``, which no release imports there) stays the
+    framework's own."""
+    apply = "megatron.core.transformer.multi_token_prediction:MTPLossAutoScaler.apply"
+    assert not defined(megatron, apply) and framework_scan.inherits_from_outside(megatron, apply)
+    assert not framework_scan.inherits_from_outside(megatron, "megatron.core.models.gpt.moe_module_specs:GroupedMLP")
+
+
+def test_a_class_bound_on_a_name_no_release_defines_gets_no_replaced_row(
+    megatron: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The marker rule for what the patch reader reads too (Primus binds ``GroupedMLP`` into ``moe_module_specs``,
+    which never imports it). Seeded break: every read patch listed as replaced lists it."""
+    (tmp_path / "fwnew").mkdir()
+    (tmp_path / "fwnew" / "__init__.py").write_text("")
+    (tmp_path / "fwnew" / "specs.py").write_text(
+        "import megatron.core.models.gpt.moe_module_specs as specs\n\n\nclass Mine:\n    pass\n\n\n"
+        "def apply():\n    specs.GroupedMLP = Mine\n"
+    )
+    assert scanned_replacements(tmp_path, [megatron]) == set()
+    monkeypatch.setattr(starter, "_replaceable", lambda key, trees: True)
+    assert scanned_replacements(tmp_path, [megatron]) == {
+        ("specs.py:9", "megatron.core.models.gpt.moe_module_specs:GroupedMLP")
+    }
