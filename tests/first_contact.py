@@ -5,8 +5,8 @@ line of figures and the sites missed; the sites files of the blind corpus live i
 A site is found where ``scan``'s starter lists the same Megatron symbol as replaced at the same file and line (a
 loop over names makes one site per name at the loop's line). A site whose symbol the reader wrote as ``?`` counts
 where any replacement is listed at its line. A site naming what no release read defines (a name the framework adds
-to a Megatron module or class) is counted apart: by the marker rule it gets no replaced row, so it is right where
-``scan`` lists none there.
+to a Megatron module or class, :func:`~harness.source.starter.replaceable`) is counted apart: by the marker rule it
+gets no replaced row, so it is right where ``scan`` lists none there.
 """
 
 from __future__ import annotations
@@ -17,8 +17,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from harness.source.framework_scan import defined
-from harness.source.starter import scanned_replacements
+from harness.source.starter import replaceable, scanned_replacements
 from harness.targets.release_source import release_source
 
 RELEASES = ("0.19.2", "0.18.2", "0.17.1", "0.16.1", "0.15.3", "0.14.0", "0.13.1")
@@ -57,7 +56,7 @@ def measure(sites_file: Path, root: Path, releases: tuple[str, ...] = RELEASES) 
     for site in sites:
         place = f"{Path(site['file']).name}:{site['line']}"
         hit = place in places if site["symbol"] == "?" else (place, site["symbol"]) in patches
-        if site["symbol"] != "?" and not any(defined(tree, site["symbol"]) for tree in trees):
+        if site["symbol"] != "?" and not replaceable(site["symbol"], trees):
             undefined.append(site)
             listed += [site] if hit else []
         else:

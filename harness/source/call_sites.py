@@ -24,6 +24,7 @@ from functools import cached_property
 from pathlib import Path
 from typing import Any
 
+from harness.source.parsing import walked
 from harness.source.syntax import absolute_module
 
 _CLASS_HEADER = re.compile(r"^[ \t]*class[ \t]+(\w+)[ \t]*(?:\(([^)]*)\))?[ \t]*:", re.MULTILINE)
@@ -380,7 +381,7 @@ class MegatronSource:
                         for target in (t for t in node.targets if isinstance(t, ast.Name)):
                             names.add(target.id)
                             bindings[target.id] = f"{self.file_of(other)}:{node.lineno}"
-            for node in ast.walk(tree):
+            for node in walked(tree):
                 if isinstance(node, ast.ImportFrom) and (node.module is not None or node.level):
                     source = absolute_module(node, other, self.is_package(other))
                     for alias in node.names:
@@ -419,13 +420,6 @@ def calls_in_replacement(function: Any, method: str, caller: str) -> list[Megatr
         return []
     ast.increment_lineno(tree, start - 1)
     return calls_in(tree, Path(file).name, caller, is_self_call(method))
-
-
-@functools.cache
-def walked(node: ast.AST) -> tuple[ast.AST, ...]:
-    """Every node below ``node`` (itself included), as ``ast.walk`` gives them, listed once: the same Megatron and
-    framework trees are searched for one replaced symbol after another (a node is hashed by identity)."""
-    return tuple(ast.walk(node))
 
 
 @functools.cache

@@ -11,6 +11,7 @@ from dataclasses import dataclass
 
 from harness.source.framework_patches import FrameworkSource
 from harness.source.megatron_namespace import is_megatron
+from harness.source.parsing import walked
 from harness.source.scopes import isinstance_tests
 from harness.source.syntax import absolute_module, dotted_name
 
@@ -51,7 +52,7 @@ def class_swaps(framework: FrameworkSource) -> list[ClassSwap]:
         classes = {node.name: node for node in _module_level(tree.body) if isinstance(node, ast.ClassDef)}
         imported = {
             alias.asname or alias.name: f"{absolute_module(node, module, path.name == '__init__.py')}.{alias.name}"
-            for node in ast.walk(tree)
+            for node in walked(tree)
             if isinstance(node, ast.ImportFrom)
             for alias in node.names
         }

@@ -18,7 +18,7 @@ from pathlib import Path
 
 from harness.source.megatron_namespace import is_megatron
 from harness.source.package_layout import framework_files
-from harness.source.parsing import parsed_file
+from harness.source.parsing import parsed_file, walked
 from harness.source.reader_error import reading
 from harness.source.scopes import Scope, bind, block_statements, isinstance_tests
 from harness.source.syntax import absolute_module, dotted_name, last_name
@@ -251,7 +251,7 @@ def read_framework(root: Path, is_megatron_owner, packages: Collection[str] | No
     own = {
         node.name
         for _, tree in trees.values()
-        for node in ast.walk(tree)
+        for node in walked(tree)
         if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef)
     }
     found = FrameworkSource(root, trees)

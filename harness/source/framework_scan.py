@@ -19,7 +19,7 @@ from pathlib import Path
 from harness.source.call_sites import MegatronSource
 from harness.source.megatron_namespace import is_megatron
 from harness.source.package_layout import framework_files
-from harness.source.parsing import parsed_file
+from harness.source.parsing import parsed_file, walked
 from harness.source.source_scan import SWEPT, Assignment, SourceScan, scan_sources, swept_module
 from harness.source.syntax import absolute_module, dotted_name
 
@@ -146,16 +146,17 @@ def _attribute_names(trees: Iterable[ast.Module]) -> tuple[set[str], set[str], s
     called: set[str] = set()
     set_names: set[str] = set()
     for tree in trees:
+        nodes = walked(tree)
         swept = {
             id(node)
-            for loop in ast.walk(tree)
+            for loop in nodes
             if isinstance(loop, ast.For) and (module := swept_module(loop))
-            for node in ast.walk(loop)
+            for node in walked(loop)
             if isinstance(node, ast.Call) and node.args and getattr(node.args[0], "id", None) == module
         }
         strings = {
             node.value
-            for node in ast.walk(tree)
+            for node in nodes
             if isinstance(node, ast.Constant) and isinstance(node.value, str) and node.value.isidentifier()
         }
         used |= strings
@@ -164,7 +165,7 @@ def _attribute_names(trees: Iterable[ast.Module]) -> tuple[set[str], set[str], s
             and getattr(node.func, "id", None) == "setattr"
             and len(node.args) >= 3
             and not isinstance(node.args[1], ast.Constant)
-            for node in ast.walk(tree)
+            for node in nodes
         )
         if computed:
             set_names |= {name for name in strings if name.startswith("_") and not name.startswith("__")}
@@ -175,7 +176,7 @@ def _attribute_names(trees: Iterable[ast.Module]) -> tuple[set[str], set[str], s
             for t in n.targets
             if isinstance(t, ast.Name)
         }
-        for node in ast.walk(tree):
+        for node in nodes:
             if isinstance(node, ast.Attribute):
                 used.add(node.attr)
             elif isinstance(node, ast.Call):
@@ -201,7 +202,7 @@ def _module_strings(trees: Iterable[ast.Module], megatron: tuple[Path, ...]) -> 
     return {
         node.value
         for tree in trees
-        for node in ast.walk(tree)
+        for node in walked(tree)
         if isinstance(node, ast.Constant)
         and isinstance(node.value, str)
         and is_megatron(node.value)
@@ -348,6 +349,11 @@ def module_file(tree: Path, module: str) -> Path | None:
 
 
 @functools.cache
+def _text(path: Path) -> str:
+    return path.read_text(encoding="utf-8", errors="replace")
+
+
+@functools.cache
 def _parsed(path: Path) -> ast.Module:
     return ast.parse(path.read_text())
 
@@ -394,8 +400,8 @@ _FOLLOWED = 6
 def _defined_in(tree: Path, module: str, name: str, depth: int) -> tuple[str, ast.stmt] | None:
     """The module and statement defining ``name`` of ``module``, an import of it followed to its origin."""
     source = module_file(tree, module)
-    if source is None or depth > _FOLLOWED:
-        return None
+    if source is None or depth > _FOLLOWED or name not in _text(source):
+        return None  # a file that never writes the name binds none: its tree need not be parsed
     node = _binding(_parsed(source).body, name)
     if isinstance(node, ast.ImportFrom):
         origin = absolute_module(node, module, source.name == "__init__.py")
@@ -404,6 +410,18 @@ def _defined_in(tree: Path, module: str, name: str, depth: int) -> tuple[str, as
             return module, node  # another library's name, or a submodule (``from megatron.core import parallel_state``)
         return _defined_in(tree, origin, alias.name, depth + 1)
     return (module, node) if node is not None else None
+
+
+@functools.cache
+def _attributes_set(scope: ast.AST) -> dict[tuple[str, str], ast.stmt]:
+    """``(holder, attribute)`` -> the first statement below ``scope`` assigning ``holder.attribute``."""
+    found: dict[tuple[str, str], ast.stmt] = {}
+    for node in walked(scope):
+        if isinstance(node, ast.Assign | ast.AnnAssign):
+            for target in node.targets if isinstance(node, ast.Assign) else [node.target]:
+                if isinstance(target, ast.Attribute) and isinstance(target.value, ast.Name):
+                    found.setdefault((target.value.id, target.attr), node)
+    return found
 
 
 def _has_members(tree: Path, module: str, node: ast.stmt, parts: list[str], depth: int, on_objects: bool) -> bool:
@@ -417,12 +435,7 @@ def _has_members(tree: Path, module: str, node: ast.stmt, parts: list[str], dept
         return member is not None and _has_members(tree, *member, rest, depth + 1, on_objects)
     if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef) and not rest:
         source = module_file(tree, module)
-        return source is not None and any(
-            isinstance(t, ast.Attribute) and t.attr == part and getattr(t.value, "id", None) == node.name
-            for statement in ast.walk(_parsed(source))
-            if isinstance(statement, ast.Assign)
-            for t in statement.targets
-        )
+        return source is not None and (node.name, part) in _attributes_set(_parsed(source))
     return False
 
 
@@ -438,13 +451,9 @@ def _class_member(
     methods = [n for n in cls.body if isinstance(n, ast.FunctionDef | ast.AsyncFunctionDef)]
     places = [(method, "self") for method in methods if on_objects] + [(_parsed(source), cls.name)] if source else []
     for place, holder in places:
-        for node in ast.walk(place):
-            targets = node.targets if isinstance(node, ast.Assign) else [getattr(node, "target", None)]
-            if isinstance(node, ast.Assign | ast.AnnAssign) and any(
-                isinstance(t, ast.Attribute) and t.attr == name and getattr(t.value, "id", None) == holder
-                for t in targets
-            ):
-                return module, node
+        node = _attributes_set(place).get((holder, name))
+        if node is not None:
+            return module, node
     for base in cls.bases:
         written = dotted_name(base)
         base_class = _defined_in(tree, module, written, depth + 1) if written and "." not in written else None
@@ -504,10 +513,16 @@ def callers_of(key: str, tree: Path) -> list[str]:
     source = module_file(tree, module)
     if source is None or "." in qualname:
         return []
-    callers = []
+    return [f"{module}:{caller}" for caller in _called_by(source).get(qualname, ()) if caller != qualname]
+
+
+@functools.cache
+def _called_by(source: Path) -> dict[str, tuple[str, ...]]:
+    """Name -> the module-level functions of a Megatron file that call it by that plain name, in order."""
+    found: dict[str, list[str]] = {}
     for node in _parsed(source).body:
-        if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef) and node.name != qualname:
-            calls = (c for c in ast.walk(node) if isinstance(c, ast.Call))
-            if any(isinstance(c.func, ast.Name) and c.func.id == qualname for c in calls):
-                callers.append(f"{module}:{node.name}")
-    return callers
+        if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef):
+            names = {c.func.id for c in walked(node) if isinstance(c, ast.Call) and isinstance(c.func, ast.Name)}
+            for name in names:
+                found.setdefault(name, []).append(node.name)
+    return {name: tuple(callers) for name, callers in found.items()}

@@ -7,6 +7,8 @@ from __future__ import annotations
 
 import ast
 
+from harness.source.parsing import walked
+
 MEGATRON_PACKAGES = frozenset({"core", "training", "legacy", "inference", "post_training", "rl"})
 """The sub-packages of ``megatron`` that Megatron-LM itself ships."""
 
@@ -21,7 +23,7 @@ def is_megatron(dotted: str) -> bool:
 def imports_megatron(tree: ast.Module, by_name: bool = False) -> bool:
     """Whether a module imports Megatron anywhere, at its top or inside a function; with ``by_name``, also where it
     names a Megatron module in a string (``importlib.import_module("megatron.core.x")``, a registry's keys)."""
-    for node in ast.walk(tree):
+    for node in walked(tree):
         if by_name and isinstance(node, ast.Constant) and isinstance(node.value, str) and "." in node.value:
             if (
                 node.value.isascii()

@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from harness.source.call_sites import MegatronSource
 from harness.source.framework_patches import Definition, FrameworkSource, statement_at
 from harness.source.megatron_namespace import imports_megatron as tree_imports_megatron
+from harness.source.parsing import walked
 from harness.source.scopes import block_statements
 from harness.source.syntax import dotted_name
 
@@ -42,7 +43,7 @@ def backfills(framework: FrameworkSource) -> list[BackFill]:
     ``__dict__`` (or ``vars``), ``setattr`` or an attribute."""
     found = []
     for module, (path, tree) in framework.trees.items():
-        for function in (n for n in ast.walk(tree) if isinstance(n, ast.FunctionDef | ast.AsyncFunctionDef)):
+        for function in (n for n in walked(tree) if isinstance(n, ast.FunctionDef | ast.AsyncFunctionDef)):
             for loop in (n for n in ast.walk(function) if isinstance(n, ast.For) and _over_sys_modules(n.iter)):
                 if not isinstance(loop.target, ast.Name):
                     continue

@@ -17,7 +17,8 @@ from __future__ import annotations
 import ast
 import dataclasses
 
-from harness.source.call_sites import MegatronCall, MegatronSource, calls_in, functions_of, walked
+from harness.source.call_sites import MegatronCall, MegatronSource, calls_in, functions_of
+from harness.source.parsing import walked
 from harness.source.syntax import last_name
 
 BUILDERS = ("build_module",)

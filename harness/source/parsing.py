@@ -18,6 +18,13 @@ def _parsed(path: Path, mtime_ns: int) -> ast.Module:
     return ast.parse(path.read_text(encoding="utf-8", errors="replace"), str(path))
 
 
+@functools.cache
+def walked(node: ast.AST) -> tuple[ast.AST, ...]:
+    """Every node below ``node`` (itself included), as ``ast.walk`` gives them, listed once: the same Megatron and
+    framework trees are searched by one reading after another (a node is hashed by identity)."""
+    return tuple(ast.walk(node))
+
+
 def unreadable(path: Path) -> str | None:
     """Why ``path`` cannot be parsed (``<file>:<line>: SyntaxError: ...``), or None where it can."""
     try:

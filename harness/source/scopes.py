@@ -9,6 +9,7 @@ import ast
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 
+from harness.source.parsing import walked
 from harness.source.syntax import absolute_module, dotted_name
 
 
@@ -88,7 +89,7 @@ def isinstance_tests(function: ast.AST | None, subject: str | None = None) -> li
     """The dotted names of the classes ``function`` tests anything (or the expression ``subject`` alone) against
     with ``isinstance``."""
     found = []
-    for call in ast.walk(function) if function is not None else ():
+    for call in walked(function) if function is not None else ():
         if isinstance(call, ast.Call) and getattr(call.func, "id", None) == "isinstance" and len(call.args) == 2:
             if subject is not None and ast.unparse(call.args[0]) != subject:
                 continue

@@ -17,7 +17,7 @@ from pathlib import Path
 from types import ModuleType
 
 from harness.source.megatron_namespace import is_megatron
-from harness.source.parsing import parsed_file
+from harness.source.parsing import parsed_file, walked
 from harness.source.reader_error import reading
 from harness.source.scoped_names import ScopedNames, Where
 from harness.source.symbol_table import Declared, declared_symbols, dotted
@@ -161,7 +161,7 @@ def _string_constants(trees: Iterable[ast.Module]) -> dict[str, str]:
     name given different values, or any value not a string literal, is left out."""
     values: dict[str, set[str | None]] = {}
     for tree in trees:
-        for node in ast.walk(tree):
+        for node in walked(tree):
             if isinstance(node, ast.Assign) and len(node.targets) == 1 and isinstance(node.targets[0], ast.Name):
                 value = node.value.value if isinstance(node.value, ast.Constant) else None
                 values.setdefault(node.targets[0].id, set()).add(value if isinstance(value, str) else None)
@@ -179,7 +179,7 @@ def _loop_strings(trees: Iterable[ast.Module]) -> dict[str, frozenset[str]]:
                     tuples[node.targets[0].id] = strings
     loops: dict[str, set[str]] = {}
     for tree in trees:
-        for node in ast.walk(tree):
+        for node in walked(tree):
             if isinstance(node, ast.For | ast.comprehension) and isinstance(node.target, ast.Name):
                 if isinstance(node.iter, ast.Name) and node.iter.id in tuples:
                     loops.setdefault(node.target.id, set()).update(tuples[node.iter.id])
@@ -191,7 +191,7 @@ def _patching_loops(tree: ast.Module) -> dict[str, frozenset[str]]:
     (``for name in ("a", "b")``, ``for name, f in {"a": f}.items()``, ``for name, f in (("a", f),)``): each name,
     the strings it takes, read in that file only."""
     loops: dict[str, set[str]] = {}
-    for node in ast.walk(tree):
+    for node in walked(tree):
         if not isinstance(node, ast.For):
             continue
         target = node.target.elts[0] if isinstance(node.target, ast.Tuple) and node.target.elts else node.target
@@ -209,23 +209,20 @@ def _patching_helpers(trees: Iterable[ast.Module]) -> dict[str, tuple[int, int]]
     through an instance shifts the positions), and so is a name defined twice with other positions."""
     found: dict[str, set[tuple[int, int]]] = {}
     for tree in trees:
-        methods = {
-            id(node)
-            for owner in ast.walk(tree)
-            if isinstance(owner, ast.ClassDef)
-            for node in owner.body
-            if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef)
-        }
-        for function in ast.walk(tree):
-            if not isinstance(function, ast.FunctionDef | ast.AsyncFunctionDef) or id(function) in methods:
-                continue
-            parameters = [a.arg for a in (*function.args.posonlyargs, *function.args.args)]
-            for node in ast.walk(function):
-                if not (isinstance(node, ast.Call) and getattr(node.func, "id", None) == "setattr"):
-                    continue
-                owner, name = (getattr(a, "id", None) for a in [*node.args, None, None][:2])
-                if owner in parameters and name in parameters and len(node.args) >= 3:
-                    found.setdefault(function.name, set()).add((parameters.index(owner), parameters.index(name)))
+        stack: list[tuple[ast.AST, tuple[ast.FunctionDef | ast.AsyncFunctionDef, ...]]] = [(tree, ())]
+        while stack:
+            node, functions = stack.pop()
+            if isinstance(node, ast.Call) and getattr(node.func, "id", None) == "setattr" and len(node.args) >= 3:
+                owner, name = (getattr(a, "id", None) for a in node.args[:2])
+                for function in functions:
+                    parameters = [a.arg for a in (*function.args.posonlyargs, *function.args.args)]
+                    if owner in parameters and name in parameters:
+                        found.setdefault(function.name, set()).add((parameters.index(owner), parameters.index(name)))
+            for child in ast.iter_child_nodes(node):
+                inner = functions
+                if isinstance(child, ast.FunctionDef | ast.AsyncFunctionDef):
+                    inner = functions if isinstance(node, ast.ClassDef) else (*functions, child)
+                stack.append((child, inner))
     return {name: next(iter(places)) for name, places in found.items() if len(places) == 1}
 
 
@@ -430,7 +427,7 @@ def _bindings(
             taint(target.value)
 
     for tree in trees:
-        for node in ast.walk(tree):
+        for node in walked(tree):
             if isinstance(node, ast.Import):
                 for alias in node.names:
                     if alias.asname:

@@ -35,6 +35,7 @@ from harness.source.framework_scan import (
 )
 from harness.source.megatron_namespace import imports_megatron
 from harness.source.package_layout import unreadable_files
+from harness.source.parsing import walked
 from harness.source.reader_error import ReaderError
 from harness.source.scan_patches import (
     FrameworkPatches,
@@ -185,7 +186,7 @@ def _symbol_lines(found: FrameworkScan, patches: FrameworkPatches | None, active
     for key, entry in replaced.items():
         if key in _ALLREDUCE_KEYS and key in known:
             continue
-        if not _replaceable(key, found.megatron):
+        if not replaceable(key, found.megatron):
             places = ", ".join(short_place(place) for place in list(entry.makers)[:3])
             rest.append(f'"{key}" = "reads, optional"  # set at {places}: a name no release of Megatron defines')
             continue
@@ -212,7 +213,7 @@ def replaced_places(found: FrameworkScan, patches: FrameworkPatches | None) -> s
     rows = {
         (short_place(place), key)
         for key, entry in replaced.items()
-        if _replaceable(key, found.megatron)
+        if replaceable(key, found.megatron)
         for place in entry.makers
     }
     literals = patches.literals if patches is not None else set()
@@ -234,7 +235,7 @@ def _state_set(symbol: Symbol, patches: FrameworkPatches | None, trees: Sequence
     return literal and _megatron_defines(symbol.key, trees)
 
 
-def _replaceable(key: str, trees: Sequence[Path]) -> bool:
+def replaceable(key: str, trees: Sequence[Path]) -> bool:
     """Whether a function bound on ``key`` replaces something of Megatron's: some release defines it; its class
     derives from one outside Megatron's source that may, or gets it from Python (``__init__`` of a dataclass); or
     no release defines its owner at all (a module or class of a Megatron to come, judged per target). A name the
@@ -441,8 +442,8 @@ def _budget_guess(tree: ast.Module, apply: str | None, registry: str | None) -> 
 
 def _args_attributes(tree: ast.AST) -> set[str]:
     """Attributes read from a name ``args``: ``args.x`` and ``getattr(args, "x", ...)``."""
-    read = {a.attr for a in ast.walk(tree) if isinstance(a, ast.Attribute) and getattr(a.value, "id", None) == "args"}
-    for call in ast.walk(tree):
+    read = {a.attr for a in walked(tree) if isinstance(a, ast.Attribute) and getattr(a.value, "id", None) == "args"}
+    for call in walked(tree):
         if (
             isinstance(call, ast.Call)
             and getattr(call.func, "id", None) in ("getattr", "hasattr")
@@ -459,7 +460,7 @@ def _environment_reads(tree: ast.Module, constants: dict[str, ast.expr]) -> set[
     """The environment variables the module reads by a literal or constant name (``os.environ.get``, ``os.getenv``,
     ``os.environ[...]``)."""
     names = set()
-    for node in ast.walk(tree):
+    for node in walked(tree):
         argument = None
         if isinstance(node, ast.Call) and node.args:
             callee = ast.unparse(node.func)

@@ -91,7 +91,7 @@ def test_a_class_bound_on_a_name_no_release_defines_gets_no_replaced_row(
         "def apply():\n    specs.GroupedMLP = Mine\n"
     )
     assert scanned_replacements(tmp_path, [megatron]) == set()
-    monkeypatch.setattr(starter, "_replaceable", lambda key, trees: True)
+    monkeypatch.setattr(starter, "replaceable", lambda key, trees: True)
     assert scanned_replacements(tmp_path, [megatron]) == {
         ("specs.py:9", "megatron.core.models.gpt.moe_module_specs:GroupedMLP")
     }
