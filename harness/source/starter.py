@@ -191,9 +191,13 @@ def _symbol_lines(found: FrameworkScan, patches: FrameworkPatches | None, active
             rest.append(f'"{key}" = "reads, optional"  # set at {places}: a name no release of Megatron defines')
             continue
         usage, comment = _replaced_usage(patches, key, entry, active)
+        read = patches.patch_places
         states = [place for place in places_of.get(key, ()) if place in patches.literals]
         if states:
             comment += f"; also set to a literal at {', '.join(states[:3])}"
+        elsewhere = [p for p in places_of.get(key, ()) if p not in read and p not in states and p != "by name"]
+        if elsewhere:
+            comment += f"; also replaced at {', '.join(elsewhere[:3])} (a registry's record, a loop, a sweep)"
         optional = ", optional" if not defined_everywhere(key, found.megatron) else ""
         first.append((key, f'"{key}" = "{usage}{optional}"  # {comment}'))
         for caller in callers_of(key, found.megatron[0]) if key not in known else ():
@@ -206,7 +210,8 @@ def _symbol_lines(found: FrameworkScan, patches: FrameworkPatches | None, active
 def replaced_places(found: FrameworkScan, patches: FrameworkPatches | None) -> set[tuple[str, str]]:
     """``(file:line, key)`` of every patch the starter lists as a replaced symbol (:func:`_symbol_lines`' first
     rows): the patches read with their replacement, those the source scan alone found that are neither an undo
-    nor a marker, and the literals set on a name some release defines, also where it is replaced elsewhere.
+    nor a marker, and the literals and scan-only patches of a name some release defines, also where the patch reader
+    reads it replaced elsewhere.
     What ``tests/first_contact.py`` and the generated forms compare with the sites."""
     replaced = patches.replaced if patches is not None else {}
     read = patches.patch_places if patches is not None else set()
@@ -222,7 +227,7 @@ def replaced_places(found: FrameworkScan, patches: FrameworkPatches | None) -> s
             continue  # a marker of the framework's own: no release of Megatron defines the name
         places = [place for place in symbol.places if place != "by name"]
         if symbol.key in replaced:
-            rows |= {(place, symbol.key) for place in places if place in literals}
+            rows |= {(place, symbol.key) for place in places if place in literals or place not in read}
         elif not set(symbol.places) <= read or _state_set(symbol, patches, found.megatron):
             rows |= {(place, symbol.key) for place in places}
     return rows
