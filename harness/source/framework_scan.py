@@ -355,7 +355,7 @@ def _text(path: Path) -> str:
 
 @functools.cache
 def _parsed(path: Path) -> ast.Module:
-    return ast.parse(path.read_text())
+    return ast.parse(_text(path))
 
 
 def defined(tree: Path, key: str, on_objects: bool = True) -> bool:
@@ -382,15 +382,25 @@ def inherits_from_outside(tree: Path, key: str) -> bool:
 
 
 def _outside_base(tree: Path, module: str, cls: ast.ClassDef, depth: int) -> bool:
-    for base in cls.bases:
-        written = dotted_name(base)
-        base_class = _defined_in(tree, module, written, depth + 1) if written and "." not in written else None
-        if base_class is None or not isinstance(base_class[1], ast.ClassDef):
+    for written, base_class in _bases(tree, module, cls, depth):
+        if base_class is None:
             if written not in (None, "object", "ABC", "Generic", "Protocol", "Enum"):
                 return True
         elif depth < _FOLLOWED and _outside_base(tree, *base_class, depth + 1):
             return True
     return False
+
+
+def _bases(
+    tree: Path, module: str, cls: ast.ClassDef, depth: int
+) -> list[tuple[str | None, tuple[str, ast.ClassDef] | None]]:
+    """Each base of ``cls`` as written, with the Megatron class it is (its module and definition), else ``None``."""
+    found = []
+    for base in cls.bases:
+        written = dotted_name(base)
+        defined_as = _defined_in(tree, module, written, depth + 1) if written and "." not in written else None
+        found.append((written, defined_as if defined_as and isinstance(defined_as[1], ast.ClassDef) else None))
+    return found
 
 
 _FOLLOWED = 6
@@ -454,10 +464,8 @@ def _class_member(
         node = _attributes_set(place).get((holder, name))
         if node is not None:
             return module, node
-    for base in cls.bases:
-        written = dotted_name(base)
-        base_class = _defined_in(tree, module, written, depth + 1) if written and "." not in written else None
-        if base_class is not None and isinstance(base_class[1], ast.ClassDef) and depth < _FOLLOWED:
+    for _, base_class in _bases(tree, module, cls, depth):
+        if base_class is not None and depth < _FOLLOWED:
             member = _class_member(tree, *base_class, name, depth + 1, on_objects)
             if member is not None:
                 return member
@@ -494,7 +502,7 @@ def swept_keys(name: str, trees: Sequence[Path]) -> list[str]:
     own assignment there names."""
     found: set[str] = set()
     for tree in trees:
-        source = _megatron_source(tree)
+        source = megatron_source(tree)
         for module, (_, text) in source.texts.items():
             if f"def {name}(" in text and defined(tree, f"{module}:{name}"):
                 found.update(f"{b.module}:{name}" for b in source.bindings_of(f"{module}:{name}") if b.alias == name)
@@ -502,7 +510,8 @@ def swept_keys(name: str, trees: Sequence[Path]) -> list[str]:
 
 
 @functools.cache
-def _megatron_source(tree: Path) -> MegatronSource:
+def megatron_source(tree: Path) -> MegatronSource:
+    """One release's source read once per process, shared by every reading of it (sweeps, the patch reader)."""
     return MegatronSource(tree)
 
 

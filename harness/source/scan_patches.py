@@ -19,15 +19,14 @@ never an apply.
 from __future__ import annotations
 
 import ast
-import functools
 from collections.abc import Collection, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from harness.source.call_sites import MegatronSource, functions_of
+from harness.source.call_sites import functions_of
 from harness.source.class_swaps import class_swaps
 from harness.source.framework_patches import Definition, FrameworkSource, read_framework
-from harness.source.framework_scan import Patch, defined
+from harness.source.framework_scan import Patch, defined, megatron_source
 from harness.source.megatron_keys import megatron_key
 from harness.source.object_classes import instance_class, sets_data
 from harness.source.source_verdicts import has_member, is_megatron_owner
@@ -100,7 +99,7 @@ def read_patches(
     found (``scanned``: an owner a helper returns, a name held in a constant), those binding a function of the
     patching module are replacements too."""
     framework = read_framework(root, is_megatron_owner, packages)
-    source = _source(megatron)
+    source = megatron_source(megatron)
     qualnames = _Qualnames(framework)
     replaced: dict[str, Replaced] = {}
     for patch in framework.patches:
@@ -152,12 +151,7 @@ def read_patches(
 def defined_everywhere(key: str, trees: Sequence[Path]) -> bool:
     """Whether every Megatron tree has ``key``: a name its module binds, or a method its class defines or inherits
     from a Megatron base (a method swapped on a subclass's objects is the subclass's too)."""
-    return all(defined(tree, key) or has_member(_source(tree), key) for tree in trees)
-
-
-@functools.cache
-def _source(tree: Path) -> MegatronSource:
-    return MegatronSource(tree)
+    return all(defined(tree, key) or has_member(megatron_source(tree), key) for tree in trees)
 
 
 class _Qualnames:

@@ -191,11 +191,9 @@ def _symbol_lines(found: FrameworkScan, patches: FrameworkPatches | None, active
             rest.append(f'"{key}" = "reads, optional"  # set at {places}: a name no release of Megatron defines')
             continue
         usage, comment = _replaced_usage(patches, key, entry, active)
-        read = patches.patch_places
-        states = [place for place in places_of.get(key, ()) if place in patches.literals]
+        states, elsewhere = _also_replaced(places_of.get(key, ()), patches)
         if states:
             comment += f"; also set to a literal at {', '.join(states[:3])}"
-        elsewhere = [p for p in places_of.get(key, ()) if p not in read and p not in states and p != "by name"]
         if elsewhere:
             comment += f"; also replaced at {', '.join(elsewhere[:3])} (a registry's record, a loop, a sweep)"
         optional = ", optional" if not defined_everywhere(key, found.megatron) else ""
@@ -221,16 +219,23 @@ def replaced_places(found: FrameworkScan, patches: FrameworkPatches | None) -> s
         if replaceable(key, found.megatron)
         for place in entry.makers
     }
-    literals = patches.literals if patches is not None else set()
     for symbol in found.symbols:
         if symbol.usage != "replaces" or not _megatron_defines(symbol.key, found.megatron):
             continue  # a marker of the framework's own: no release of Megatron defines the name
         places = [place for place in symbol.places if place != "by name"]
         if symbol.key in replaced:
-            rows |= {(place, symbol.key) for place in places if place in literals or place not in read}
+            rows |= {(place, symbol.key) for found_there in _also_replaced(places, patches) for place in found_there}
         elif not set(symbol.places) <= read or _state_set(symbol, patches, found.megatron):
             rows |= {(place, symbol.key) for place in places}
     return rows
+
+
+def _also_replaced(places: Sequence[str], patches: FrameworkPatches) -> tuple[list[str], list[str]]:
+    """Of the places the source scan found a name the patch reader reads replaced elsewhere: those setting it to a
+    literal, and those the patch reader did not read at all (a registry's record, a loop, a sweep)."""
+    states = [place for place in places if place in patches.literals]
+    elsewhere = [p for p in places if p not in patches.patch_places and p not in states and p != "by name"]
+    return states, elsewhere
 
 
 def _state_set(symbol: Symbol, patches: FrameworkPatches | None, trees: Sequence[Path]) -> bool:
