@@ -47,6 +47,7 @@ from harness.formats.scale_findings import DEFAULT_MODELS  # noqa: E402
 from harness.formats.scale_findings import finding as scale_finding  # noqa: E402
 from harness.formats.summary import FILE_NAME as SUMMARY_FILE  # noqa: E402
 from harness.formats.summary import SummaryError, read_summary  # noqa: E402
+from harness.install.framework_install import RequirementsError, requirements_python  # noqa: E402
 from harness.launch.side_by_side import JOBS_ENV_VAR, jobs_from, run_side_by_side  # noqa: E402
 from harness.plugin.command import SUBJECT_STATUS_FILE, case_command  # noqa: E402
 from harness.plugin.scale_estimate import measure_in_target  # noqa: E402
@@ -62,7 +63,6 @@ from harness.sensitivity.runner import run_sensitivity  # noqa: E402
 from harness.sensitivity.soak import soak as run_soak  # noqa: E402
 from harness.sensitivity.soak import write_report as write_soak_report  # noqa: E402
 from harness.subjects.declaration import DeclarationFileError  # noqa: E402
-from harness.subjects.framework_install import RequirementsError, requirements_python  # noqa: E402
 from harness.subjects.framework_source import framework_source_root  # noqa: E402
 from harness.subjects.loading import SubjectError, resolve_subject, subject_spec, subject_specs  # noqa: E402
 from harness.subjects.requirements import declared_install, merged  # noqa: E402

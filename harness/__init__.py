@@ -6,12 +6,16 @@
 - ``formats``: the formats several packages share, each with one owner: key validation, Markdown escaping, JUnit
   reading, the red section and repro line, the environment a session reads, ``summary.json``, the "not declared"
   reason. Imports nothing else from ``harness``.
+- ``install``: a framework installed beside a target's Megatron without breaking it: the resolution with the target's
+  torch and megatron-core held, torch-coupled packages resolved to releases that accept the target's torch, the probe
+  that the venv still imports Megatron as the target does, the findings of what was left out, moved or forced back.
+  May import ``formats`` and ``targets``.
 - ``subjects``: the subject named once per session and loaded where needed (module, ``.py`` path or declaration),
   reading and checking declarations, the subject built from one, what a subject says about itself. May import
-  ``formats`` and ``targets``.
+  ``formats``, ``targets`` and ``install``.
 - ``plugin``: the pytest plugin every target session loads (``-p harness.plugin.gate``), the command that runs it,
   the table of contract families, the failure-message helper of the cases. May import ``formats``, ``targets``,
-  ``subjects`` and ``ranks`` (the warnings plugin registers a rank start hook).
+  ``install``, ``subjects`` and ``ranks`` (the warnings plugin registers a rank start hook).
 - ``ranks``: rank processes and the Megatron state inside them. May import ``targets``.
 - ``contracts``: what each family needs besides its case file (populations, rank-side comparison, generated
   providers, import isolation and side effects, fingerprints). May import ``formats``, ``targets``, ``subjects``,
@@ -37,8 +41,9 @@ REPO_ROOT = Path(__file__).resolve().parent.parent
 MAY_IMPORT = {
     "formats": (),
     "targets": ("formats",),
-    "subjects": ("formats", "targets"),
-    "plugin": ("formats", "targets", "subjects", "ranks"),
+    "install": ("formats", "targets"),
+    "subjects": ("formats", "targets", "install"),
+    "plugin": ("formats", "targets", "install", "subjects", "ranks"),
     "ranks": ("targets",),
     "reference": (),
     "source": ("formats", "targets", "subjects"),

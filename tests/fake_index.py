@@ -1,6 +1,7 @@
-"""A fake package index for the bisect's tests: megatron-core builds as files in a folder, a wheel whose
-``megatron/core`` holds a function and its caller, and a source distribution whose build fails on its own (its build
-backend lives inside it, so building it needs nothing from an index)."""
+"""Fake package indexes as folders of files: for the bisect's tests, megatron-core builds (a wheel whose
+``megatron/core`` holds a function and its caller, and a source distribution whose build fails on its own: its build
+backend lives inside it, so building it needs nothing from an index); for the install's tests, stand-ins of any
+distribution (a ``transformer_engine`` that raises at import, a package whose newest release needs a newer torch)."""
 
 from __future__ import annotations
 
@@ -18,21 +19,32 @@ CALLER_NEW = "from megatron.core.widget import scale\n\n\ndef step(x):\n    retu
 
 
 def wheel(folder: Path, version: str, files: dict[str, str]) -> Path:
-    dist_info = f"megatron_core-{version}.dist-info"
+    return distribution_wheel(folder, "megatron-core", version, files)
+
+
+def distribution_wheel(
+    folder: Path, name: str, version: str, files: dict[str, str], requires: tuple[str, ...] = ()
+) -> Path:
+    """A pure-Python wheel of ``name`` ``version`` holding ``files`` and requiring ``requires``."""
+    stem = name.replace("-", "_")
+    dist_info = f"{stem}-{version}.dist-info"
+    metadata = f"Metadata-Version: 2.1\nName: {name}\nVersion: {version}\n"
+    metadata += "".join(f"Requires-Dist: {requirement}\n" for requirement in requires)
     contents = {
         **files,
-        f"{dist_info}/METADATA": f"Metadata-Version: 2.1\nName: megatron-core\nVersion: {version}\n",
+        f"{dist_info}/METADATA": metadata,
         f"{dist_info}/WHEEL": "Wheel-Version: 1.0\nGenerator: test\nRoot-Is-Purelib: true\nTag: py3-none-any\n",
     }
     record = []
-    for name, text in contents.items():
+    for path, text in contents.items():
         digest = base64.urlsafe_b64encode(hashlib.sha256(text.encode()).digest()).rstrip(b"=").decode()
-        record.append(f"{name},sha256={digest},{len(text.encode())}")
+        record.append(f"{path},sha256={digest},{len(text.encode())}")
     contents[f"{dist_info}/RECORD"] = "\n".join([*record, f"{dist_info}/RECORD,,"]) + "\n"
-    path = folder / f"megatron_core-{version}-py3-none-any.whl"
+    folder.mkdir(parents=True, exist_ok=True)
+    path = folder / f"{stem}-{version}-py3-none-any.whl"
     with zipfile.ZipFile(path, "w") as archive:
-        for name, text in contents.items():
-            archive.writestr(name, text)
+        for member, text in contents.items():
+            archive.writestr(member, text)
     return path
 
 

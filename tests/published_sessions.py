@@ -2,7 +2,7 @@
 
 Each of mcore-bridge, ms-swift and verl is declared in ``tests/published/<name>/megatron-conformance.toml`` with
 ``[subject] distribution`` (written by ``scan`` and edited by hand), installed from the package index into each
-target's requirements venv (:mod:`harness.subjects.framework_install`) and run as a user runs it. Every replaced
+target's requirements venv (:mod:`harness.install.framework_install`) and run as a user runs it. Every replaced
 symbol's verdict in ``replaced_symbols.json`` (checked applied where the declared apply binds it, else read from
 source) is set against the tables written beforehand (``tests/published/expected/``), cell by cell as
 ``nox -s published`` does from the wheels alone. The reference subject's session on the same target, in the same
@@ -21,7 +21,7 @@ import time
 from pathlib import Path
 
 from harness import REPO_ROOT
-from harness.subjects.framework_install import RECORD
+from harness.install.framework_install import RECORD
 from harness.targets.matrix import load_matrix
 from tests.published_table import PUBLISHED, Cell, cells, differing, framework_table, table_of
 from tests.pytest_helpers import run_target_cases, subject_python

@@ -19,10 +19,10 @@ import pytest
 
 from harness import REPO_ROOT
 from harness.formats.environment import REFERENCE_SUBJECT
+from harness.install.framework_install import requirements_python
 from harness.plugin.command import CaseRun, case_command, run_cases, run_options, subject_folder, subject_runs
 from harness.plugin.warm_client import run_warm
 from harness.subjects.declaration import DeclarationFileError, is_declaration, read_declaration_file
-from harness.subjects.framework_install import requirements_python
 from harness.subjects.requirements import declared_install, merged
 from harness.targets.matrix import load_matrix, venv_python
 

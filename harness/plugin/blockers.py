@@ -16,21 +16,21 @@ import multiprocessing
 import multiprocessing.connection
 import os
 import re
+import sys
 import traceback
 from collections.abc import Callable
 from dataclasses import dataclass
+from pathlib import Path
 
 import pytest
 
+from harness.install.framework_install import megatron_broken_by_install
 from harness.plugin.families import Family, family_of_case
 from harness.subjects.declaration import DeclarationFileError
 from harness.subjects.loading import SubjectError, SubjectRef
 from harness.targets.installed_versions import installed_versions
 from harness.targets.matrix import MEGATRON_DISTRIBUTION
-from harness.targets.megatron_names import FINALIZE_MODULE
-
-MEGATRON_MODULES = ("megatron.core", FINALIZE_MODULE)
-"""What every family needs importable before it can check anything."""
+from harness.targets.megatron_names import MEGATRON_MODULES
 
 BLOCKERS = pytest.StashKey[list["Blocker"]]()
 
@@ -94,13 +94,17 @@ def _exception_line(error: BaseException) -> str:
     return "".join(traceback.format_exception_only(error)).strip().splitlines()[-1]
 
 
-def megatron_blocker() -> Blocker | None:
+def megatron_blocker(prefix: Path | None = None) -> Blocker | None:
     """A blocker when Megatron's core or ``finalize_model_grads`` module raises at import (a broken candidate, a
-    dependency the wheel forgot), else None."""
+    dependency the wheel forgot), else None. In a framework's requirements venv (``prefix``, default the running
+    one) whose install broke an import the target's venv makes, the blocker says so: the install, not Megatron."""
     for module in MEGATRON_MODULES:
         try:
             importlib.import_module(module)
         except Exception as err:
+            broken = megatron_broken_by_install(Path(sys.prefix) if prefix is None else prefix)
+            if broken is not None:
+                return Blocker(f"the framework's requirements break this venv, not Megatron: {broken}")
             version = installed_versions().get(MEGATRON_DISTRIBUTION) or "(version unknown)"
             raised = _exception_line(err)
             return Blocker(f"megatron-core {version} cannot be imported: importing {module} raised {raised}")

@@ -2,7 +2,7 @@
 moved, what was left out, a target outside its declared range), made findings of the session that runs in that venv.
 
 The install happens before the session (in the nox session that builds the venv,
-:mod:`harness.subjects.framework_install`), which records its report in the venv; the session reads it from the venv
+:mod:`harness.install.framework_install`), which records its report in the venv; the session reads it from the venv
 it runs in, so ``summary.json`` and the report carry it beside the verdicts it explains.
 """
 
@@ -12,8 +12,8 @@ import json
 import sys
 from pathlib import Path
 
+from harness.install.framework_install import RECORD
 from harness.plugin.records import append_record
-from harness.subjects.framework_install import RECORD
 
 FAMILY = "install"
 """The family name install findings are recorded under."""

@@ -110,7 +110,7 @@ class Declaration:
     requirements: tuple[str, ...] = ()
     """``[subject] requirements``: what the framework needs installed beside Megatron, as pip requirement strings;
     a path (``"."``) installs the framework in that folder itself, as ``pip install .`` does
-    (:mod:`harness.subjects.framework_install`)."""
+    (:mod:`harness.install.framework_install`)."""
     distribution: str | None = None
     """``[subject] distribution``: the framework as published (``"verl==0.9.1"``, ``"ms-swift[megatron]==4.6.0"``),
     installed from the index with its dependencies and imported from there: no checkout needed."""

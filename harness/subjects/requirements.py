@@ -1,7 +1,7 @@
 """What a declaration asks to have installed beside the target's Megatron (``[subject] distribution``,
 ``requirements``, ``leave_out``), gathered over the subjects of a session.
 
-How it is installed, and what may and may not move, is :mod:`harness.subjects.framework_install`'s.
+How it is installed, and what may and may not move, is :mod:`harness.install.framework_install`'s.
 """
 
 from __future__ import annotations
@@ -12,8 +12,8 @@ from pathlib import Path
 
 from packaging.requirements import InvalidRequirement, Requirement
 
+from harness.install.framework_install import FrameworkInstall
 from harness.subjects.declaration import Declaration, is_local_requirement
-from harness.subjects.framework_install import FrameworkInstall
 
 
 def declared_install(declaration: Declaration) -> FrameworkInstall:

@@ -13,6 +13,10 @@ from dataclasses import dataclass
 FINALIZE_MODULE = "megatron.core.distributed.finalize_model_grads"
 """The module whose private all-reduce adapters replace (not the function of the same name it re-exports)."""
 
+MEGATRON_MODULES = ("megatron.core", FINALIZE_MODULE)
+"""What every family needs importable before it can check anything, and what a framework's install must leave
+importable."""
+
 UPSTREAM_NAME = "_allreduce_non_tensor_model_parallel_grads"
 """The function adapters replace with a chunked all-reduce."""
 

@@ -1,4 +1,4 @@
-"""A framework installed beside a target as ``pip install`` would (``harness/subjects/framework_install.py``), on real
+"""A framework installed beside a target as ``pip install`` would (``harness/install/framework_install.py``), on real
 target venvs through uv: a folder whose dependencies only its ``setup.py`` lists, pins of torch and megatron-core
 overridden and said, a dependency that cannot be built left out in one line, ``leave_out``, and a resolution that
 fails reported whole. Each seeded break has its correct variant beside it.
@@ -10,7 +10,7 @@ import json
 import subprocess
 from pathlib import Path
 
-from harness.subjects.framework_install import RECORD
+from harness.install.framework_install import RECORD
 from tests.pytest_helpers import run_target_cases, subject_python
 
 SESSION = "megatron-0.15"

@@ -14,8 +14,8 @@ from types import ModuleType
 import pytest
 
 from harness.formats.budget_units import budget_words, effective_budget, in_unit
+from harness.install.framework_install import FrameworkInstall
 from harness.subjects.declaration import DeclarationFileError, read_declaration_file
-from harness.subjects.framework_install import FrameworkInstall
 from harness.subjects.loading import load_subject
 from harness.subjects.requirements import declared_install, merged
 from harness.targets.megatron_names import FINALIZE_MODULE, UPSTREAM_NAME

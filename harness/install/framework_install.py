@@ -9,6 +9,11 @@ are overridden, never obeyed; the report says where they disagreed, and a target
 framework declares is "the upgrade being checked". Everything else may move within the matrix's pins for the target
 (its numpy range included), and the report lists what moved.
 
+A dependency that asks for another torch or megatron-core than the target's is resolved to a release that accepts the
+target's (:mod:`.torch_coupled`); then the venv must import Megatron as the target's does, and each dependency that
+requires torch must import beside it, or what breaks that is left out (:mod:`.import_probe`). A dependency the
+resolution took from more than two years back is said with what forced it (:mod:`.release_age`).
+
 What cannot be installed does not stop the session: a dependency that fails to build here (a CUDA-only build) is left
 out, in one line, and the rest installed; ``[subject] leave_out`` leaves named ones out beforehand (overridden by a
 marker no interpreter matches). A resolution that fails is reported with uv's explanation, whole, and the framework
@@ -25,17 +30,20 @@ import shutil
 import subprocess
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
-from email.parser import HeaderParser
 from pathlib import Path
 
 from packaging.requirements import InvalidRequirement, Requirement
 from packaging.utils import canonicalize_name
 
 from harness.formats.file_state import NOT_SOURCE, files_state
+from harness.install.distributions import installed, python_full_version, site_packages
+from harness.install.import_probe import mend
+from harness.install.pin_report import held_versions, moved_packages, overridden_pins
+from harness.install.release_age import ancient_releases
+from harness.install.torch_coupled import constraint_lines, coupled_releases, report_lines
+from harness.install.uv_runs import uv, uv_pip
 from harness.targets.venv_install import install_command
 
-HELD = ("torch", "megatron-core")
-"""What the target pins and a framework may never replace."""
 RECORD = "megatron-conformance-requirements.json"
 """The file in a requirements venv that says what it was built with and what its install reported."""
 NEVER = 'python_version < "0"'
@@ -81,20 +89,10 @@ def venv_folder(target_venv: Path, install: FrameworkInstall) -> Path:
 
 def target_packages(python: Path) -> list[str]:
     """The venv's packages, pinned exactly as installed (``name==version``)."""
-    listed = subprocess.run(
-        ["uv", "pip", "list", "--format", "json", "--python", str(python)], capture_output=True, text=True, check=True
-    )
+    listed = uv_pip(python, "list", ["--format", "json"])
+    if listed.returncode != 0:
+        raise RequirementsError(f"uv cannot list the packages of {python}: {listed.stderr.strip()}")
     return [f"{entry['name']}=={entry['version']}" for entry in json.loads(listed.stdout)]
-
-
-def held_versions(pins: Iterable[str]) -> dict[str, str]:
-    """The versions of :data:`HELD` among exact ``pins``."""
-    held = {}
-    for pin in pins:
-        name, _, version = pin.partition("==")
-        if canonicalize_name(name) in HELD:
-            held[canonicalize_name(name)] = version
-    return held
 
 
 def requirements_python(
@@ -114,69 +112,133 @@ def requirements_python(
         "folders": [str(f) for f in install.folders],
         "leave_out": sorted(install.leave_out),
         "folder_state": [files_state(f) for f in install.folders],
+        "procedure": procedure_digest(),
     }
     recorded = folder / RECORD
     if python.exists() and recorded.is_file():
         before = json.loads(recorded.read_text())
         if {k: before.get(k) for k in record} == record:
             return python, list(before.get("report", []))
-    subprocess.run(["uv", "venv", "-q", "--clear", "--python", str(target_python), str(folder)], check=True)
-    _uv_install(python, install_command(pins, "uv", python_version))
-    report = _install(python, pins, install, matrix_pins, python_version, folder)
-    recorded.write_text(json.dumps({**record, "report": report}, indent=1))
+    subprocess.run([uv(), "venv", "-q", "--clear", "--python", str(target_python), str(folder)], check=True)
+    uv_pip(python, "install", install_command(pins, "uv", python_version))
+    report, megatron_broken = _install(python, target_python, pins, install, matrix_pins, python_version, folder)
+    recorded.write_text(json.dumps({**record, "report": report, "megatron_broken": megatron_broken}, indent=1))
     return python, report
 
 
-def _uv_install(python: Path, arguments: list[str]) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(["uv", "pip", "install", "--python", str(python), *arguments], capture_output=True, text=True)
+def procedure_digest() -> str:
+    """A digest of this package's source: a venv built by another version of the install is built again, since what
+    it left out, took and reported may differ."""
+    digest = hashlib.sha256()
+    for path in sorted(Path(__file__).parent.glob("*.py")):
+        digest.update(path.read_bytes())
+    return digest.hexdigest()[:16]
+
+
+def megatron_broken_by_install(prefix: Path) -> str | None:
+    """Why the requirements venv at ``prefix`` cannot import the Megatron its target's venv imports, where its
+    install broke that and nothing left out mended it; None otherwise (or where ``prefix`` is no such venv)."""
+    recorded = prefix / RECORD
+    if not recorded.is_file():
+        return None
+    return json.loads(recorded.read_text()).get("megatron_broken")
 
 
 def _install(
     python: Path,
+    target_python: Path,
     pins: list[str],
     install: FrameworkInstall,
     matrix_pins: Sequence[str],
     python_version: str,
     folder: Path,
-) -> list[str]:
-    """Install ``install`` into the venv of ``python`` (holding ``pins`` already); the report's lines."""
+) -> tuple[list[str], str | None]:
+    """Install ``install`` into the venv of ``python`` (holding ``pins`` already): the report's lines, and why the
+    venv cannot import Megatron where the install broke that for good."""
     held = held_versions(pins)
-    report: list[str] = []
-    left_out = list(install.leave_out)
-    report += [f"left out {name}, as [subject] leave_out says" for name in install.leave_out]
+    report = [f"left out {name}, as [subject] leave_out says" for name in install.leave_out]
     copies = _out_of_tree(install.folders, folder / "megatron-conformance-builds")
     wanted = [*matrix_pins, *install.requirements, *(str(f) for f in copies)]
-    while True:
-        overrides = folder / "megatron-conformance-overrides.txt"
-        overrides.write_text(
-            "".join(f"{name}=={version}\n" for name, version in held.items())
-            + "".join(f"{name}; {NEVER}\n" for name in left_out)
-        )
-        done = _uv_install(python, ["--override", str(overrides), *install_command(wanted, "uv", python_version)])
-        if done.returncode == 0:
-            break
-        failed = _FAILED_BUILD.search(done.stderr)
-        if failed and len(left_out) < _MAX_LEFT_OUT:
-            what = " ".join(failed.group(1).split())
-            name = canonicalize_name(re.split(r"[=<>!~ @]", what, maxsplit=1)[0])
-            if name not in left_out and name not in {
-                canonicalize_name(Requirement(r).name) for r in wanted if _named(r)
-            }:
-                left_out.append(name)
-                report.append(f"left out {what}: it cannot be built here ({_last_cause(done.stderr)})")
-                continue
-        if _NO_SOLUTION in done.stderr:
-            report.append(_conflict(done.stderr))
-            report += _without_dependencies(python, install, copies, python_version)
-            break
-        raise RequirementsError(
-            f"key 'subject.requirements': {', '.join(install.requirements + tuple(map(str, install.folders)))} "
-            f"cannot be installed beside the target's packages:\n{_indented(done.stderr)}"
-        )
-    after = target_packages(python)
-    report += moved_packages(pins, after, held)
-    report += overridden_pins(_site_packages(python), held, install.frameworks, python_version)
-    return report
+    named = ", ".join([*install.requirements, *map(str, install.folders)])
+    resolution = _Resolution(python, folder, held, list(install.leave_out), wanted, python_version, named)
+    resolved, lines = resolution.run([])
+    report += lines
+    if not resolved:
+        report += _without_dependencies(python, install, copies, python_version)
+    else:
+        coupled = coupled_releases(python, held, install.frameworks, list(matrix_pins), python_version)
+        constraints = constraint_lines(coupled)
+        taken = bool(constraints) and resolution.run(constraints, leave_out_builds=False)[0]
+        report += report_lines(coupled, held, taken or not constraints)
+    own = {canonicalize_name(Requirement(r).name) for r in install.frameworks if _named(r)}
+    mending = mend(python, target_python, pins, own, held, python_version)
+    report += mending.lines
+    distributions = installed(site_packages(python))
+    report += moved_packages(pins, target_packages(python), held)
+    report += overridden_pins(distributions, held, install.frameworks, python_version)
+    before = dict(pin.partition("==")[::2] for pin in pins)
+    chosen = {**resolution.failed_builds}
+    chosen.update({n: d.version for n, d in distributions.items() if before.get(n) != d.version and n not in held})
+    report += ancient_releases(chosen, distributions, wanted, python_version, python_full_version(python.parent.parent))
+    return report, mending.megatron_broken
+
+
+class _Resolution:
+    """uv's install of the wanted requirements with the held versions overridden, leaving out one by one what fails
+    to build here, and taking extra constraints (releases that accept the target's torch) where given."""
+
+    def __init__(
+        self,
+        python: Path,
+        folder: Path,
+        held: dict[str, str],
+        left_out: list[str],
+        wanted: list[str],
+        python_version: str,
+        named: str,
+    ) -> None:
+        self.python, self.folder, self.held, self.left_out = python, folder, held, left_out
+        self.wanted, self.python_version, self.named = wanted, python_version, named
+        self.failed_builds: dict[str, str] = {}
+        """Releases the resolution chose that could not be built (name: version), for their age."""
+
+    def run(self, constraints: list[str], leave_out_builds: bool = True) -> tuple[bool, list[str]]:
+        """Whether the requirements resolved, and the report's lines (what was left out, uv's explanation)."""
+        lines: list[str] = []
+        constrained = self.folder / "megatron-conformance-constraints.txt"
+        constrained.write_text("".join(f"{line}\n" for line in constraints))
+        while True:
+            overrides = self.folder / "megatron-conformance-overrides.txt"
+            overrides.write_text(
+                "".join(f"{name}=={version}\n" for name, version in self.held.items())
+                + "".join(f"{name}; {NEVER}\n" for name in self.left_out)
+            )
+            arguments = ["--override", str(overrides), "--constraint", str(constrained)]
+            done = uv_pip(
+                self.python, "install", [*arguments, *install_command(self.wanted, "uv", self.python_version)]
+            )
+            if done.returncode == 0:
+                return True, lines
+            failed = _FAILED_BUILD.search(done.stderr)
+            if failed and leave_out_builds and len(self.left_out) < _MAX_LEFT_OUT:
+                what = " ".join(failed.group(1).split())
+                name = canonicalize_name(re.split(r"[=<>!~ @]", what, maxsplit=1)[0])
+                if name not in self.left_out and name not in {
+                    canonicalize_name(Requirement(r).name) for r in self.wanted if _named(r)
+                }:
+                    self.left_out.append(name)
+                    if "==" in what:
+                        self.failed_builds[name] = what.partition("==")[2]
+                    lines.append(f"left out {what}: it cannot be built here ({_last_cause(done.stderr)})")
+                    continue
+            if not leave_out_builds:
+                return False, lines
+            if _NO_SOLUTION in done.stderr:
+                return False, [*lines, _conflict(done.stderr)]
+            raise RequirementsError(
+                f"key 'subject.requirements': {self.named} cannot be installed beside the target's "
+                f"packages:\n{_indented(done.stderr)}"
+            )
 
 
 def _named(requirement: str) -> bool:
@@ -224,7 +286,7 @@ def _without_dependencies(
     alone = [r for r in install.requirements if canonicalize_name(Requirement(r).name) in own]
     if not alone and not copies:
         return []
-    done = _uv_install(python, ["--no-deps", *install_command([*alone, *map(str, copies)], "uv", python_version)])
+    done = uv_pip(python, "install", ["--no-deps", *install_command([*alone, *map(str, copies)], "uv", python_version)])
     if done.returncode != 0:
         raise RequirementsError(
             f"key 'subject.requirements': {', '.join([*alone, *map(str, install.folders)])} cannot be installed, even "
@@ -233,66 +295,3 @@ def _without_dependencies(
         )
     named = [*alone, *map(str, install.folders)]
     return [f"installed {', '.join(named)} without its dependencies: a module it imports may be missing"]
-
-
-def moved_packages(before: Iterable[str], after: Iterable[str], held: dict[str, str]) -> list[str]:
-    """One line per package of the target venv whose version the framework's install changed or removed."""
-    versions = dict(pin.partition("==")[::2] for pin in after)
-    versions = {canonicalize_name(name): version for name, version in versions.items()}
-    moved = []
-    for pin in before:
-        name, _, version = pin.partition("==")
-        now = versions.get(canonicalize_name(name))
-        if canonicalize_name(name) not in held and now != version:
-            moved.append(f"{canonicalize_name(name)} {version} → {now or 'removed'}")
-    return [f"moved for the framework's requirements: {', '.join(moved)}"] if moved else []
-
-
-def overridden_pins(
-    site_packages: Path, held: dict[str, str], frameworks: Iterable[str], python_version: str
-) -> list[str]:
-    """Where an installed distribution asks for another torch or megatron-core than the target's: the framework's
-    own megatron-core range is the upgrade being checked; any other pin is overridden."""
-    extras: dict[str, set[str]] = {}
-    for text in frameworks:
-        requirement = Requirement(text)
-        extras.setdefault(canonicalize_name(requirement.name), {""}).update(requirement.extras)
-    lines = []
-    for metadata in sorted(site_packages.glob("*.dist-info/METADATA")):
-        headers = HeaderParser().parsestr(metadata.read_text(errors="replace"))
-        name, version = canonicalize_name(headers.get("Name", "")), headers.get("Version", "")
-        if name in HELD:
-            continue
-        for text in headers.get_all("Requires-Dist") or []:
-            try:
-                requirement = Requirement(text)
-            except InvalidRequirement:
-                continue
-            held_name = canonicalize_name(requirement.name)
-            if held_name not in held or not _applies(requirement, python_version, extras.get(name, {""})):
-                continue
-            if requirement.specifier.contains(held[held_name], prereleases=True):
-                continue
-            spec = str(requirement.specifier)
-            if name in extras and held_name == "megatron-core":
-                lines.append(
-                    f"megatron-core {held[held_name]} is outside the range `{name}` `{version}` declares (`{spec}`): "
-                    "this is the upgrade being checked"
-                )
-            else:
-                lines.append(
-                    f"{name} {version} asks for {held_name}{spec}: overridden, the target's {held[held_name]} stays"
-                )
-    return lines
-
-
-def _applies(requirement: Requirement, python_version: str, extras: set[str]) -> bool:
-    """Whether a dependency applies on the target's Python, with the ``extras`` asked for (``""``: none)."""
-    if requirement.marker is None:
-        return True
-    environment = {"python_version": python_version, "python_full_version": f"{python_version}.0"}
-    return any(requirement.marker.evaluate({**environment, "extra": extra}) for extra in extras)
-
-
-def _site_packages(python: Path) -> Path:
-    return next(python.parent.parent.glob("lib/python3*/site-packages"))

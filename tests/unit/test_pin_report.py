@@ -1,11 +1,13 @@
-"""What an install reports (``harness/subjects/framework_install.py``), read from a venv's metadata: what moved, pins
-of torch and megatron-core overridden, and the framework's own megatron-core range as the upgrade being checked."""
+"""What an install reports (``harness/install/pin_report.py``), read from a venv's metadata: what moved, pins of torch
+and megatron-core overridden, and the framework's own megatron-core range as the upgrade being checked."""
 
 from __future__ import annotations
 
 from pathlib import Path
 
-from harness.subjects.framework_install import FrameworkInstall, moved_packages, overridden_pins
+from harness.install.distributions import installed
+from harness.install.framework_install import FrameworkInstall
+from harness.install.pin_report import moved_packages, overridden_pins
 
 HELD = {"torch": "2.13.0+cpu", "megatron-core": "0.15.3"}
 
@@ -32,12 +34,12 @@ def test_pins_the_target_does_not_meet_are_overridden_and_the_frameworks_range_i
     distribution(tmp_path, "peft", "0.17.0", "torch>=1.13", 'torch<2; python_version < "3"')
     distribution(tmp_path, "other", "1.0", "torch==2.11.0", 'megatron-core==0.17.0; extra == "cpu"')
     distribution(tmp_path, "torch", "2.13.0+cpu", "sympy")
-    assert overridden_pins(tmp_path, HELD, ["ms-swift[megatron]==4.6.0"], "3.11") == [
+    assert overridden_pins(installed(tmp_path), HELD, ["ms-swift[megatron]==4.6.0"], "3.11") == [
         "megatron-core 0.15.3 is outside the range `ms-swift` `4.6.0` declares (`>=0.16`): this is the upgrade "
         "being checked",
         "other 1.0 asks for torch==2.11.0: overridden, the target's 2.13.0+cpu stays",
     ]
-    assert overridden_pins(tmp_path, HELD, ["ms-swift==4.6.0"], "3.11") == [
+    assert overridden_pins(installed(tmp_path), HELD, ["ms-swift==4.6.0"], "3.11") == [
         "other 1.0 asks for torch==2.11.0: overridden, the target's 2.13.0+cpu stays"
     ]
 
