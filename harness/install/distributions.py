@@ -8,6 +8,7 @@ distribution's modules are called (what the probe imports).
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass
 from email.parser import HeaderParser
 from pathlib import Path
@@ -26,6 +27,8 @@ class Distribution:
     requires: tuple[Requirement, ...]
     files: tuple[str, ...]
     top_level: tuple[str, ...]
+    direct_url: str = ""
+    """Where it was installed from, when not from an index (PEP 610's ``direct_url.json``: a folder, a file)."""
 
     def modules(self) -> tuple[str, ...]:
         """Its importable top-level modules: ``top_level.txt`` where it has one, else the folders and ``.py`` files
@@ -77,7 +80,9 @@ def installed(folder: Path) -> dict[str, Distribution]:
         top = info / "top_level.txt"
         listed = top.read_text().splitlines() if top.is_file() else []
         top_level = tuple(line.strip() for line in listed if line.strip())
-        found[name] = Distribution(name, headers.get("Version", ""), tuple(requires), tuple(files), top_level)
+        direct = info / "direct_url.json"
+        url = json.loads(direct.read_text()).get("url", "") if direct.is_file() else ""
+        found[name] = Distribution(name, headers.get("Version", ""), tuple(requires), tuple(files), top_level, url)
     return found
 
 

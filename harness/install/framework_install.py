@@ -171,6 +171,7 @@ def _install(
         taken = bool(constraints) and resolution.run(constraints, leave_out_builds=False)[0]
         report += report_lines(coupled, held, taken or not constraints)
     own = {canonicalize_name(Requirement(r).name) for r in install.frameworks if _named(r)}
+    own |= {d.name for d in installed(site_packages(python)).values() if _from(d.direct_url, copies)}
     mending = mend(python, target_python, pins, own, held, python_version)
     report += mending.lines
     distributions = installed(site_packages(python))
@@ -239,6 +240,12 @@ class _Resolution:
                 f"key 'subject.requirements': {self.named} cannot be installed beside the target's "
                 f"packages:\n{_indented(done.stderr)}"
             )
+
+
+def _from(url: str, folders: list[Path]) -> bool:
+    """Whether a distribution's PEP 610 ``url`` is one of the framework's folders (a folder install names no project
+    in ``pyproject.toml`` where only ``setup.py`` builds it)."""
+    return any(url == folder.resolve().as_uri() for folder in folders)
 
 
 def _named(requirement: str) -> bool:

@@ -30,7 +30,7 @@ def declared_install(declaration: Declaration) -> FrameworkInstall:
                     "subject.requirements", f"{item!r}: {folder} has no pyproject.toml or setup.py to install it from"
                 )
             folders.append(folder)
-            frameworks += [name for name in [_project_name(folder)] if name]
+            frameworks += [name for name in [project_name(folder)] if name]
             continue
         try:
             Requirement(item)
@@ -57,7 +57,7 @@ def merged(installs: Iterable[FrameworkInstall]) -> FrameworkInstall:
     )
 
 
-def _project_name(folder: Path) -> str | None:
+def project_name(folder: Path) -> str | None:
     """The ``[project] name`` of the folder's ``pyproject.toml``, where it states one."""
     try:
         return tomllib.loads((folder / "pyproject.toml").read_text()).get("project", {}).get("name")

@@ -1,0 +1,172 @@
+"""``python -m tests.install_table [--blind DIR] [--targets VERSION ...] [--cold]``: each published framework
+installed beside every matrix target as a session installs it (:mod:`harness.install.framework_install`), timed, and
+checked: the venv must import the megatron-core its target imports. Writes ``docs/install.md`` and exits 1 where a
+venv does not.
+
+The frameworks are those of ``tests/published/`` (their declarations' ``[subject]`` install) and, with ``--blind``,
+each framework folder under ``DIR`` that a build backend can install (``pip install .``). A warm build is one whose
+downloads uv's cache already holds; ``--cold`` also builds each framework once on the first target with an empty uv
+cache of its own, as on a fresh machine.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from harness import REPO_ROOT
+from harness.install.framework_install import FrameworkInstall, RequirementsError, requirements_python, venv_folder
+from harness.subjects.declaration import read_declaration_file
+from harness.subjects.requirements import declared_install, project_name
+from harness.targets.interpreters import venv_python
+from harness.targets.matrix import Target, load_matrix
+
+PUBLISHED = REPO_ROOT / "tests" / "published"
+PAGE = REPO_ROOT / "docs" / "install.md"
+KINDS = ("left out", "put ", "took ", "years behind", "kept as it is", "not beside the framework's requirements")
+"""The report lines the table counts: what the install left out, put back, resolved for the target's torch, took
+from far back, kept with a pin it cannot meet, or could not mend."""
+
+
+@dataclass
+class Cell:
+    seconds: float
+    imports: bool
+    detail: str
+    findings: list[str] = field(default_factory=list)
+
+
+def published_installs() -> dict[str, FrameworkInstall]:
+    """The install each published framework's declaration asks for."""
+    found = {}
+    for folder in sorted(PUBLISHED.iterdir()):
+        declaration = folder / "megatron-conformance.toml"
+        if declaration.is_file():
+            found[folder.name] = declared_install(read_declaration_file(declaration))
+    return found
+
+
+def blind_installs(root: Path) -> dict[str, FrameworkInstall]:
+    """Each framework folder under ``root`` that has a build configuration, installed as ``pip install .`` does."""
+    found = {}
+    for folder in sorted(root.iterdir()):
+        if (folder / "pyproject.toml").is_file() or (folder / "setup.py").is_file():
+            named = project_name(folder)
+            found[folder.name] = FrameworkInstall(folders=(folder,), frameworks=(named,) if named else ())
+    return found
+
+
+def megatron_imports(python: Path, version: str) -> tuple[bool, str]:
+    code = "import megatron.core, megatron.core.distributed.finalize_model_grads as f; print(megatron.core.__version__)"
+    done = subprocess.run([str(python), "-c", code], capture_output=True, text=True, timeout=600)
+    printed = done.stdout.strip().splitlines()[-1:] or [""]
+    if done.returncode == 0 and printed[0] == version:
+        return True, version
+    return False, (done.stderr.strip().splitlines() or [f"exit {done.returncode}"])[-1][:200]
+
+
+def build(target: Target, install: FrameworkInstall, cache: Path | None = None) -> Cell:
+    """Build the framework's venv on ``target`` from nothing (its record removed), timed."""
+    target_python = venv_python(REPO_ROOT / ".nox", target.session)
+    subprocess.run(["rm", "-rf", str(venv_folder(target_python.parent.parent, install))], check=True)
+    environment = dict(os.environ)
+    if cache is not None:
+        os.environ["UV_CACHE_DIR"] = str(cache)
+    start = time.perf_counter()
+    try:
+        python, report = requirements_python(target_python, install, target.requirements(), target.python)
+    except RequirementsError as err:
+        return Cell(time.perf_counter() - start, False, str(err).splitlines()[0][:200])
+    finally:
+        os.environ.clear()
+        os.environ.update(environment)
+    seconds = time.perf_counter() - start
+    imports, detail = megatron_imports(python, target.megatron.location.partition("==")[2])
+    return Cell(seconds, imports, detail, [line for line in report if any(k in line for k in KINDS)])
+
+
+def page(cells: dict[str, dict[str, Cell]], cold: dict[str, Cell], targets: list[Target]) -> str:
+    lines = [
+        "# Installing published frameworks beside each target",
+        "",
+        "What `python -m tests.install_table --blind <folder of framework sources> --cold` measured: each framework "
+        "installed beside each matrix target as a target session installs it (resolution with the target's torch "
+        "and megatron-core held, dependencies that require torch resolved to releases that accept the target's, "
+        "the import probe, the release-age check), on this machine (2 cores, CPU torch). A cell is the seconds of a "
+        "warm build (uv's cache holds the downloads) and whether the venv then imports the megatron-core its target "
+        "imports (`ok`); `cold` is the same build on the first target with an empty uv cache.",
+        "",
+        "| framework | cold | " + " | ".join(t.session for t in targets) + " |",
+        "|---|---|" + "---|" * len(targets),
+    ]
+    for name, row in cells.items():
+        first = cold.get(name)
+        cold_text = f"{first.seconds:.0f} s" if first else "—"
+        shown = [
+            f"{row[t.session].seconds:.0f} s {'ok' if row[t.session].imports else 'NO'}" if t.session in row else "—"
+            for t in targets
+        ]
+        lines.append(f"| {name} | {cold_text} | " + " | ".join(shown) + " |")
+    lines += ["", "## What each install left out, resolved or said", ""]
+    for name, row in cells.items():
+        lines.append(f"### {name}")
+        lines.append("")
+        said: dict[str, list[str]] = {}
+        for session, cell in row.items():
+            for finding in cell.findings or ([] if cell.imports else [f"does not import Megatron: {cell.detail}"]):
+                said.setdefault(finding, []).append(session)
+        if not said:
+            lines.append("Nothing left out, resolved back or forced: the framework's requirements install as they are.")
+        for finding, sessions in said.items():
+            lines.append(f"- {', '.join(sessions)}: {finding}")
+        lines.append("")
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--blind", type=Path, help="a folder of framework sources, one folder per framework")
+    parser.add_argument("--targets", nargs="*", help="megatron-core versions (default: every matrix target)")
+    parser.add_argument("--only", nargs="*", help="framework names (default: all)")
+    parser.add_argument("--cold", action="store_true", help="also build each framework once with an empty uv cache")
+    options = parser.parse_args(argv)
+    targets = [
+        t
+        for t in load_matrix(REPO_ROOT / "matrix.yaml").targets
+        if not options.targets or t.megatron.location.partition("==")[2] in options.targets
+    ]
+    installs = {**published_installs(), **(blind_installs(options.blind) if options.blind else {})}
+    installs = {n: i for n, i in installs.items() if not options.only or n in options.only}
+    cells: dict[str, dict[str, Cell]] = {}
+    cold: dict[str, Cell] = {}
+    for name, install in installs.items():
+        row = cells.setdefault(name, {})
+        for index, target in enumerate(targets):
+            if not venv_python(REPO_ROOT / ".nox", target.session).exists():
+                print(f"{target.session}: no target venv (nox --install-only -s {target.session})", file=sys.stderr)
+                continue
+            if options.cold and index == 0:
+                with tempfile.TemporaryDirectory(prefix="uv-cold-") as cache:
+                    cold[name] = build(target, install, Path(cache))
+                print(f"{name} {target.session} cold: {cold[name].seconds:.0f} s", flush=True)
+            row[target.session] = cell = build(target, install)
+            print(f"{name} {target.session}: {cell.seconds:.0f} s imports={cell.imports} {cell.detail}", flush=True)
+            for finding in cell.findings:
+                print(f"    {finding[:300]}", flush=True)
+    PAGE.write_text(page(cells, cold, targets) + "\n")
+    (REPO_ROOT / "reports").mkdir(exist_ok=True)
+    (REPO_ROOT / "reports" / "install-table.json").write_text(
+        json.dumps({n: {s: c.__dict__ for s, c in r.items()} for n, r in cells.items()}, indent=1)
+    )
+    return 0 if all(c.imports for row in cells.values() for c in row.values()) else 1
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
