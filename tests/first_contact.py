@@ -2,6 +2,10 @@
 patches it reports that no site lists. ``python -m tests.first_contact SITES.json ROOT [RELEASE ...]`` prints one
 line of figures and the sites missed; the sites files of the blind corpus live in ``tests/published/blind/``.
 
+A method bound on a built object whose class its readers judged not knowable from source
+(``class_knowable_from_source: false``) is found where ``scan`` lists it as unplaced at its line: a row saying the
+class cannot be read, for a ``replaces with`` entry to place, is the right answer there, and a guessed class is not.
+
 A site is found where ``scan``'s starter lists the same Megatron symbol as replaced at the same file and line (a
 loop over names makes one site per name at the loop's line). A site whose symbol the reader wrote as ``?`` counts
 where any replacement is listed at its line. A site naming what no release read defines (a name the framework adds
@@ -17,6 +21,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+from harness.source.object_classes import UNPLACED
 from harness.source.starter import replaceable, scanned_replacements
 from harness.targets.release_source import release_source
 
@@ -56,6 +61,8 @@ def measure(sites_file: Path, root: Path, releases: tuple[str, ...] = RELEASES) 
     for site in sites:
         place = f"{Path(site['file']).name}:{site['line']}"
         hit = place in places if site["symbol"] == "?" else (place, site["symbol"]) in patches
+        if site.get("class_knowable_from_source") is False:
+            hit = hit or (place, UNPLACED) in patches  # the row that says the class cannot be read is the answer
         if site["symbol"] != "?" and not replaceable(site["symbol"], trees):
             undefined.append(site)
             listed += [site] if hit else []

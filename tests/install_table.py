@@ -25,8 +25,7 @@ from harness import REPO_ROOT
 from harness.install.framework_install import FrameworkInstall, RequirementsError, requirements_python, venv_folder
 from harness.subjects.declaration import read_declaration_file
 from harness.subjects.requirements import declared_install, project_name
-from harness.targets.interpreters import venv_python
-from harness.targets.matrix import Target, load_matrix
+from harness.targets.matrix import Target, load_matrix, venv_python
 
 PUBLISHED = REPO_ROOT / "tests" / "published"
 PAGE = REPO_ROOT / "docs" / "install.md"
@@ -63,13 +62,18 @@ def blind_installs(root: Path) -> dict[str, FrameworkInstall]:
     return found
 
 
-def megatron_imports(python: Path, version: str) -> tuple[bool, str]:
-    code = "import megatron.core, megatron.core.distributed.finalize_model_grads as f; print(megatron.core.__version__)"
-    done = subprocess.run([str(python), "-c", code], capture_output=True, text=True, timeout=600)
-    printed = done.stdout.strip().splitlines()[-1:] or [""]
-    if done.returncode == 0 and printed[0] == version:
-        return True, version
-    return False, (done.stderr.strip().splitlines() or [f"exit {done.returncode}"])[-1][:200]
+IMPORTS = "import megatron.core, megatron.core.distributed.finalize_model_grads; print(megatron.core.__version__)"
+
+
+def megatron_imports(python: Path, target_python: Path) -> tuple[bool, str]:
+    """Whether the venv of ``python`` imports Megatron as the target's venv does (the same version printed)."""
+    printed = []
+    for interpreter in (target_python, python):
+        done = subprocess.run([str(interpreter), "-c", IMPORTS], capture_output=True, text=True, timeout=600)
+        if done.returncode != 0:
+            return False, (done.stderr.strip().splitlines() or [f"exit {done.returncode}"])[-1][:200]
+        printed.append(done.stdout.strip().splitlines()[-1])
+    return printed[0] == printed[1], printed[1]
 
 
 def build(target: Target, install: FrameworkInstall, cache: Path | None = None) -> Cell:
@@ -88,7 +92,7 @@ def build(target: Target, install: FrameworkInstall, cache: Path | None = None) 
         os.environ.clear()
         os.environ.update(environment)
     seconds = time.perf_counter() - start
-    imports, detail = megatron_imports(python, target.megatron.location.partition("==")[2])
+    imports, detail = megatron_imports(python, target_python)
     return Cell(seconds, imports, detail, [line for line in report if any(k in line for k in KINDS)])
 
 

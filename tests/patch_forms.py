@@ -56,8 +56,13 @@ ASSIGN = (
 )
 INSTANCE = ("closure", "method-type", "get")
 """How a method is bound on one built object instead of its class."""
-OBJECT = ("constructed", "isinstance-loop", "annotated", "get-owner")
-"""How the source says which Megatron class that object is of."""
+OBJECT = ("constructed", "isinstance-loop", "annotated", "get-owner", "parameter")
+"""How the source says which Megatron class that object is of; ``parameter``: it does not (an unannotated
+parameter), and the right answer is a row saying the class cannot be read (``?``), never a guessed class."""
+SHARED_METHODS = ("forward", "step")
+"""Methods many Megatron classes define (every module's ``forward``, every optimizer's ``step``): an object of a class
+the source does not say could be of any of them, so only these are drawn ``parameter``. A method one class alone
+defines places such an object by itself."""
 WHEN = ("import", "apply", "context")
 GUARD = ("none", "version", "hasattr", "device")
 
@@ -79,6 +84,11 @@ class PatchForm:
     """For a method: bound on one built object, in one of :data:`INSTANCE`'s ways (empty: on the class)."""
     known_by: str = ""
     """For a method bound on an object: how the source says its class (:data:`OBJECT`)."""
+
+    @property
+    def expected(self) -> str:
+        """The symbol ``scan`` must list at the patch's line: the target's, or ``?`` where no class can be read."""
+        return "?" if self.known_by == "parameter" else self.target.key
 
     def describe(self) -> str:
         on = f"/{self.instance} on {self.known_by} object" if self.instance else ""
@@ -110,7 +120,9 @@ def patch_forms(draw: st.DrawFn) -> PatchForm:
         target,
         draw(st.booleans()),
         instance,
-        draw(st.sampled_from(OBJECT)) if instance else "",
+        draw(st.sampled_from([o for o in OBJECT if o != "parameter" or target.name in SHARED_METHODS]))
+        if instance
+        else "",
     )
 
 
@@ -222,7 +234,7 @@ def _patch_module(form: PatchForm) -> list[str]:
         body = [*reach_lines, *body]
         parameters = f"built: {target.owner} = None"
     else:
-        parameters = ""
+        parameters = "built=None" if form.known_by == "parameter" else ""
     if form.when == "import" and not parameters:
         return [*head, *replacement, *body]
     indent = ["    " + text if text else text for text in body]

@@ -120,6 +120,11 @@ class InstancePatch:
     plain: bool = False
     """The function is set on the object as it is (``obj.forward = f``), not bound to it: a method replaced only
     where the object's class defines the name as a method; a field set to a function is data."""
+    unnamed: bool = False
+    """Set as it is on an object (not a module the file imports) nothing in the source names the class of (a
+    parameter, another object's attribute):
+    a Megatron method only where some Megatron class defines the name, and then listed as unplaced where the names
+    around it do not tell which class, never left out unsaid."""
 
     @property
     def place(self) -> str:
@@ -389,8 +394,17 @@ class _Reader:
         around = functions[-1] if functions else self.trees[self.module][1]
         narrowed = isinstance_tests(around, ast.unparse(target.value))
         plain = function is None and (built is not None or bool(narrowed))
-        if plain:
-            function = value  # a function set as it is on one object whose class the source names
+        root = _root(target.value)
+        bound = next((scope.names[root] for scope in reversed(scopes) if root in scope.names), "=") if root else ""
+        unnamed = (
+            function is None
+            and not plain
+            and root not in (None, "self", "cls")
+            and bound.startswith("=")
+            and not _loops_over_written(around, root)
+        )
+        if plain or unnamed:
+            function = value  # a function set as it is on one object, whose class the source may not name
         written = dotted_name(function) if function is not None else None
         definition = self.definition(written, scopes, enclosing) if written else None
         if definition is None or (target.attr.startswith("__") and target.attr != "__call__"):
@@ -415,7 +429,8 @@ class _Reader:
                 ast.unparse(target.value).removesuffix(".__class__"),
                 hint.lower().replace("_", ""),
                 wrapper,
-                plain,
+                plain or unnamed,
+                unnamed,
             )
         )
 
@@ -620,6 +635,24 @@ def _decorated(node: ast.FunctionDef | ast.AsyncFunctionDef) -> str | None:
         if name in WRAPPERS:
             return WRAPPERS[name]
     return None
+
+
+def _loops_over_written(around: ast.AST, name: str) -> bool:
+    """Whether ``name`` is the variable of a loop over a written list or tuple in ``around`` (``for m in [A, B]``):
+    objects the source names, which the source scan reads, not objects of a class it cannot say."""
+    return any(
+        isinstance(node, ast.For)
+        and isinstance(node.iter, ast.List | ast.Tuple)
+        and name in {n.id for n in ast.walk(node.target) if isinstance(n, ast.Name)}
+        for node in ast.walk(around)
+    )
+
+
+def _root(expression: ast.expr) -> str | None:
+    """The name an attribute chain starts from (``model`` of ``model.decoder.layers[0]``)."""
+    while isinstance(expression, ast.Attribute | ast.Subscript | ast.Call):
+        expression = expression.value if not isinstance(expression, ast.Call) else expression.func
+    return expression.id if isinstance(expression, ast.Name) else None
 
 
 def _guards_of_calls(owner: ast.ClassDef, method: str, target: str) -> list[str]:

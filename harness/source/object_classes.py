@@ -50,9 +50,18 @@ def sets_data(instance: InstancePatch, owner: str | None, source: MegatronSource
     Megatron's either."""
     if not instance.plain:
         return False
+    if owner is None and instance.unnamed:
+        return not _definers(source, instance.method)  # no Megatron class has such a method: the object's own field
     module, _, name = owner.partition(":") if owner else ("", "", "")
     info = source.class_named(module, name) if module in source.texts else None
     return info is None or not any(instance.method in source.methods(each) for each in source.mro(info))
+
+
+def defining_classes(instance: InstancePatch, source: MegatronSource) -> list[str]:
+    """``module:Class`` of every Megatron class defining (else setting in its constructor) the method ``instance``
+    binds: the classes an unplaced patch may be on."""
+    infos = _definers(source, instance.method) or _holders(source, instance.method)
+    return [f"{info.module}:{info.name}" for info in infos]
 
 
 def class_of_self(instance: InstancePatch, bound_as: Mapping[int, str], source: MegatronSource) -> str | None:

@@ -28,7 +28,7 @@ from harness.source.class_swaps import class_swaps
 from harness.source.framework_patches import Definition, FrameworkSource, read_framework
 from harness.source.framework_scan import Patch, defined, megatron_source
 from harness.source.megatron_keys import megatron_key
-from harness.source.object_classes import instance_class, sets_data
+from harness.source.object_classes import defining_classes, instance_class, is_megatrons, sets_data
 from harness.source.source_verdicts import has_member, is_megatron_owner
 from harness.targets.megatron_names import FINALIZE_MODULE
 
@@ -48,6 +48,20 @@ class Replaced:
     """Place of each assignment -> ``module:function`` around it (``module:Class.method`` for a method, the module
     alone where its body makes it)."""
     on_instances: bool = False
+
+
+@dataclass(frozen=True)
+class UnplacedPatch:
+    """A method bound on built objects of a class the source does not name, where several Megatron classes define
+    it: a row that says so, for a ``replaces with`` entry to place."""
+
+    place: str
+    bound: str
+    """The object and method as written (``optimizer.step``)."""
+    replacement: str
+    """``module:qualname`` of the function bound, or its name where it is a closure."""
+    classes: tuple[str, ...]
+    """The Megatron classes defining the method, any of which the objects may be of."""
 
 
 @dataclass(frozen=True)
@@ -74,9 +88,8 @@ class FrameworkPatches:
     literals: set[str] = field(default_factory=set)
     """``file:line`` (file name only) of every literal the framework binds on Megatron (``_X_GROUP = None``,
     ``Cls._patched = True``): state where Megatron defines the name, a marker where no release does."""
-    literals: set[str] = field(default_factory=set)
-    """``file:line`` (file name only) of every literal the framework binds on Megatron (``_X_GROUP = None``,
-    ``Cls._patched = True``): state where Megatron defines the name, a marker where no release does."""
+    unplaced: list[UnplacedPatch] = field(default_factory=list)
+    """Methods bound on built Megatron objects whose class the source does not say."""
 
     def made_by_guess(self, key: str) -> list[str]:
         """The places where the guessed apply makes the patch of ``key`` (empty: made elsewhere)."""
@@ -111,9 +124,17 @@ def read_patches(
         entry.replacements[place] = qualnames.of(patch.definition) or qualnames.class_named(patch.module, patch.value)
         entry.values[place] = patch.value
         entry.makers[place] = _maker(patch.module, patch.scope)
+    unplaced = []
     for instance in framework.instances:
         owner = instance_class(instance, source)
-        if owner is None or sets_data(instance, owner, source):
+        if sets_data(instance, owner, source):
+            continue
+        if owner is None:
+            if is_megatrons(instance) and (classes := defining_classes(instance, source)):
+                place = framework.place(instance.module, instance.line)
+                bound = f"{instance.target}.{instance.method}"
+                function = qualnames.of(instance.definition) or instance.definition.node.name
+                unplaced.append(UnplacedPatch(place, bound, function, tuple(classes)))
             continue
         key = f"{owner}.{instance.method}"
         entry = replaced.setdefault(key, Replaced(key, on_instances=True))
@@ -145,7 +166,7 @@ def read_patches(
         entry.values[place] = patch.value
         entry.makers[place] = f"{patch.module}:{maker.name}"
     literals = {f"{p.file.name}:{p.line}" for p in framework.patches if p.constant}
-    return FrameworkPatches(replaced, _guess(framework, replaced), framework, literals)
+    return FrameworkPatches(replaced, _guess(framework, replaced), framework, literals, unplaced)
 
 
 def defined_everywhere(key: str, trees: Sequence[Path]) -> bool:

@@ -34,6 +34,7 @@ from harness.source.framework_scan import (
     scan_framework,
 )
 from harness.source.megatron_namespace import imports_megatron
+from harness.source.object_classes import UNPLACED
 from harness.source.package_layout import unreadable_files
 from harness.source.parsing import walked
 from harness.source.reader_error import ReaderError
@@ -133,7 +134,26 @@ def _patches_found(found: FrameworkScan, patches: FrameworkPatches | None) -> li
         for p in found.patches
         if p.place not in read
     ]
-    return ["# Patch assignments found (symbol <- value, by what):", *lines] if lines else []
+    found_lines = ["# Patch assignments found (symbol <- value, by what):", *lines] if lines else []
+    return found_lines + _unplaced_lines(patches)
+
+
+def _unplaced_lines(patches: FrameworkPatches | None) -> list[str]:
+    """One comment row per method bound on built objects whose class the source does not name: for the user to
+    declare under the right class (``replaces with`` the function), never a class guessed here."""
+    if patches is None or not patches.unplaced:
+        return []
+    lines = [
+        "# Methods bound on built Megatron objects whose class the source does not say: declare each under its class"
+        " in [megatron_symbols] as 'replaces with <the function>'"
+    ]
+    for unplaced in patches.unplaced:
+        shown = ", ".join(unplaced.classes[:4]) + (", ..." if len(unplaced.classes) > 4 else "")
+        lines.append(
+            f"#   could not place {unplaced.bound} <- {unplaced.replacement} ({unplaced.place}): "
+            f"{len(unplaced.classes)} classes define `{unplaced.bound.rpartition('.')[2]}` ({shown})"
+        )
+    return lines
 
 
 def _symbols_patch_guess(patches: FrameworkPatches | None, commented: bool) -> list[str]:
@@ -209,7 +229,7 @@ def replaced_places(found: FrameworkScan, patches: FrameworkPatches | None) -> s
     """``(file:line, key)`` of every patch the starter lists as a replaced symbol (:func:`_symbol_lines`' first
     rows): the patches read with their replacement, those the source scan alone found that are neither an undo
     nor a marker, and the literals and scan-only patches of a name some release defines, also where the patch reader
-    reads it replaced elsewhere.
+    reads it replaced elsewhere; ``(file:line, "?")`` for a method bound on objects whose class it could not place.
     What ``tests/first_contact.py`` and the generated forms compare with the sites."""
     replaced = patches.replaced if patches is not None else {}
     read = patches.patch_places if patches is not None else set()
@@ -219,6 +239,7 @@ def replaced_places(found: FrameworkScan, patches: FrameworkPatches | None) -> s
         if replaceable(key, found.megatron)
         for place in entry.makers
     }
+    rows |= {(short_place(unplaced.place), UNPLACED) for unplaced in patches.unplaced} if patches is not None else set()
     for symbol in found.symbols:
         if symbol.usage != "replaces" or not _megatron_defines(symbol.key, found.megatron):
             continue  # a marker of the framework's own: no release of Megatron defines the name

@@ -50,7 +50,7 @@ DRAWS = 1000
 @given(form=patch_forms())
 def test_scan_finds_exactly_the_patch_each_generated_framework_makes(form: PatchForm, megatron_tree: Path) -> None:
     patches, place = scanned(form, megatron_tree)
-    assert patches == {(place, form.target.key)}, form.describe()
+    assert patches == {(place, form.expected)}, form.describe()
 
 
 NAMESPACE = PatchForm(
@@ -87,6 +87,7 @@ def test_a_namespace_package_is_read_and_the_old_chain_rule_misses_it(
 
 
 ROUTING = Target("megatron.core.transformer.moe.router", "TopKRouter", "routing")
+STEP = Target("megatron.core.optimizer.optimizer", "ChainedOptimizer", "step", "[]")
 
 
 def _module_level_constants(trees: object) -> dict[str, str]:
@@ -165,6 +166,13 @@ def _sets_by_setattr_only(loop: ast.For, name: str) -> bool:
             id="class-got-by-a-loops-name-unread",
         ),
         pytest.param(
+            PatchForm("regular", "import-top", "attribute", "apply", "none", STEP, False, "closure", "parameter"),
+            "harness.source.scan_patches",
+            "defining_classes",
+            lambda instance, source: [],
+            id="object-of-a-class-the-source-does-not-say-left-unsaid",
+        ),
+        pytest.param(
             PatchForm("regular", "import-top", "literal", "apply", "none", ROUTING, True),
             "harness.source.starter",
             "_state_set",
@@ -179,9 +187,9 @@ def test_each_form_goes_red_when_its_reading_is_taken_away(
     """Seeded breaks: the property holds on the form, and fails once the reader's handling of it is replaced by the
     narrower rule it had before."""
     expected_place = scanned(form, megatron_tree)
-    assert expected_place[0] == {(expected_place[1], form.target.key)}
+    assert expected_place[0] == {(expected_place[1], form.expected)}
     for each in module.split():
         owner, _, cls = each.partition(":")
         target = importlib.import_module(owner)
         monkeypatch.setattr(getattr(target, cls) if cls else target, name, broken)
-    assert scanned(form, megatron_tree)[0] != {(expected_place[1], form.target.key)}
+    assert scanned(form, megatron_tree)[0] != {(expected_place[1], form.expected)}
