@@ -6,7 +6,8 @@ venv does not.
 The frameworks are those of ``tests/published/`` (their declarations' ``[subject]`` install) and, with ``--blind``,
 each framework folder under ``DIR`` that a build backend can install (``pip install .``). A warm build is one whose
 downloads uv's cache already holds; ``--cold`` also builds each framework once on the first target with an empty uv
-cache of its own, as on a fresh machine.
+cache of its own, as on a fresh machine. ``--only NAME ...`` measures those frameworks again and keeps the other
+rows of the last run (``reports/install-table.json``).
 """
 
 from __future__ import annotations
@@ -29,6 +30,7 @@ from harness.targets.matrix import Target, load_matrix, venv_python
 
 PUBLISHED = REPO_ROOT / "tests" / "published"
 PAGE = REPO_ROOT / "docs" / "install.md"
+RECORDED = REPO_ROOT / "reports" / "install-table.json"
 KINDS = ("left out", "put ", "took ", "years behind", "kept as it is", "not beside the framework's requirements")
 """The report lines the table counts: what the install left out, put back, resolved for the target's torch, took
 from far back, kept with a pin it cannot meet, or could not mend."""
@@ -40,6 +42,8 @@ class Cell:
     imports: bool
     detail: str
     findings: list[str] = field(default_factory=list)
+    installed: bool = True
+    """False where the framework could not be installed at all (its own build failed)."""
 
 
 def published_installs() -> dict[str, FrameworkInstall]:
@@ -52,14 +56,17 @@ def published_installs() -> dict[str, FrameworkInstall]:
     return found
 
 
-def blind_installs(root: Path) -> dict[str, FrameworkInstall]:
-    """Each framework folder under ``root`` that has a build configuration, installed as ``pip install .`` does."""
-    found = {}
-    for folder in sorted(root.iterdir()):
+def blind_installs(root: Path) -> tuple[dict[str, FrameworkInstall], list[str]]:
+    """Each framework folder under ``root`` that has a build configuration, installed as ``pip install .`` does, and
+    the names of those that have none (nothing a user could install)."""
+    found, none = {}, []
+    for folder in sorted(p for p in root.iterdir() if p.is_dir()):
         if (folder / "pyproject.toml").is_file() or (folder / "setup.py").is_file():
             named = project_name(folder)
             found[folder.name] = FrameworkInstall(folders=(folder,), frameworks=(named,) if named else ())
-    return found
+        else:
+            none.append(folder.name)
+    return found, none
 
 
 IMPORTS = "import megatron.core, megatron.core.distributed.finalize_model_grads; print(megatron.core.__version__)"
@@ -87,7 +94,9 @@ def build(target: Target, install: FrameworkInstall, cache: Path | None = None) 
     try:
         python, report = requirements_python(target_python, install, target.requirements(), target.python)
     except RequirementsError as err:
-        return Cell(time.perf_counter() - start, False, str(err).splitlines()[0][:200])
+        said = [line.strip() for line in str(err).splitlines() if line.strip()]
+        why = said[0].split(": ", 1)[-1] + (f" ({said[-1][:200]})" if len(said) > 1 else "")
+        return Cell(time.perf_counter() - start, False, why, installed=False)
     finally:
         os.environ.clear()
         os.environ.update(environment)
@@ -96,7 +105,9 @@ def build(target: Target, install: FrameworkInstall, cache: Path | None = None) 
     return Cell(seconds, imports, detail, [line for line in report if any(k in line for k in KINDS)])
 
 
-def page(cells: dict[str, dict[str, Cell]], cold: dict[str, Cell], targets: list[Target]) -> str:
+def page(
+    cells: dict[str, dict[str, Cell]], cold: dict[str, Cell], targets: list[Target], uninstallable: list[str]
+) -> str:
     lines = [
         "# Installing published frameworks beside each target",
         "",
@@ -113,18 +124,18 @@ def page(cells: dict[str, dict[str, Cell]], cold: dict[str, Cell], targets: list
     for name, row in cells.items():
         first = cold.get(name)
         cold_text = f"{first.seconds:.0f} s" if first else "—"
-        shown = [
-            f"{row[t.session].seconds:.0f} s {'ok' if row[t.session].imports else 'NO'}" if t.session in row else "—"
-            for t in targets
-        ]
+        shown = [_shown(row[t.session]) if t.session in row else "—" for t in targets]
         lines.append(f"| {name} | {cold_text} | " + " | ".join(shown) + " |")
+    for name in uninstallable:
+        lines.append(f"| {name} | no `pyproject.toml` or `setup.py`: nothing to install |" + " |" * len(targets))
     lines += ["", "## What each install left out, resolved or said", ""]
     for name, row in cells.items():
         lines.append(f"### {name}")
         lines.append("")
         said: dict[str, list[str]] = {}
         for session, cell in row.items():
-            for finding in cell.findings or ([] if cell.imports else [f"does not import Megatron: {cell.detail}"]):
+            failed = "not installed" if not cell.installed else "does not import Megatron"
+            for finding in cell.findings or ([] if cell.imports else [f"{failed}: {cell.detail}"]):
                 said.setdefault(finding, []).append(session)
         if not said:
             lines.append("Nothing left out, resolved back or forced: the framework's requirements install as they are.")
@@ -132,6 +143,12 @@ def page(cells: dict[str, dict[str, Cell]], cold: dict[str, Cell], targets: list
             lines.append(f"- {', '.join(sessions)}: {finding}")
         lines.append("")
     return "\n".join(lines)
+
+
+def _shown(cell: Cell) -> str:
+    if not cell.installed:
+        return "not installed"
+    return f"{cell.seconds:.0f} s {'ok' if cell.imports else 'NO'}"
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -146,10 +163,10 @@ def main(argv: list[str] | None = None) -> int:
         for t in load_matrix(REPO_ROOT / "matrix.yaml").targets
         if not options.targets or t.megatron.location.partition("==")[2] in options.targets
     ]
-    installs = {**published_installs(), **(blind_installs(options.blind) if options.blind else {})}
+    blind, uninstallable = blind_installs(options.blind) if options.blind else ({}, [])
+    installs = {**published_installs(), **blind}
     installs = {n: i for n, i in installs.items() if not options.only or n in options.only}
-    cells: dict[str, dict[str, Cell]] = {}
-    cold: dict[str, Cell] = {}
+    cells, cold = _recorded() if options.only else ({}, {})
     for name, install in installs.items():
         row = cells.setdefault(name, {})
         for index, target in enumerate(targets):
@@ -164,12 +181,27 @@ def main(argv: list[str] | None = None) -> int:
             print(f"{name} {target.session}: {cell.seconds:.0f} s imports={cell.imports} {cell.detail}", flush=True)
             for finding in cell.findings:
                 print(f"    {finding[:300]}", flush=True)
-    PAGE.write_text(page(cells, cold, targets) + "\n")
-    (REPO_ROOT / "reports").mkdir(exist_ok=True)
-    (REPO_ROOT / "reports" / "install-table.json").write_text(
-        json.dumps({n: {s: c.__dict__ for s, c in r.items()} for n, r in cells.items()}, indent=1)
+    PAGE.write_text(page(cells, cold, targets, uninstallable) + "\n")
+    RECORDED.parent.mkdir(exist_ok=True)
+    RECORDED.write_text(
+        json.dumps(
+            {
+                "cells": {n: {s: c.__dict__ for s, c in r.items()} for n, r in cells.items()},
+                "cold": {n: c.__dict__ for n, c in cold.items()},
+            },
+            indent=1,
+        )
     )
     return 0 if all(c.imports for row in cells.values() for c in row.values()) else 1
+
+
+def _recorded() -> tuple[dict[str, dict[str, Cell]], dict[str, Cell]]:
+    """The cells of the last run, which a run of ``--only`` some frameworks updates."""
+    if not RECORDED.is_file():
+        return {}, {}
+    data = json.loads(RECORDED.read_text())
+    cells = {n: {s: Cell(**c) for s, c in row.items()} for n, row in data["cells"].items()}
+    return cells, {n: Cell(**c) for n, c in data["cold"].items()}
 
 
 if __name__ == "__main__":
