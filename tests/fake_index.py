@@ -65,3 +65,16 @@ def broken_sdist(folder: Path, version: str) -> Path:
             info.size = len(data)
             archive.addfile(info, io.BytesIO(data))
     return path
+
+
+def installed_distribution(
+    site: Path, name: str, version: str, files: tuple[str, ...] = (), requires: tuple[str, ...] = ()
+) -> Path:
+    """The ``.dist-info`` an install leaves in ``site`` (a ``site-packages``): metadata with ``requires``, and a
+    ``RECORD`` listing ``files``."""
+    info = site / f"{name.replace('-', '_')}-{version}.dist-info"
+    info.mkdir(parents=True)
+    metadata = f"Metadata-Version: 2.1\nName: {name}\nVersion: {version}\n"
+    (info / "METADATA").write_text(metadata + "".join(f"Requires-Dist: {r}\n" for r in requires))
+    (info / "RECORD").write_text("".join(f"{f},,\n" for f in files))
+    return info

@@ -11,14 +11,7 @@ import pytest
 
 from harness.install.distributions import installed, owners
 from harness.install.import_probe import _owned_frames, coupled_modules, probe
-
-
-def dist_info(site: Path, name: str, version: str, files: list[str], requires: tuple[str, ...] = ()) -> None:
-    info = site / f"{name.replace('-', '_')}-{version}.dist-info"
-    info.mkdir(parents=True)
-    metadata = f"Metadata-Version: 2.1\nName: {name}\nVersion: {version}\n"
-    (info / "METADATA").write_text(metadata + "".join(f"Requires-Dist: {r}\n" for r in requires))
-    (info / "RECORD").write_text("".join(f"{f},,\n" for f in files))
+from tests.fake_index import installed_distribution
 
 
 @pytest.fixture
@@ -53,8 +46,8 @@ def test_the_probe_names_each_module_that_raised_with_its_files_innermost_first(
 
 
 def test_the_cause_is_the_changed_distribution_that_owns_the_innermost_file(site: Path) -> None:
-    dist_info(site, "engine-core", "2.0", ["engine/__init__.py"])
-    dist_info(site, "usesengine", "1.0", ["usesengine.py"])
+    installed_distribution(site, "engine-core", "2.0", ("engine/__init__.py",))
+    installed_distribution(site, "usesengine", "1.0", ("usesengine.py",))
     failure = probe(Path(sys.executable), ["usesengine"])["usesengine"]
     distributions = installed(site)
     owned = owners(site, distributions)
@@ -71,9 +64,11 @@ def test_an_interpreter_that_dies_is_a_failure_of_every_module_never_a_pass(site
 
 
 def test_the_torch_coupled_modules_are_those_of_changed_distributions_that_require_torch(site: Path) -> None:
-    dist_info(site, "visionlib", "0.28.0", ["visionlib/__init__.py", "visionlib/ops.py"], ("torch==2.13.0",))
-    dist_info(site, "tokenlib", "1.0", ["tokenlib.py"], ("numpy",))
-    dist_info(site, "oldvision", "0.1", ["oldvision/__init__.py"], ('torch; python_version < "3"',))
-    dist_info(site, "keptvision", "1.0", ["keptvision/__init__.py"], ("torch",))
+    installed_distribution(
+        site, "visionlib", "0.28.0", ("visionlib/__init__.py", "visionlib/ops.py"), ("torch==2.13.0",)
+    )
+    installed_distribution(site, "tokenlib", "1.0", ("tokenlib.py",), ("numpy",))
+    installed_distribution(site, "oldvision", "0.1", ("oldvision/__init__.py",), ('torch; python_version < "3"',))
+    installed_distribution(site, "keptvision", "1.0", ("keptvision/__init__.py",), ("torch",))
     changed = {"visionlib", "tokenlib", "oldvision"}
     assert coupled_modules(installed(site), changed, "3.11") == {"visionlib": "visionlib"}

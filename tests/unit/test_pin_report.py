@@ -8,16 +8,9 @@ from pathlib import Path
 from harness.install.distributions import installed
 from harness.install.framework_install import FrameworkInstall
 from harness.install.pin_report import moved_packages, overridden_pins
+from tests.fake_index import installed_distribution
 
 HELD = {"torch": "2.13.0+cpu", "megatron-core": "0.15.3"}
-
-
-def distribution(site: Path, name: str, version: str, *requires: str) -> None:
-    info = site / f"{name.replace('-', '_')}-{version}.dist-info"
-    info.mkdir(parents=True)
-    lines = [f"Metadata-Version: 2.1\nName: {name}\nVersion: {version}\n"]
-    lines += [f"Requires-Dist: {requirement}\n" for requirement in requires]
-    (info / "METADATA").write_text("".join(lines))
 
 
 def test_what_moved_is_one_line_and_the_held_pins_are_never_listed() -> None:
@@ -30,10 +23,11 @@ def test_what_moved_is_one_line_and_the_held_pins_are_never_listed() -> None:
 
 
 def test_pins_the_target_does_not_meet_are_overridden_and_the_frameworks_range_is_the_upgrade(tmp_path: Path) -> None:
-    distribution(tmp_path, "ms-swift", "4.6.0", "numpy", 'megatron-core>=0.16; extra == "megatron"')
-    distribution(tmp_path, "peft", "0.17.0", "torch>=1.13", 'torch<2; python_version < "3"')
-    distribution(tmp_path, "other", "1.0", "torch==2.11.0", 'megatron-core==0.17.0; extra == "cpu"')
-    distribution(tmp_path, "torch", "2.13.0+cpu", "sympy")
+    site = tmp_path
+    installed_distribution(site, "ms-swift", "4.6.0", requires=("numpy", 'megatron-core>=0.16; extra == "megatron"'))
+    installed_distribution(site, "peft", "0.17.0", requires=("torch>=1.13", 'torch<2; python_version < "3"'))
+    installed_distribution(site, "other", "1.0", requires=("torch==2.11.0", 'megatron-core==0.17.0; extra == "cpu"'))
+    installed_distribution(tmp_path, "torch", "2.13.0+cpu", requires=("sympy",))
     assert overridden_pins(installed(tmp_path), HELD, ["ms-swift[megatron]==4.6.0"], "3.11") == [
         "megatron-core 0.15.3 is outside the range `ms-swift` `4.6.0` declares (`>=0.16`): this is the upgrade "
         "being checked",

@@ -16,6 +16,7 @@ from packaging.version import Version
 
 from harness.install.distributions import installed
 from harness.install.release_age import Release, ancient_releases, behind, forced_by, releases
+from tests.fake_index import installed_distribution
 
 PYTHON = "3.11.7"
 PAGES = {
@@ -89,12 +90,7 @@ def test_more_than_two_years_behind_the_newest_stable_release_is_old_and_less_is
 
 
 def test_what_forced_an_old_release_is_the_requirement_that_excludes_the_newest(tmp_path: Path) -> None:
-    info = tmp_path / "needsold-1.0.dist-info"
-    info.mkdir()
-    (info / "METADATA").write_text(
-        "Metadata-Version: 2.1\nName: needsold\nVersion: 1.0\nRequires-Dist: oldlib<2\n"
-        'Requires-Dist: oldlib<1.5; python_version < "3"\n'
-    )
+    installed_distribution(tmp_path, "needsold", "1.0", requires=("oldlib<2", 'oldlib<1.5; python_version < "3"'))
     distributions = installed(tmp_path)
     assert forced_by("oldlib", Version("2.0"), distributions, ["oldlib!=2.0", "other"], "3.11") == [
         "needsold 1.0 (`oldlib<2`)",
