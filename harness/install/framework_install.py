@@ -224,9 +224,11 @@ class _Resolution:
             if failed and leave_out_builds and len(self.left_out) < _MAX_LEFT_OUT:
                 what = " ".join(failed.group(1).split())
                 name = canonicalize_name(re.split(r"[=<>!~ @]", what, maxsplit=1)[0])
-                if name not in self.left_out and name not in {
-                    canonicalize_name(Requirement(r).name) for r in self.wanted if _named(r)
-                }:
+                folders = [Path(r).resolve().as_uri() for r in self.wanted if not _named(r)]
+                asked = {canonicalize_name(Requirement(r).name) for r in self.wanted if _named(r)}
+                # What was asked for by name, or the framework's own folder, is never left out: its build failing
+                # is the install failing, said whole.
+                if name not in self.left_out and name not in asked and not any(url in what for url in folders):
                     self.left_out.append(name)
                     if "==" in what:
                         self.failed_builds[name] = what.partition("==")[2]

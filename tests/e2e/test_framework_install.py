@@ -10,7 +10,9 @@ import json
 import subprocess
 from pathlib import Path
 
-from harness.install.framework_install import RECORD
+import pytest
+
+from harness.install.framework_install import RECORD, RequirementsError
 from tests.pytest_helpers import run_target_cases, subject_python
 
 SESSION = "megatron-0.15"
@@ -120,6 +122,21 @@ def test_a_dependency_that_cannot_be_built_is_left_out_in_one_line_and_the_rest_
     assert len(report) == 1 and report[0].startswith("left out brokenbuild @ "), report
     assert "it cannot be built here (RuntimeError: needs nvcc to build)" in report[0], report
     assert run_in(python, "import attrs, pubfw; print('ok')") == "ok"
+
+
+def test_the_frameworks_own_build_failing_is_an_error_naming_its_cause_never_a_dependency_left_out(
+    tmp_path: Path,
+) -> None:
+    """A framework whose own build fails (Primus' ``pyproject.toml`` lists a git dependency hatch refuses) cannot be
+    left out as a dependency that cannot be built would be: the venv would hold the target alone and every family
+    would check nothing of the framework. The install fails, saying why."""
+    root = framework(tmp_path / "fw", ["attrs>=21.3"])
+    (root / "setup.py").write_text("raise RuntimeError('direct references are not allowed')\n")
+    with pytest.raises(RequirementsError) as raised:
+        subject_python(SESSION, [declare(root)])
+    message = str(raised.value)
+    assert message.startswith(f"key 'subject.requirements': {root} cannot be installed beside the target's packages")
+    assert "direct references are not allowed" in message, message
 
 
 def test_leave_out_leaves_a_named_dependency_out(tmp_path: Path) -> None:
