@@ -15,6 +15,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import re
 import subprocess
 import sys
 import tempfile
@@ -31,9 +32,19 @@ from harness.targets.matrix import Target, load_matrix, venv_python
 PUBLISHED = REPO_ROOT / "tests" / "published"
 PAGE = REPO_ROOT / "docs" / "install.md"
 RECORDED = REPO_ROOT / "reports" / "install-table.json"
-KINDS = ("left out", "put ", "took ", "years behind", "kept as it is", "not beside the framework's requirements")
+KINDS = (
+    "left out",
+    "put ",
+    "took ",
+    "years behind",
+    "kept as it is",
+    "not beside the framework's requirements",
+    "cannot be resolved",
+    "without its dependencies",
+)
 """The report lines the table counts: what the install left out, put back, resolved for the target's torch, took
-from far back, kept with a pin it cannot meet, or could not mend."""
+from far back, kept with a pin it cannot meet, could not mend, or could not resolve (then the framework goes in
+without its dependencies)."""
 
 
 @dataclass
@@ -95,14 +106,23 @@ def build(target: Target, install: FrameworkInstall, cache: Path | None = None) 
         python, report = requirements_python(target_python, install, target.requirements(), target.python)
     except RequirementsError as err:
         said = [line.strip() for line in str(err).splitlines() if line.strip()]
-        why = said[0].split(": ", 1)[-1] + (f" ({said[-1][:200]})" if len(said) > 1 else "")
+        errors = [line for line in said[1:] if re.match(r"\w*(Error|Exception)\b", line)]
+        why = said[0].split(": ", 1)[-1] + (f" ({errors[-1][:200]})" if errors else "")
         return Cell(time.perf_counter() - start, False, why, installed=False)
     finally:
         os.environ.clear()
         os.environ.update(environment)
     seconds = time.perf_counter() - start
     imports, detail = megatron_imports(python, target_python)
-    return Cell(seconds, imports, detail, [line for line in report if any(k in line for k in KINDS)])
+    said = [_first_lines(line) for line in report if any(k in line for k in KINDS)]
+    return Cell(seconds, imports, detail, said)
+
+
+def _first_lines(line: str) -> str:
+    """A report line as one line of the page: uv's explanation of a failed resolution is cut after its first
+    sentence's lines."""
+    parts = [part.strip() for part in line.splitlines() if part.strip()]
+    return " ".join(parts[:3]) + (" ..." if len(parts) > 3 else "")
 
 
 def page(
