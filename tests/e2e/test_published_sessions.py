@@ -31,7 +31,10 @@ method on the built node never reaches what the schedule calls."""
 def test_verl_as_published_installed_beside_a_target_and_run(tmp_path: Path) -> None:
     found, _, report, outcome = session_run("verl", SESSION, tmp_path)
     assert outcome == f"red: {READ_FROM_SOURCE}", outcome
-    assert report == [], report
+    # Nothing left out, moved or overridden; the one thing said is hydra-core's and omegaconf's pin of an antlr4
+    # runtime from 2021, which the release-age check names.
+    assert [line.partition(" ")[0] for line in report] == ["antlr4-python3-runtime"], report
+    assert " years behind " in report[0] and "forced by hydra-core" in report[0], report
     recorded = {r["symbol"]: r for r in json.loads((tmp_path / "replaced_symbols.json").read_text())["symbols"]}
     reds = {symbol: r["findings"] for symbol, r in recorded.items() if r["verdict"] == "red"}
     assert list(reds) == [NODE_SWAP], reds
