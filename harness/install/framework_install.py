@@ -175,7 +175,7 @@ def _install(
     mending = mend(python, target_python, pins, own, held, python_version)
     report += mending.lines
     distributions = installed(site_packages(python))
-    report += moved_packages(pins, target_packages(python), held)
+    report += moved_packages(pins, [f"{d.name}=={d.version}" for d in distributions.values()], held)
     report += overridden_pins(distributions, held, install.frameworks, python_version)
     before = dict(pin.partition("==")[::2] for pin in pins)
     chosen = {**resolution.failed_builds}

@@ -125,6 +125,7 @@ def mend(
     megatron = [] if probe(target_python, MEGATRON_MODULES) else list(MEGATRON_MODULES)
     folder = site_packages(python)
     tried_cuda = False
+    unmended: dict[str, ImportFailure] | None = None
     for _ in range(_MAX_ROUNDS):
         distributions = installed(folder)
         changed = {
@@ -149,11 +150,12 @@ def mend(
             failure = next(failures[m] for m in megatron if m in failures)
             causes = {name: failure for name in sorted(changed) if CUDA_FAMILIES.match(name)}
         if not causes:
+            unmended = failures  # nothing left to leave out: what the last probe found stands
             break
         for name, failure in causes.items():
             line = _leave_out(python, distributions[name], before.get(name), failure, through.get(name), held)
             mending.lines.append(line)
-    still = probe(python, megatron)
+    still = {m: f for m, f in (probe(python, megatron) if unmended is None else unmended).items() if m in megatron}
     if still:
         failure = next(iter(still.values()))
         mending.megatron_broken = (
