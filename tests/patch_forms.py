@@ -41,13 +41,23 @@ TARGETS = (
     Target("megatron.core.optimizer.optimizer", "ChainedOptimizer", "step", "[]"),
 )
 LAYOUTS = ("regular", "namespace", "src", "single", "megatron-namespace")
-REACH = ("import-top", "import-as-inside", "from-inside", "try-import", "importlib", "sys-modules", "dotted-path")
+REACH = (
+    "import-top",
+    "import-as-inside",
+    "from-inside",
+    "try-import",
+    "importlib",
+    "sys-modules",
+    "sys-modules-get",
+    "dotted-path",
+)
 ASSIGN = (
     "attribute",
     "setattr-literal",
     "setattr-variable",
     "setattr-dict-loop",
     "setattr-tuple-loop",
+    "setattr-written-dict-loop",
     "literal",
     "registry",
     "helper",
@@ -84,6 +94,9 @@ class PatchForm:
     """For a method: bound on one built object, in one of :data:`INSTANCE`'s ways (empty: on the class)."""
     known_by: str = ""
     """For a method bound on an object: how the source says its class (:data:`OBJECT`)."""
+    undo: bool = False
+    """The framework captures the original first and puts it back after (a context manager's exit, or later in
+    its apply): a second line writing the name, listed beside the patch."""
 
     @property
     def expected(self) -> str:
@@ -95,10 +108,10 @@ class PatchForm:
         parts = (
             f"{self.layout}/{self.reach}/{self.assign}{on}/{self.when}/{self.guard}{'/marker' if self.marker else ''}"
         )
-        return f"{parts} -> {self.target.key}"
+        return f"{parts}{'/undo' if self.undo else ''} -> {self.target.key}"
 
 
-SHADOWED = {"megatron.core.distributed.finalize_model_grads": ("importlib", "sys-modules")}
+SHADOWED = {"megatron.core.distributed.finalize_model_grads": ("importlib", "sys-modules", "sys-modules-get")}
 """Modules whose package binds their own name over them (``megatron/core/distributed/__init__.py`` imports the
 function ``finalize_model_grads`` from its module): an import ``as``, a ``from`` import or a dotted path reaches the
 function, and only the import system (``importlib``, ``sys.modules``) the module. A patch reached the other ways sets
@@ -111,10 +124,11 @@ def patch_forms(draw: st.DrawFn) -> PatchForm:
     """A form of the catalogue; a class's method is reached through its module, a module's name directly."""
     target = draw(st.sampled_from(TARGETS))
     instance = draw(st.sampled_from(("", *INSTANCE))) if target.config else ""
+    assign = "attribute" if instance else draw(st.sampled_from(ASSIGN))
     return PatchForm(
         draw(st.sampled_from(LAYOUTS)),
         draw(st.sampled_from(SHADOWED.get(target.module, REACH))),
-        "attribute" if instance else draw(st.sampled_from(ASSIGN)),
+        assign,
         draw(st.sampled_from(WHEN)),
         draw(st.sampled_from(GUARD)),
         target,
@@ -123,7 +137,12 @@ def patch_forms(draw: st.DrawFn) -> PatchForm:
         draw(st.sampled_from([o for o in OBJECT if o != "parameter" or target.name in SHARED_METHODS]))
         if instance
         else "",
+        draw(st.booleans()) if assign in UNDONE and not instance else False,
     )
+
+
+UNDONE = ("attribute", "setattr-literal")
+"""The assignments drawn with an undo: a name bound on its owner, which a captured original can be put back on."""
 
 
 @dataclass(frozen=True)
@@ -133,10 +152,16 @@ class Written:
     root: Path
     patch_file: Path
     line: int
+    undo_line: int | None = None
 
     @property
     def place(self) -> str:
         return f"{self.patch_file.name}:{self.line}"
+
+    def rows(self, symbol: str) -> set[tuple[str, str]]:
+        """What ``scan`` must list: the patch's line, and the undo's where the framework puts the original back."""
+        lines = [self.line] + ([self.undo_line] if self.undo_line else [])
+        return {(f"{self.patch_file.name}:{line}", symbol) for line in lines}
 
 
 def write_framework(form: PatchForm, root: Path) -> Written:
@@ -144,6 +169,7 @@ def write_framework(form: PatchForm, root: Path) -> Written:
     module itself)."""
     lines = _patch_module(form)
     line = next(i for i, text in enumerate(lines, 1) if "# the patch" in text)
+    undo = next((i for i, text in enumerate(lines, 1) if "# the undo" in text), None)
     text = "\n".join(lines) + "\n"
     if form.layout == "single":
         path = root / "fwsingle.py"
@@ -162,7 +188,7 @@ def write_framework(form: PatchForm, root: Path) -> Written:
         path = package / "patching.py"
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(text)
-    return Written(root, path, line)
+    return Written(root, path, line, undo)
 
 
 REGISTRY = [
@@ -209,7 +235,8 @@ def _patch_module(form: PatchForm) -> list[str]:
         body += [f'register("{target.module}.{target.key.partition(":")[2]}", replacement)  # the patch']
     else:
         head += HELPER if form.assign == "helper" else []
-        body += _assign(form.assign, owner, target.name, handle, target.owner)
+        original = [f"original = {owner}.{target.name}"] if form.undo else []
+        body += original + _assign(form.assign, owner, target.name, handle, target.owner)
     if form.marker:
         body += [f"{owner}._fw_patched = True"]
     if form.layout == "megatron-namespace":
@@ -224,6 +251,9 @@ def _patch_module(form: PatchForm) -> list[str]:
         "    return []",
         "",
     ]
+    if form.assign == "setattr-written-dict-loop":
+        replacement += ["", f'PATCHED = {{"{target.name}": replacement}}', ""]
+    undo = [f"{owner}.{target.name} = original  # the undo"] if form.undo else []
     if form.reach == "import-top":
         head += [f"import {module} as target_module", ""]
         body = body[len(reach) :]
@@ -236,11 +266,20 @@ def _patch_module(form: PatchForm) -> list[str]:
     else:
         parameters = "built=None" if form.known_by == "parameter" else ""
     if form.when == "import" and not parameters:
-        return [*head, *replacement, *body]
+        return [*head, *replacement, *body, *undo]
     indent = ["    " + text if text else text for text in body]
     if form.when in ("apply", "import"):
-        return [*head, *replacement, "", f"def apply({parameters}):", *indent]
-    return [*head, *replacement, "", "@contextlib.contextmanager", f"def patched({parameters}):", *indent, "    yield"]
+        return [*head, *replacement, "", f"def apply({parameters}):", *indent, *(f"    {text}" for text in undo)]
+    return [
+        *head,
+        *replacement,
+        "",
+        "@contextlib.contextmanager",
+        f"def patched({parameters}):",
+        *indent,
+        "    yield",
+        *(f"    {text}" for text in undo),
+    ]
 
 
 def _reach(reach: str, module: str) -> tuple[str, list[str]]:
@@ -256,6 +295,7 @@ def _reach(reach: str, module: str) -> tuple[str, list[str]]:
         ),
         "importlib": ("target_module", [f'target_module = importlib.import_module("{module}")']),
         "sys-modules": ("target_module", [f"import {module}", f'target_module = sys.modules["{module}"]']),
+        "sys-modules-get": ("target_module", [f"import {module}", f'target_module = sys.modules.get("{module}")']),
         "dotted-path": (module, [f"import {module}"]),
     }[reach]
 
@@ -314,6 +354,10 @@ def _assign(assign: str, owner: str, name: str, handle: str, owner_name: str) ->
         "setattr-variable": [f'patched_name = "{name}"', f"setattr({owner}, patched_name, replacement){marker}"],
         "setattr-dict-loop": [
             f'for patched_name, value in {{"{name}": replacement}}.items():',
+            f"    setattr({owner}, patched_name, value){marker}",
+        ],
+        "setattr-written-dict-loop": [
+            "for patched_name, value in PATCHED.items():",
             f"    setattr({owner}, patched_name, value){marker}",
         ],
         "setattr-tuple-loop": [

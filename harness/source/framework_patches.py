@@ -77,7 +77,8 @@ class SourcePatch:
     names: dict[str, str] = field(default_factory=dict)
     """Every name the assignment sees bound by an import or an alias, the nearest scope's binding: name -> dotted."""
     restores: bool = False
-    """The value is a Megatron object itself (a captured original put back): an undo, not a replacement."""
+    """The value is Megatron's own object of the same name (a captured original put back): an undo, not a
+    replacement. Another Megatron name bound there (``ps._A_GROUP = ps._B_GROUP``) replaces it."""
     constant: bool = False
     """The value is a literal (``Cls._patched = True``): a marker the framework leaves, not a replacement."""
     bound: bool = False
@@ -337,8 +338,8 @@ class _Reader:
                 self.read(node.body, [*enclosing, node], [*scopes, scope])
             elif isinstance(node, ast.ClassDef):
                 self.read(node.body, [*enclosing, node], [*scopes, Scope()])
-            elif isinstance(node, ast.Assign):
-                for target in node.targets:
+            elif isinstance(node, ast.Assign | ast.AugAssign):
+                for target in node.targets if isinstance(node, ast.Assign) else [node.target]:
                     if isinstance(target, ast.Attribute) and not self.assigned(
                         dotted_name(target), node.value, node, enclosing, scopes
                     ):
@@ -453,7 +454,11 @@ class _Reader:
         definition = self.definition(written, scopes, enclosing) if written else None
         constructs = self.class_value(written, scopes, enclosing) if written and definition is None else None
         resolved = self.resolve(written, scopes) if written else None
-        restores = definition is None and constructs is None and bool(resolved and is_megatron(resolved))
+        restores = (
+            definition is None
+            and constructs is None
+            and bool(resolved and is_megatron(resolved) and resolved.rpartition(".")[2] == name)
+        )  # Megatron's own object of that name put back; another of its names bound there replaces it
         if definition is not None and wrapper is None:
             wrapper = _decorated(definition.node)
         captured = {name for scope in scopes for name, bound in scope.names.items() if bound.startswith("=")}

@@ -23,7 +23,7 @@ from collections.abc import Collection, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from harness.source.call_sites import functions_of
+from harness.source.call_sites import MegatronSource, functions_of
 from harness.source.class_swaps import class_swaps
 from harness.source.framework_patches import Definition, FrameworkSource, read_framework
 from harness.source.framework_scan import Patch, defined, megatron_source
@@ -48,6 +48,9 @@ class Replaced:
     """Place of each assignment -> ``module:function`` around it (``module:Class.method`` for a method, the module
     alone where its body makes it)."""
     on_instances: bool = False
+    undone: list[str] = field(default_factory=list)
+    """Places putting Megatron's own object back (``m.f = original`` after ``m.f = g``): not replacements, but
+    lines that write the name all the same, which a reader of the patch needs beside the ones that replace it."""
 
 
 @dataclass(frozen=True)
@@ -165,8 +168,20 @@ def read_patches(
         entry.replacements[place] = f"{patch.module}:{function.name}"
         entry.values[place] = patch.value
         entry.makers[place] = f"{patch.module}:{maker.name}"
+    for key, places in _undos(framework, source).items():
+        if key in replaced:
+            replaced[key].undone = places
     literals = {f"{p.file.name}:{p.line}" for p in framework.patches if p.constant}
     return FrameworkPatches(replaced, _guess(framework, replaced), framework, literals, unplaced)
+
+
+def _undos(framework: FrameworkSource, source: MegatronSource) -> dict[str, list[str]]:
+    """The places putting Megatron's own object back, by the key they write."""
+    undos: dict[str, list[str]] = {}
+    for patch in framework.patches:
+        if patch.restores and not patch.constant:
+            undos.setdefault(megatron_key(patch.path, source), []).append(framework.place(patch.module, patch.line))
+    return undos
 
 
 def defined_everywhere(key: str, trees: Sequence[Path]) -> bool:

@@ -54,9 +54,20 @@ def bind(scope: Scope, body: list[ast.stmt], module: str, is_package: bool) -> N
                 scope.built.setdefault(node.targets[0].id, built)
 
 
+MODULE_GETTERS = frozenset({"import_module", "sys.modules.get"})
+"""Calls that hand back the module their first argument names (``importlib.import_module`` under any import of
+it, ``sys.modules.get``)."""
+
+
+def gets_module(call: ast.Call) -> bool:
+    """Whether ``call`` is one of :data:`MODULE_GETTERS`."""
+    written = dotted_name(call.func) or ""
+    return written in MODULE_GETTERS or written.rpartition(".")[2] == "import_module"
+
+
 def imported_by_call(value: ast.expr) -> str | None:
-    """The module ``importlib.import_module("megatron...")`` or ``sys.modules["megatron..."]`` names, as a name
-    bound to it holds it."""
+    """The module ``importlib.import_module("megatron...")``, ``sys.modules["megatron..."]`` or
+    ``sys.modules.get("megatron...")`` names, as a name bound to it holds it."""
     if (
         isinstance(value, ast.Subscript)
         and dotted_name(value.value) == "sys.modules"
@@ -66,7 +77,7 @@ def imported_by_call(value: ast.expr) -> str | None:
         return value.slice.value
     if (
         isinstance(value, ast.Call)
-        and (getattr(value.func, "attr", None) or getattr(value.func, "id", None)) == "import_module"
+        and gets_module(value)
         and value.args
         and isinstance(value.args[0], ast.Constant)
         and isinstance(value.args[0].value, str)

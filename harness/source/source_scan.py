@@ -20,6 +20,7 @@ from harness.source.megatron_namespace import is_megatron
 from harness.source.parsing import parsed_file, walked
 from harness.source.reader_error import reading
 from harness.source.scoped_names import ScopedNames, Where
+from harness.source.scopes import gets_module
 from harness.source.symbol_table import Declared, declared_symbols, dotted
 
 _MEGATRON_ROOT = "megatron"
@@ -100,9 +101,10 @@ def scan_sources(
 ) -> SourceScan:
     """Every use of Megatron in ``files``, and every call of a Megatron function with its shape.
 
-    Followed: ``import``/``from ... import`` of ``megatron``; ``importlib.import_module``, ``__import__`` and
-    ``sys.modules[...]`` with a string literal or a module-level string constant; names bound to such modules (also
-    through helper functions that return them, and across files); attribute chains on them, read or assigned;
+    Followed: ``import``/``from ... import`` of ``megatron``; ``importlib.import_module``, ``__import__``,
+    ``sys.modules[...]`` and ``sys.modules.get(...)`` with a string literal or a module-level string constant; names
+    bound to such modules (also through helper functions that return them, and across files); attribute chains on
+    them, read or assigned;
     ``getattr``, ``hasattr``, ``setattr`` and ``delattr`` with a literal name or a module-level string constant.
     Binding is by name and flow-insensitive: a name counts as a Megatron alias only when every binding of it in the
     files binds Megatron, and a function parameter of that name is taken to be the same object. Not followed:
@@ -187,19 +189,43 @@ def _loop_strings(trees: Iterable[ast.Module]) -> dict[str, frozenset[str]]:
 
 
 def _patching_loops(tree: ast.Module) -> dict[str, frozenset[str]]:
-    """Loop variables of one file's loops over literals written in the loop itself that set attributes by them
-    (``for name in ("a", "b")``, ``for name, f in {"a": f}.items()``, ``for name, f in (("a", f),)``): each name,
-    the strings it takes, read in that file only."""
+    """Loop variables of one file's loops over literals, written in the loop itself or bound once at the file's top
+    level, that set attributes by them (``for name in ("a", "b")``, ``for name, f in {"a": f}.items()``,
+    ``for name, f in (("a", f),)``, ``for name, default in FIELDS.items()``): each name, the strings it takes, read
+    in that file only."""
+    written = _written_literals(tree)
     loops: dict[str, set[str]] = {}
     for node in walked(tree):
         if not isinstance(node, ast.For):
             continue
         target = node.target.elts[0] if isinstance(node.target, ast.Tuple) and node.target.elts else node.target
         if isinstance(target, ast.Name) and _sets_by(node, target.id):
-            strings = _literal_strings(node.iter, pairs=target is not node.target)
+            strings = _literal_strings(_as_written(node.iter, written), pairs=target is not node.target)
             if strings:
                 loops.setdefault(target.id, set()).update(strings)
     return {name: frozenset(values) for name, values in loops.items()}
+
+
+def _written_literals(tree: ast.Module) -> dict[str, ast.expr]:
+    """Names the file's top level binds once, to a literal tuple, list or dict: what a loop over the name runs over."""
+    bound: dict[str, list[ast.expr | None]] = {}
+    for node in tree.body:
+        if isinstance(node, ast.Assign | ast.AnnAssign):
+            targets = node.targets if isinstance(node, ast.Assign) else [node.target]
+            for target in (t for t in targets if isinstance(t, ast.Name)):
+                bound.setdefault(target.id, []).append(node.value if len(targets) == 1 else None)
+    literal = ast.Tuple | ast.List | ast.Dict
+    return {name: values[0] for name, values in bound.items() if len(values) == 1 and isinstance(values[0], literal)}
+
+
+def _as_written(value: ast.expr, written: dict[str, ast.expr]) -> ast.expr:
+    """A loop's iterable with a top-level name replaced by the literal it is bound to (also in ``NAME.items()``)."""
+    if isinstance(value, ast.Name) and value.id in written:
+        return written[value.id]
+    call = value if isinstance(value, ast.Call) and isinstance(value.func, ast.Attribute) else None
+    if call is not None and isinstance(call.func.value, ast.Name) and call.func.value.id in written:
+        return ast.Call(ast.Attribute(written[call.func.value.id], call.func.attr, ast.Load()), call.args, [])
+    return value
 
 
 def _patching_helpers(trees: Iterable[ast.Module]) -> dict[str, tuple[int, int]]:
@@ -336,7 +362,7 @@ class _Resolver:
 
     def _call_paths(self, node: ast.Call) -> frozenset[str]:
         callee = attribute_chain(node.func)
-        if callee in ("importlib.import_module", "import_module", "__import__") and node.args:
+        if (callee == "__import__" or gets_module(node)) and node.args:
             return self.module_named(node.args[0])
         if callee == "getattr" and len(node.args) >= 2:
             return frozenset(

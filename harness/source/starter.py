@@ -216,6 +216,8 @@ def _symbol_lines(found: FrameworkScan, patches: FrameworkPatches | None, active
             comment += f"; also set to a literal at {', '.join(states[:3])}"
         if elsewhere:
             comment += f"; also replaced at {', '.join(elsewhere[:3])} (a registry's record, a loop, a sweep)"
+        if entry.undone:
+            comment += f"; put back at {', '.join(short_place(place) for place in entry.undone[:3])}"
         optional = ", optional" if not defined_everywhere(key, found.megatron) else ""
         first.append((key, f'"{key}" = "{usage}{optional}"  # {comment}'))
         for caller in callers_of(key, found.megatron[0]) if key not in known else ():
@@ -228,8 +230,9 @@ def _symbol_lines(found: FrameworkScan, patches: FrameworkPatches | None, active
 def replaced_places(found: FrameworkScan, patches: FrameworkPatches | None) -> set[tuple[str, str]]:
     """``(file:line, key)`` of every patch the starter lists as a replaced symbol (:func:`_symbol_lines`' first
     rows): the patches read with their replacement, those the source scan alone found that are neither an undo
-    nor a marker, and the literals and scan-only patches of a name some release defines, also where the patch reader
-    reads it replaced elsewhere; ``(file:line, "?")`` for a method bound on objects whose class it could not place.
+    nor a marker, the lines putting a replaced name's original back, and the literals and scan-only patches of a
+    name some release defines, also where the patch reader reads it replaced elsewhere; ``(file:line, "?")`` for a
+    method bound on objects whose class it could not place.
     What ``tests/first_contact.py`` and the generated forms compare with the sites."""
     replaced = patches.replaced if patches is not None else {}
     read = patches.patch_places if patches is not None else set()
@@ -237,7 +240,7 @@ def replaced_places(found: FrameworkScan, patches: FrameworkPatches | None) -> s
         (short_place(place), key)
         for key, entry in replaced.items()
         if replaceable(key, found.megatron)
-        for place in entry.makers
+        for place in [*entry.makers, *entry.undone]
     }
     rows |= {(short_place(unplaced.place), UNPLACED) for unplaced in patches.unplaced} if patches is not None else set()
     for symbol in found.symbols:
