@@ -1,6 +1,9 @@
-"""``nox -s published -- [NAME ...] [--targets VERSION ...]``: the replaced Megatron symbols of frameworks as
-published on the package index, judged from source on every release of the matrix, against the verdicts written for
-them beforehand by readers of the framework's and Megatron's source alone (``tests/published/expected/``).
+"""``nox -s published -- [NAME ...] [--targets VERSION ...] [--blind DIR]``: the replaced Megatron symbols of
+frameworks as published on the package index, judged from source on every release of the matrix, against the verdicts
+written for them beforehand by readers of the framework's and Megatron's source alone (``tests/published/expected/``).
+The blind corpus (``tests/published/blind/``) is judged the same way on the releases its readers judged (each
+framework's declared release and 0.19.2): SkyRL from its wheel, the frameworks published only as repositories from
+their checkouts, folders named as the corpus names them under ``--blind DIR``.
 
 The framework's wheel and each release's Megatron wheel are unpacked once into the cache
 (:mod:`harness.targets.release_source`); nothing is installed or imported, so all seven releases take seconds. A
@@ -14,6 +17,7 @@ import argparse
 import json
 import sys
 from dataclasses import dataclass
+from pathlib import Path
 
 from harness import REPO_ROOT
 from harness.source.call_sites import MegatronSource
@@ -27,7 +31,13 @@ from harness.targets.release_source import distribution_source, release_source
 PUBLISHED = {"mcore-bridge": ("1.6.5", "mcore_bridge"), "ms-swift": ("4.6.0", "swift"), "verl": ("0.9.1", "verl")}
 """Distribution -> (version, the top-level package its Megatron code lives in)."""
 
+BLIND_ON_INDEX = {"skyrl": ("0.3.0", "skyrl")}
+"""Frameworks of the blind corpus whose release is on the package index: read from its wheel, in every run."""
+
 EXPECTED = REPO_ROOT / "tests" / "published" / "expected"
+BLIND = REPO_ROOT / "tests" / "published" / "blind"
+NOT_JUDGED = "not done"
+"""A blind table's verdict on a release its readers did not judge: no cell there."""
 PAGE = REPO_ROOT / "docs" / "published.md"
 DIFFERENCES = REPO_ROOT / "tests" / "published" / "differences.md"
 """Why the cells that differ differ, written after reading both sides: the page's last section."""
@@ -63,10 +73,31 @@ Found = dict[str, tuple[str, str, tuple[str, ...]]]
 """Symbol -> (the gate's verdict, its findings as one text, where the framework patches it)."""
 
 
-def gate_verdicts(name: str, megatron: str, torch: str) -> Found:
-    """The gate's verdicts for the published ``name`` on ``megatron``, read from its unpacked wheel."""
-    version, package = PUBLISHED[name]
-    root = distribution_source(name, version, package)
+def source_root(name: str, blind: Path | None = None) -> Path:
+    """Where ``name``'s source is read: its unpacked wheel, or its checkout under ``blind``."""
+    if name in PUBLISHED or name in BLIND_ON_INDEX:
+        version, package = {**PUBLISHED, **BLIND_ON_INDEX}[name]
+        return distribution_source(name, version, package)
+    if blind is None or not (blind / name).is_dir():
+        raise SystemExit(
+            f"{COMMAND}: {name} is published only as a repository: name its checkout's folder with --blind"
+        )
+    return blind / name
+
+
+def label_of(name: str) -> str:
+    """The release or commit a framework's table was written for."""
+    if name in PUBLISHED or name in BLIND_ON_INDEX:
+        return {**PUBLISHED, **BLIND_ON_INDEX}[name][0]
+    return json.loads((BLIND / name / "expected.json").read_text())["framework"]
+
+
+def blind_names() -> list[str]:
+    return sorted(path.name for path in BLIND.iterdir() if (path / "expected.json").is_file())
+
+
+def gate_verdicts(root: Path, megatron: str, torch: str) -> Found:
+    """The gate's verdicts for the framework under ``root`` on ``megatron``, read from source."""
     source = MegatronSource(release_source(megatron, venvs=REPO_ROOT / ".nox").root)
     verdicts = framework_verdicts(root, source, versions_of(source, megatron, torch))
     return {v.symbol: (v.verdict, " ".join(v.findings), tuple(v.patched_at)) for v in verdicts}
@@ -97,7 +128,15 @@ def named_as_table(found: Found, table: dict) -> Found:
 
 def table_of(name: str) -> dict:
     """The expected verdicts written for ``name``: symbol -> its entry."""
-    return json.loads((EXPECTED / f"{name}.json").read_text())["symbols"]
+    path = EXPECTED / f"{name}.json" if name in PUBLISHED else BLIND / name / "expected.json"
+    return json.loads(path.read_text())["symbols"]
+
+
+def judged(table: dict, megatron: str) -> bool:
+    """Whether the table's readers judged release ``megatron`` (a blind table judges two)."""
+    return any(
+        entry.get("targets", {}).get(megatron, {}).get("verdict", NOT_JUDGED) != NOT_JUDGED for entry in table.values()
+    )
 
 
 def stops(found: Found) -> Found:
@@ -125,13 +164,15 @@ Stops = dict[str, dict[str, Found]]
 """Framework -> release -> the gate's rows for the framework's own code stopping there."""
 
 
-def compare(name: str, targets: list[tuple[str, str]], stopped: Stops) -> dict[str, dict[str, Cell]]:
-    """Symbol -> release -> cell, over the table's symbols and the gate's; the gate's rows for the framework's own
-    code stopping go to ``stopped``."""
+def compare(name: str, root: Path, targets: list[tuple[str, str]], stopped: Stops) -> dict[str, dict[str, Cell]]:
+    """Symbol -> release -> cell, over the table's symbols and the gate's, on the releases the table judges; the
+    gate's rows for the framework's own code stopping go to ``stopped``."""
     table = table_of(name)
     rows: dict[str, dict[str, Cell]] = {}
     for megatron, torch in targets:
-        found = gate_verdicts(name, megatron, torch)
+        if not judged(table, megatron):
+            continue
+        found = gate_verdicts(root, megatron, torch)
         stopped.setdefault(name, {})[megatron] = stops(found)
         for symbol, cell in cells(table, megatron, found).items():
             rows.setdefault(symbol, {})[megatron] = cell
@@ -159,6 +200,10 @@ def page(results: dict[str, dict[str, dict[str, Cell]]], targets: list[tuple[str
         "`expected → gate` where they differ; `-` is a symbol one side does not list. A red or advisory also needs",
         "the Megatron line the table names first among the gate's findings (else `line`).",
         "",
+        "The blind corpus ([`tests/published/blind/`](../tests/published/blind/)) follows, on the releases its readers",
+        "judged (each framework's declared release and 0.19.2): SkyRL from its wheel in every run; FlagScale, MindSpeed,",
+        "Pai-Megatron-Patch and Primus, published only as repositories, where `-- --blind DIR` names their checkouts.",
+        "",
     ]
     for name, rows in results.items():
         out += framework_table(name, rows, heads) + stop_lines(stopped.get(name, {}))
@@ -172,7 +217,7 @@ def framework_table(name: str, rows: dict[str, dict[str, Cell]], heads: list[str
     undecided = sum(cell.found == "undecided" for cell in every)
     decided = [cell for cell in every if cell.found != "-"]
     out = [
-        f"## {name} {PUBLISHED[name][0]}",
+        f"## {name} {label_of(name)}",
         "",
         f"{agree} of {len(every)} cells agree; the gate leaves {undecided} of {len(decided)} it reads undecided.",
         "",
@@ -210,13 +255,21 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog=COMMAND)
     parser.add_argument("names", nargs="*", help=f"distributions (default: {', '.join(PUBLISHED)})")
     parser.add_argument("--targets", nargs="*", help="megatron-core versions (default: every matrix target)")
+    parser.add_argument(
+        "--blind",
+        type=Path,
+        help="a folder holding checkouts of the blind corpus's repositories, named as it names them",
+    )
     options = parser.parse_args(argv)
     targets = releases(options.targets)
-    unknown = [name for name in options.names if name not in PUBLISHED]
+    known = [*PUBLISHED, *blind_names()]
+    unknown = [name for name in options.names if name not in known]
     if unknown:
-        parser.error(f"no expected table for {', '.join(unknown)}: known are {', '.join(PUBLISHED)}")
+        parser.error(f"no expected table for {', '.join(unknown)}: known are {', '.join(known)}")
+    checked = [*BLIND_ON_INDEX] + ([n for n in blind_names() if n not in BLIND_ON_INDEX] if options.blind else [])
+    names = options.names or [*PUBLISHED, *checked]
     stopped: Stops = {}
-    results = {name: compare(name, targets, stopped) for name in options.names or list(PUBLISHED)}
+    results = {name: compare(name, source_root(name, options.blind), targets, stopped) for name in names}
     PAGE.write_text(page(results, targets, stopped))
     differ = differing(results)
     print(f"wrote {PAGE.relative_to(REPO_ROOT)}")

@@ -21,6 +21,7 @@ found["import-as"] = target
 found["from"] = getattr(importlib.import_module(parent), leaf)
 found["importlib"] = importlib.import_module(name)
 found["sys-modules"] = sys.modules[name]
+found["sys-modules-get"] = sys.modules.get(name)
 print(json.dumps({how: isinstance(value, types.ModuleType) for how, value in found.items()}))
 """
 
