@@ -476,9 +476,10 @@ def frameworks(session: nox.Session) -> None:
 
 
 def published(session: nox.Session) -> None:
-    """Frameworks as published on the package index (mcore-bridge, ms-swift, verl): their replaced Megatron symbols
-    read from source on every matrix release, against the verdicts written for them beforehand; writes
-    docs/published.md: -- [NAME ...] [--targets VERSION ...]."""
+    """Frameworks as published on the package index (mcore-bridge, ms-swift, verl, and SkyRL of the blind corpus):
+    their replaced Megatron symbols read from source on every matrix release, against the verdicts written for them
+    beforehand; the rest of the blind corpus from checkouts named with --blind; writes docs/published.md:
+    -- [NAME ...] [--targets VERSION ...] [--blind DIR]."""
     session.run("python", "-m", "tests.published_table", *session.posargs, external=True)
 
 
