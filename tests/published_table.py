@@ -108,7 +108,8 @@ def named_as_table(found: Found, table: dict) -> Found:
     gate; a table that names no other patch of that symbol calls it by the symbol alone. A class that moved to
     another module on this release keeps the one row the table gives its ``Class.member``. A patch the gate cannot
     place on this release (``?:...``: no module or class of it here) takes the row of the table's patch made at the
-    same framework line, where the gate has no other row for it."""
+    same framework line, where the gate has no other row for it. A table that keys a symbol by each site patching it
+    (``symbol@file:line``) gets the gate's verdict of the symbol at each of them the gate read."""
     named = {}
     for symbol, verdict in found.items():
         if symbol.startswith(f"{UNPLACED}:"):
@@ -122,6 +123,10 @@ def named_as_table(found: Found, table: dict) -> Found:
             plains = {other.partition("@")[0] for other in found}
             moved = [s for s in table if s.partition(":")[2] == qualname and s not in plains]
             plain = moved[0] if len(moved) == 1 else plain
+        sites = [s for s in table if s.partition("@")[0] == plain and s.partition("@")[2] in verdict[2]]
+        if symbol not in table and plain not in table and sites:
+            named |= dict.fromkeys(sites, verdict)  # a table keying each patch site: the symbol's verdict at each
+            continue
         named[plain if symbol not in table and plain in table and alone else symbol] = verdict
     return named
 

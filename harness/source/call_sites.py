@@ -363,7 +363,8 @@ class MegatronSource:
 
     def _function_names(self, module: str, name: str) -> list[tuple[str, set[str], set[str], dict[str, str]]]:
         """For each module that can call ``module.name``: the names it calls it by, the names of ``module`` it holds,
-        and of those names the ones bound by value, with where."""
+        and of those names the ones bound by value when the module is imported, with where (an import inside a
+        function binds when the function runs, after a patch made at import or by an apply)."""
         found = []
         parent, _, last = module.rpartition(".")
         exporters = self.exporters(module, name)
@@ -374,6 +375,7 @@ class MegatronSource:
             if tree is None:
                 continue
             names, modules, bindings = set(), set(), {}
+            at_call = imports_at_call(tree)
             if other == module:
                 names.add(name)
                 for node in tree.body:
@@ -387,9 +389,10 @@ class MegatronSource:
                     for alias in node.names:
                         if source in exporters and alias.name == name:
                             names.add(alias.asname or name)
-                            bindings[alias.asname or name] = (
-                                f"{self.file_of(other)}:{getattr(alias, 'lineno', node.lineno)}"
-                            )
+                            if id(node) not in at_call:
+                                bindings[alias.asname or name] = (
+                                    f"{self.file_of(other)}:{getattr(alias, 'lineno', node.lineno)}"
+                                )
                         elif source == parent and alias.name == last:
                             modules.add(alias.asname or last)
                 elif isinstance(node, ast.Import):
@@ -397,6 +400,18 @@ class MegatronSource:
             if names or modules:
                 found.append((other, names, modules, bindings))
         return found
+
+
+def imports_at_call(tree: ast.Module) -> set[int]:
+    """``id`` of each ``from ... import`` inside a function of ``tree``: it runs when the function runs, after a
+    patch made at import or by an apply, so it binds the patched object, not a copy of the original."""
+    return {
+        id(node)
+        for function in walked(tree)
+        if isinstance(function, ast.FunctionDef | ast.AsyncFunctionDef)
+        for node in ast.walk(function)
+        if isinstance(node, ast.ImportFrom)
+    }
 
 
 @dataclass(frozen=True)

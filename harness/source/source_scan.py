@@ -416,6 +416,26 @@ def swept_module(loop: ast.For) -> str | None:
     return target.id if isinstance(target, ast.Name) else None
 
 
+def swept_names(tree: ast.Module) -> set[str]:
+    """The attribute names a loop over ``sys.modules`` in ``tree`` sets by a literal name on each module it holds
+    (``setattr(m, "f", g)``, ``m.f = g``): names every module holding them gets re-bound."""
+    names = set()
+    for loop in (node for node in walked(tree) if isinstance(node, ast.For)):
+        module = swept_module(loop)
+        for inner in (n for statement in loop.body for n in ast.walk(statement)) if module else ():
+            if isinstance(inner, ast.Call) and getattr(inner.func, "id", None) == "setattr" and len(inner.args) >= 3:
+                name = inner.args[1]
+                if getattr(inner.args[0], "id", None) == module and isinstance(name, ast.Constant):
+                    names.add(str(name.value))
+            elif isinstance(inner, ast.Assign):
+                names |= {
+                    target.attr
+                    for target in inner.targets
+                    if isinstance(target, ast.Attribute) and getattr(target.value, "id", None) == module
+                }
+    return names
+
+
 def attribute_chain(node: ast.expr) -> str | None:
     """``a.b.c`` for a plain name or attribute chain, else ``None``."""
     if isinstance(node, ast.Name):

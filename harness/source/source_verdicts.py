@@ -76,6 +76,7 @@ from harness.source.replacement_fit import (
     dropped_keywords,
     returned_count,
 )
+from harness.source.source_scan import swept_names
 
 SEVERITY = ("red", "advisory", "undecided", "fits", "skipped", "absent")
 """Verdicts, most severe first: a symbol patched in several places takes its most severe."""
@@ -175,6 +176,7 @@ def framework_verdicts(
     # A method swapped on some built objects (an ``@`` key) leaves Megatron's own calls inside it standing for the
     # others: only replacements of a class's or module's name take Megatron's calls in them out.
     replaced = {key for key, found in keyed.items() if "@" not in key and any(not p.restores for p in found)}
+    replaced |= _swept_bindings(framework, source, replaced)
     definitions = {
         key: patch.definition for key, found in keyed.items() for patch in found if patch.definition is not None
     }
@@ -213,6 +215,19 @@ def framework_verdicts(
     for failure in failures.values():
         verdicts.append(SymbolVerdict(failure.key, failure.verdict, [failure.finding()]))
     return verdicts
+
+
+def _swept_bindings(framework: FrameworkSource, source: MegatronSource, replaced: set[str]) -> set[str]:
+    """``module:name`` of each Megatron module holding a replaced function by value under its own name, where the
+    framework's loop over ``sys.modules`` re-binds that name in every module holding it: those calls reach the
+    replacement too."""
+    swept = {name for _, tree in framework.trees.values() for name in swept_names(tree)}
+    found = set()
+    for key in replaced:
+        name = key.partition(":")[2]
+        if name in swept:
+            found |= {f"{b.module}:{b.alias}" for b in source.bindings_of(key) if b.alias == name}
+    return found
 
 
 def _instance_patch(instance: InstancePatch, owner: str | None) -> SourcePatch:

@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 
+from harness.source import call_sites
 from harness.source.call_sites import MegatronCall, MegatronSource
 from harness.source.copies import body_diff, definition, diff_summary, shown
 from harness.source.replacement_fit import (
@@ -60,6 +61,12 @@ TREE = {
             reduce(model, config, None)
             _captured(model, config)
         """,
+    "megatron/core/lazy.py": """
+        def later(model):
+            from megatron.core.grads import reduce
+
+            reduce(model, None)
+        """,
     "megatron/core/user.py": """
         from megatron.core.grads import reduce
         from megatron.core import grads as g
@@ -109,9 +116,22 @@ def test_a_function_is_called_by_name_by_import_and_through_its_module(source: M
         ("megatron.core.grads:finalize", "_captured", "megatron/core/grads.py:6"),
         ("megatron.core.user:step", "reduce", "megatron/core/user.py:2"),
         ("megatron.core.user:step", "g.reduce", None),
+        ("megatron.core.lazy:later", "reduce", None),
     }
     bindings = {(b.module, b.alias, b.called) for b in source.bindings_of("megatron.core.grads:reduce")}
     assert bindings == {("megatron.core.grads", "_captured", True), ("megatron.core.user", "reduce", True)}
+
+
+def test_an_import_inside_a_function_binds_when_it_runs_and_the_rule_before_took_it_for_a_copy(
+    source: MegatronSource, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Seeded break: taking every ``from ... import`` for a binding made at import time (the rule before) says the
+    patch does not reach ``lazy.later``'s call, which imports the function when it runs, after the patch."""
+    monkeypatch.setattr(call_sites, "imports_at_call", lambda tree: set())
+    calls = source.calls_of("megatron.core.grads:reduce")
+    assert ("megatron.core.lazy:later", "reduce", "megatron/core/lazy.py:3") in {
+        (call.caller, call.name, call.bound_at) for call in calls
+    }
 
 
 def test_a_replacement_binds_counts_its_values_and_drops_unread_keywords() -> None:

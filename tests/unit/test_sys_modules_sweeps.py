@@ -9,7 +9,10 @@ from pathlib import Path
 
 import pytest
 
-from harness.source import source_scan
+from harness.source import source_scan, source_verdicts
+from harness.source.call_sites import MegatronSource
+from harness.source.from_source import versions_of
+from harness.source.source_verdicts import framework_verdicts
 from harness.source.starter import scanned_replacements
 from harness.targets.release_source import release_source
 
@@ -83,3 +86,34 @@ def test_the_sweep_goes_unread_without_its_rule(
     monkeypatch.setattr(source_scan, "swept_module", lambda loop: None)
     found, _ = scanned(tmp_path, megatron, SWEEPS["values-assign"])
     assert found == set()
+
+
+DIRECT = "    mtp.process_mtp_loss = skip_loss"
+
+
+def sweep_verdict(tmp_path: Path, megatron: Path) -> tuple[str, list[str]]:
+    """The from-source verdict on ``process_mtp_loss`` of a framework that replaces it on its module and sweeps the
+    modules holding it by value."""
+    scanned(tmp_path, megatron, [DIRECT, *SWEEPS["items-setattr"]])
+    source = MegatronSource(megatron)
+    verdicts = framework_verdicts(tmp_path, source, versions_of(source, RELEASE, "2.9.0"))
+    found = next(v for v in verdicts if v.symbol == "megatron.core.transformer.multi_token_prediction:process_mtp_loss")
+    return found.verdict, found.findings
+
+
+def test_a_sweep_lets_the_replacement_reach_the_calls_through_names_bound_by_value(
+    tmp_path: Path, megatron: Path
+) -> None:
+    verdict, findings = sweep_verdict(tmp_path, megatron)
+    assert not [f for f in findings if "bound by value" in f], findings
+    assert verdict != "red"
+
+
+def test_without_reading_the_sweep_the_calls_bound_by_value_are_unreached(
+    tmp_path: Path, megatron: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Seeded break: the from-source verdicts blind to the sweep say gpt_model's and hybrid_model's calls, bound by
+    value at their imports, are not reached."""
+    monkeypatch.setattr(source_verdicts, "swept_names", lambda tree: set())
+    verdict, findings = sweep_verdict(tmp_path, megatron)
+    assert verdict == "red" and [f for f in findings if "bound by value" in f], findings
