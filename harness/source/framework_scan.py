@@ -298,7 +298,9 @@ def _function_named(tree: ast.Module, value: str) -> str | None:
 
 def symbol_key(path: str, trees: Iterable[Path]) -> str | None:
     """``module:qualname`` of a dotted Megatron path: the longest prefix that is a module in one of ``trees``, a module
-    that module imports by name followed (``finalize_model_grads:parallel_state.f`` is ``parallel_state:f``);
+    that module imports by name followed (``finalize_model_grads:parallel_state.f`` is ``parallel_state:f``), and so
+    is a class it imports whose member the path names (``megatron.core.transformer.TransformerLayer.forward`` is
+    ``transformer_layer:TransformerLayer.forward``: the package re-exports the class, the same object);
     ``None`` for a module itself (its symbols are what a declaration names), and for a name outside Megatron's own
     packages (``megatron.bridge``), whatever else the trees hold."""
     if not is_megatron(path):
@@ -312,10 +314,16 @@ def symbol_key(path: str, trees: Iterable[Path]) -> str | None:
             if source is None:
                 continue
             imported = _imported_module(source, module, parts[cut]) if cut < len(parts) - 1 else None
-            if imported and module_file(tree, imported):
+            if imported and _followed(tree, imported):
                 return symbol_key(".".join([imported, *parts[cut + 1 :]]), trees)
             return f"{module}:{'.'.join(parts[cut:])}"
     return None
+
+
+def _followed(tree: Path, imported: str) -> bool:
+    """Whether a name a module imports (``origin.name``) is followed to where it is defined: a module, or a name of
+    a module (a class whose member a path names is the same object wherever it is imported)."""
+    return module_file(tree, imported) is not None or module_file(tree, imported.rpartition(".")[0]) is not None
 
 
 def _imported_module(source: Path, module: str, name: str) -> str | None:
