@@ -24,7 +24,7 @@ from functools import cached_property
 from pathlib import Path
 from typing import Any
 
-from harness.source.parsing import walked
+from harness.source.parsing import parsed_file, walked
 from harness.source.syntax import absolute_module
 
 _CLASS_HEADER = re.compile(r"^[ \t]*class[ \t]+(\w+)[ \t]*(?:\(([^)]*)\))?[ \t]*:", re.MULTILINE)
@@ -83,6 +83,10 @@ class MegatronSource:
     def __init__(self, site_packages: Path) -> None:
         self.root = site_packages
         self._trees: dict[Path, ast.Module] = {}
+        self._edited: set[Path] = set()
+        """Files whose text is a mutant's edit held in ``linecache``, not what is on disk."""
+        self._import_words: dict[str, frozenset[str]] = {}
+        self._names_of: dict[tuple[str, str], list[tuple[str, set[str], set[str], dict[str, str]]]] = {}
         self._methods: dict[_ClassInfo, dict[str, ast.FunctionDef | ast.AsyncFunctionDef]] = {}
 
     @classmethod
@@ -111,6 +115,8 @@ class MegatronSource:
             cached = cached_lines.get(path)
             text = "".join(cached) if cached else path.read_text(encoding="utf-8", errors="replace")
             found[name] = (path, text)
+            if cached:
+                self._edited.add(path)
         return found
 
     @cached_property
@@ -130,8 +136,8 @@ class MegatronSource:
     def tree(self, module: str) -> ast.Module | None:
         path, text = self.texts[module]
         if path not in self._trees:
-            try:
-                self._trees[path] = ast.parse(text)
+            try:  # a file as it is on disk is parsed once for every reader of it
+                self._trees[path] = ast.parse(text) if path in self._edited else parsed_file(path)
             except SyntaxError:
                 return None
         return self._trees[path]
@@ -327,6 +333,12 @@ class MegatronSource:
                 ]
         return calls
 
+    def _imported_words(self, module: str) -> frozenset[str]:
+        """The words of ``module``'s import statements, read from its text without parsing it."""
+        if module not in self._import_words:
+            self._import_words[module] = import_words(self.texts[module][1])
+        return self._import_words[module]
+
     def exporters(self, module: str, name: str) -> set[str]:
         """``module`` and the packages that re-export its ``name`` at module level (``from .config import
         TransformerConfig`` in ``megatron/core/transformer/__init__.py``): an import of the name from any of them
@@ -348,6 +360,12 @@ class MegatronSource:
             found |= added
         return found
 
+    def held_by_value(self, symbol: str) -> list[tuple[str, str]]:
+        """``(module, name)`` of each name Megatron binds a module-level function to by value at import, without
+        reading whether it is called there (:meth:`bindings_of` does)."""
+        module, _, name = symbol.partition(":")
+        return [(other, alias) for other, _, _, bindings in self._function_names(module, name) for alias in bindings]
+
     def bindings_of(self, symbol: str) -> list[ValueBinding]:
         """Where Megatron binds a replaced module-level function to another name by value (``from x import f`` in
         another module, ``g = f`` at module level), and whether it calls it through that name."""
@@ -365,17 +383,18 @@ class MegatronSource:
         """For each module that can call ``module.name``: the names it calls it by, the names of ``module`` it holds,
         and of those names the ones bound by value when the module is imported, with where (an import inside a
         function binds when the function runs, after a patch made at import or by an apply)."""
+        if (module, name) in self._names_of:
+            return self._names_of[(module, name)]
         found = []
         parent, _, last = module.rpartition(".")
         exporters = self.exporters(module, name)
         for other, (_, text) in self.texts.items():
-            if name not in text:
-                continue
+            if name not in text or (other != module and not {name, last} & self._imported_words(other)):
+                continue  # a module binding the name, or the module, names it in an import statement
             tree = self.tree(other)
             if tree is None:
                 continue
             names, modules, bindings = set(), set(), {}
-            at_call = imports_at_call(tree)
             if other == module:
                 names.add(name)
                 for node in tree.body:
@@ -389,7 +408,7 @@ class MegatronSource:
                     for alias in node.names:
                         if source in exporters and alias.name == name:
                             names.add(alias.asname or name)
-                            if id(node) not in at_call:
+                            if id(node) not in imports_at_call(tree):
                                 bindings[alias.asname or name] = (
                                     f"{self.file_of(other)}:{getattr(alias, 'lineno', node.lineno)}"
                                 )
@@ -399,19 +418,35 @@ class MegatronSource:
                     modules.update(alias.asname for alias in node.names if alias.name == module and alias.asname)
             if names or modules:
                 found.append((other, names, modules, bindings))
+        self._names_of[(module, name)] = found
         return found
 
 
-def imports_at_call(tree: ast.Module) -> set[int]:
+_IMPORT_STATEMENT = re.compile(
+    r"^[ \t]*(?:from[ \t]+[\w.]+[ \t]+)?import[ \t]+(\([^)]*\)|(?:[^\n]*\\\n)*[^\n]*)", re.MULTILINE
+)
+"""An import statement's names: a parenthesised list over several lines, or the rest of its line."""
+
+
+def import_words(text: str) -> frozenset[str]:
+    """The words of a module's import statements, read from its text without parsing it: a name the module binds
+    by an import is among them."""
+    return frozenset(word for statement in _IMPORT_STATEMENT.findall(text) for word in re.findall(r"\w+", statement))
+
+
+@functools.cache
+def imports_at_call(tree: ast.Module) -> frozenset[int]:
     """``id`` of each ``from ... import`` inside a function of ``tree``: it runs when the function runs, after a
     patch made at import or by an apply, so it binds the patched object, not a copy of the original."""
-    return {
-        id(node)
-        for function in walked(tree)
-        if isinstance(function, ast.FunctionDef | ast.AsyncFunctionDef)
-        for node in ast.walk(function)
-        if isinstance(node, ast.ImportFrom)
-    }
+    found = set()
+    stack: list[tuple[ast.AST, bool]] = [(tree, False)]
+    while stack:
+        node, inside = stack.pop()
+        if inside and isinstance(node, ast.ImportFrom):
+            found.add(id(node))
+        inner = inside or isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef)
+        stack.extend((child, inner) for child in ast.iter_child_nodes(node))
+    return frozenset(found)
 
 
 @dataclass(frozen=True)

@@ -12,15 +12,24 @@ from __future__ import annotations
 
 import ast
 import functools
+import itertools
+import re
 from collections.abc import Collection, Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from harness.source.call_sites import MegatronSource
+from harness.source.call_sites import MegatronSource, import_words
 from harness.source.megatron_namespace import is_megatron
 from harness.source.package_layout import framework_files
 from harness.source.parsing import parsed_file, walked
-from harness.source.source_scan import SWEPT, Assignment, SourceScan, scan_sources, swept_module
+from harness.source.source_scan import (
+    SWEPT,
+    Assignment,
+    SourceScan,
+    scan_sources,
+    sweeps_any_name,
+    swept_module,
+)
 from harness.source.syntax import absolute_module, dotted_name
 
 
@@ -81,11 +90,14 @@ def scan_framework(
         packages=tuple(packages) if packages is not None else None,
     )
     replaced: dict[str, tuple[str | None, list[str]]] = {}
+    generic_sweep = any(sweeps_any_name(tree) for tree in found.trees.values())
     for assignment in scan.assignments:
         keys = (
             swept_keys(path.removeprefix(SWEPT), trees) if path.startswith(SWEPT) else [symbol_key(path, trees)]
             for path in assignment.paths
         )
+        if assignment.registered and generic_sweep:
+            keys = itertools.chain(keys, (holders_of(symbol_key(path, trees), trees) for path in assignment.paths))
         for key in (key for found in keys for key in found):
             if key is None:
                 continue
@@ -314,16 +326,22 @@ def symbol_key(path: str, trees: Iterable[Path]) -> str | None:
             if source is None:
                 continue
             imported = _imported_module(source, module, parts[cut]) if cut < len(parts) - 1 else None
-            if imported and _followed(tree, imported):
+            if imported and _followed(tree, imported, trees, module):
                 return symbol_key(".".join([imported, *parts[cut + 1 :]]), trees)
             return f"{module}:{'.'.join(parts[cut:])}"
     return None
 
 
-def _followed(tree: Path, imported: str) -> bool:
-    """Whether a name a module imports (``origin.name``) is followed to where it is defined: a module, or a name of
-    a module (a class whose member a path names is the same object wherever it is imported)."""
-    return module_file(tree, imported) is not None or module_file(tree, imported.rpartition(".")[0]) is not None
+def _followed(tree: Path, imported: str, trees: tuple[Path, ...], module: str) -> bool:
+    """Whether a name ``module`` imports (``origin.name``) is followed to where it is defined: a module, or a name of
+    a module (a class whose member a path names is the same object wherever it is imported), where no release
+    defines that name in ``module`` itself (a class that moved into a package of the same name keeps its key)."""
+    if module_file(tree, imported) is not None:
+        return True
+    origin, _, name = imported.rpartition(".")
+    defining = re.compile(rf"^(?:class|def) {re.escape(name)}\b", re.MULTILINE)
+    here = (module_file(each, module) for each in trees)
+    return module_file(tree, origin) is not None and not any(f and defining.search(_text(f)) for f in here)
 
 
 def _imported_module(source: Path, module: str, name: str) -> str | None:
@@ -361,9 +379,8 @@ def _text(path: Path) -> str:
     return path.read_text(encoding="utf-8", errors="replace")
 
 
-@functools.cache
 def _parsed(path: Path) -> ast.Module:
-    return ast.parse(_text(path))
+    return parsed_file(path)
 
 
 def defined(tree: Path, key: str, on_objects: bool = True) -> bool:
@@ -500,6 +517,40 @@ def _binding(body: list[ast.stmt], name: str) -> ast.stmt | None:
             found = _binding(inner, name)
             if found is not None:
                 return found
+    return None
+
+
+def holders_of(key: str | None, trees: Sequence[Path]) -> list[str]:
+    """Where a sweep by identity re-binds a module-level function ``key`` names through a package re-exporting it
+    (``megatron.core.dist_checkpointing:save``): the module defining it on each release, and every module holding it
+    by value on the reference release (the first of ``trees``)."""
+    module, _, name = key.partition(":") if key else ("", "", "")
+    if not name or "." in name:
+        return []
+    found: set[str] = set()
+    for index, tree in enumerate(trees):
+        defined = _defining(tree, module, name)
+        if defined is not None and defined != (module, name):
+            there = f"{defined[0]}:{defined[1]}"
+            found.add(there)
+            if index == 0:  # the holders by value, read on the reference release
+                held = megatron_source(tree).held_by_value(there)
+                found.update(f"{other}:{alias}" for other, alias in held if alias == defined[1])
+    return sorted(found - {key})
+
+
+def _defining(tree: Path, module: str, name: str) -> tuple[str, str] | None:
+    """``(module, name)`` where the function ``module`` binds as ``name`` is defined, followed through re-exports."""
+    for _ in range(4):
+        source = module_file(tree, module)
+        if source is not None and name not in import_words(_text(source)):
+            return module, name  # defined there, or bound otherwise than by an import
+        imported = _imported_module(source, module, name) if source is not None else None
+        if imported is None:
+            return module, name
+        module, _, name = imported.rpartition(".")
+        if module_file(tree, module) is None:
+            return None
     return None
 
 

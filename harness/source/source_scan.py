@@ -65,6 +65,8 @@ class Assignment:
     scope: str
     file: Path
     line: int
+    registered: bool = False
+    """A record of a registry of dotted strings, which a generic loop applies later."""
 
 
 @dataclasses.dataclass(frozen=True)
@@ -416,6 +418,19 @@ def swept_module(loop: ast.For) -> str | None:
     return target.id if isinstance(target, ast.Name) else None
 
 
+def sweeps_any_name(tree: ast.Module) -> bool:
+    """Whether a loop over ``sys.modules`` in ``tree`` sets a name it is given, not one written there
+    (``setattr(module, self.func_name, new)``): the sweep of a registry's generic apply, which re-binds each record's
+    name in every module holding the original."""
+    for loop in (node for node in walked(tree) if isinstance(node, ast.For)):
+        module = swept_module(loop)
+        for inner in (n for statement in loop.body for n in ast.walk(statement)) if module else ():
+            if isinstance(inner, ast.Call) and getattr(inner.func, "id", None) == "setattr" and len(inner.args) >= 3:
+                if getattr(inner.args[0], "id", None) == module and not isinstance(inner.args[1], ast.Constant):
+                    return True
+    return False
+
+
 def swept_names(tree: ast.Module) -> set[str]:
     """The attribute names a loop over ``sys.modules`` in ``tree`` sets by a literal name on each module it holds
     (``setattr(m, "f", g)``, ``m.f = g``): names every module holding them gets re-bound."""
@@ -560,11 +575,12 @@ class _Collector(ast.NodeVisitor):
     visit_FunctionDef = visit_AsyncFunctionDef = visit_ClassDef = _scoped
     visit_Module = visit_Lambda = _entered
 
-    def _assigned(self, paths: Iterable[str], value: ast.expr, node: ast.AST) -> None:
+    def _assigned(self, paths: Iterable[str], value: ast.expr, node: ast.AST, registered: bool = False) -> None:
         paths = tuple(sorted(paths))
         if paths:
             line = getattr(node, "lineno", 0)
-            self.assignments.append(Assignment(paths, ast.unparse(value), ".".join(self.scope), self.path, line))
+            scope = ".".join(self.scope)
+            self.assignments.append(Assignment(paths, ast.unparse(value), scope, self.path, line, registered))
 
     def _record(self, node: ast.Call) -> None:
         """A patch kept as data, as registries of patches hold them: a Megatron module's name, then an attribute
@@ -581,7 +597,7 @@ class _Collector(ast.NodeVisitor):
         for path, value in itertools.pairwise(arguments):
             dotted = self.resolver.string(path)
             if dotted and _registered(dotted) and not isinstance(value, ast.Constant):
-                self._assigned([dotted], value, node)
+                self._assigned([dotted], value, node, registered=True)
         helper = self.resolver.patching_helpers.get(getattr(node.func, "id", getattr(node.func, "attr", "")))
         if helper is not None and len(arguments) > max(helper):
             owners = self.resolver.paths(arguments[helper[0]])

@@ -180,7 +180,7 @@ def _sets_by_setattr_only(loop: ast.For, name: str) -> bool:
             PatchForm("regular", "import-top", "registry-reexport", "import", "none", LAYER_FORWARD),
             "harness.source.framework_scan",
             "_followed",
-            lambda tree, imported: framework_scan.module_file(tree, imported) is not None,
+            lambda tree, imported, trees, module: framework_scan.module_file(tree, imported) is not None,
             id="registry-naming-a-class-through-its-package-filed-under-the-package",
         ),
         pytest.param(
