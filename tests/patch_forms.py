@@ -60,7 +60,6 @@ ASSIGN = (
     "setattr-written-dict-loop",
     "literal",
     "registry",
-    "registry-reexport",
     "helper",
     "list-loop",
     "getattr-loop",
@@ -74,9 +73,6 @@ SHARED_METHODS = ("forward", "step")
 """Methods many Megatron classes define (every module's ``forward``, every optimizer's ``step``): an object of a class
 the source does not say could be of any of them, so only these are drawn ``parameter``. A method one class alone
 defines places such an object by itself."""
-REEXPORTED = {"megatron.core.transformer.transformer_layer": "megatron.core.transformer"}
-"""A Megatron package that re-exports a target's class (``megatron/core/transformer/__init__.py`` imports
-``TransformerLayer``): a registry record may name the class through it, and the class is the same object."""
 WHEN = ("import", "apply", "context")
 GUARD = ("none", "version", "hasattr", "device")
 
@@ -128,8 +124,7 @@ def patch_forms(draw: st.DrawFn) -> PatchForm:
     """A form of the catalogue; a class's method is reached through its module, a module's name directly."""
     target = draw(st.sampled_from(TARGETS))
     instance = draw(st.sampled_from(("", *INSTANCE))) if target.config else ""
-    assigns = [a for a in ASSIGN if a != "registry-reexport" or (target.owner and target.module in REEXPORTED)]
-    assign = "attribute" if instance else draw(st.sampled_from(assigns))
+    assign = "attribute" if instance else draw(st.sampled_from(ASSIGN))
     return PatchForm(
         draw(st.sampled_from(LAYOUTS)),
         draw(st.sampled_from(SHADOWED.get(target.module, REACH))),
@@ -235,10 +230,9 @@ def _patch_module(form: PatchForm) -> list[str]:
     body = [*reach, *_guard(form.guard, owner, target.name)]
     if form.instance:
         body += _on_object(form, handle)
-    elif form.assign in ("registry", "registry-reexport"):
+    elif form.assign == "registry":
         head += REGISTRY
-        named = REEXPORTED[target.module] if form.assign == "registry-reexport" else target.module
-        body += [f'register("{named}.{target.key.partition(":")[2]}", replacement)  # the patch']
+        body += [f'register("{target.module}.{target.key.partition(":")[2]}", replacement)  # the patch']
     else:
         head += HELPER if form.assign == "helper" else []
         original = [f"original = {owner}.{target.name}"] if form.undo else []

@@ -13,7 +13,6 @@ from __future__ import annotations
 import ast
 import functools
 import itertools
-import re
 from collections.abc import Collection, Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -310,9 +309,7 @@ def _function_named(tree: ast.Module, value: str) -> str | None:
 
 def symbol_key(path: str, trees: Iterable[Path]) -> str | None:
     """``module:qualname`` of a dotted Megatron path: the longest prefix that is a module in one of ``trees``, a module
-    that module imports by name followed (``finalize_model_grads:parallel_state.f`` is ``parallel_state:f``), and so
-    is a class it imports whose member the path names (``megatron.core.transformer.TransformerLayer.forward`` is
-    ``transformer_layer:TransformerLayer.forward``: the package re-exports the class, the same object);
+    that module imports by name followed (``finalize_model_grads:parallel_state.f`` is ``parallel_state:f``);
     ``None`` for a module itself (its symbols are what a declaration names), and for a name outside Megatron's own
     packages (``megatron.bridge``), whatever else the trees hold."""
     if not is_megatron(path):
@@ -326,22 +323,10 @@ def symbol_key(path: str, trees: Iterable[Path]) -> str | None:
             if source is None:
                 continue
             imported = _imported_module(source, module, parts[cut]) if cut < len(parts) - 1 else None
-            if imported and _followed(tree, imported, trees, module):
+            if imported and module_file(tree, imported):
                 return symbol_key(".".join([imported, *parts[cut + 1 :]]), trees)
             return f"{module}:{'.'.join(parts[cut:])}"
     return None
-
-
-def _followed(tree: Path, imported: str, trees: tuple[Path, ...], module: str) -> bool:
-    """Whether a name ``module`` imports (``origin.name``) is followed to where it is defined: a module, or a name of
-    a module (a class whose member a path names is the same object wherever it is imported), where no release
-    defines that name in ``module`` itself (a class that moved into a package of the same name keeps its key)."""
-    if module_file(tree, imported) is not None:
-        return True
-    origin, _, name = imported.rpartition(".")
-    defining = re.compile(rf"^(?:class|def) {re.escape(name)}\b", re.MULTILINE)
-    here = (module_file(each, module) for each in trees)
-    return module_file(tree, origin) is not None and not any(f and defining.search(_text(f)) for f in here)
 
 
 def _imported_module(source: Path, module: str, name: str) -> str | None:

@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 from hypothesis import HealthCheck, given, settings
 
-from harness.source import framework_scan, package_layout
+from harness.source import package_layout
 from harness.source.starter import scanned_replacements
 from harness.targets.release_source import release_source
 from tests.patch_forms import PatchForm, Target, patch_forms, write_framework
@@ -88,7 +88,6 @@ def test_a_namespace_package_is_read_and_the_old_chain_rule_misses_it(
 
 ROUTING = Target("megatron.core.transformer.moe.router", "TopKRouter", "routing")
 STEP = Target("megatron.core.optimizer.optimizer", "ChainedOptimizer", "step", "[]")
-LAYER_FORWARD = Target("megatron.core.transformer.transformer_layer", "TransformerLayer", "forward", "config=None")
 RNG_TRACKER = Target("megatron.core.tensor_parallel.random", "", "get_cuda_rng_tracker")
 """A module's function: nothing but the module's reach places its patch (a class's method is also placed by the
 class's name in the chain)."""
@@ -175,13 +174,6 @@ def _sets_by_setattr_only(loop: ast.For, name: str) -> bool:
             "defining_classes",
             lambda instance, source: [],
             id="object-of-a-class-the-source-does-not-say-left-unsaid",
-        ),
-        pytest.param(
-            PatchForm("regular", "import-top", "registry-reexport", "import", "none", LAYER_FORWARD),
-            "harness.source.framework_scan",
-            "_followed",
-            lambda tree, imported, trees, module: framework_scan.module_file(tree, imported) is not None,
-            id="registry-naming-a-class-through-its-package-filed-under-the-package",
         ),
         pytest.param(
             PatchForm("regular", "import-top", "setattr-written-dict-loop", "apply", "none", ROUTING),
