@@ -225,7 +225,7 @@ def _defined_names(source: Path, module: str, tree: Path) -> set[str]:
     """Names a Megatron module binds at module level to something other than a module: its functions, classes,
     globals and the functions it imports by name (distinctive ones: private, or with an underscore)."""
     names = set()
-    for node in _parsed(source).body:
+    for node in parsed_file(source).body:
         if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef):
             names.add(node.name)
         elif isinstance(node, ast.Assign):
@@ -254,7 +254,7 @@ def _config_fields(tree: Path) -> _Fields:
     core = tree / "megatron" / "core"
     for path in sorted(core.rglob("*config*.py")):
         module = ".".join(path.relative_to(tree).with_suffix("").parts)
-        for node in _parsed(path).body:
+        for node in parsed_file(path).body:
             if isinstance(node, ast.ClassDef) and node.name.endswith("Config"):
                 for item in node.body:
                     if isinstance(item, ast.AnnAssign) and isinstance(item.target, ast.Name) and "_" in item.target.id:
@@ -333,7 +333,7 @@ def _imported_module(source: Path, module: str, name: str) -> str | None:
     """The module ``name`` is bound to in ``module``'s source by an import of it (``from .. import parallel_state``),
     or by a module-level alias of such a name (``mpu = parallel_state``), else ``None``."""
     package = module.split(".") if source.name == "__init__.py" else module.split(".")[:-1]
-    for node in _parsed(source).body:
+    for node in parsed_file(source).body:
         if isinstance(node, ast.ImportFrom):
             base = package[: len(package) - node.level + 1] if node.level else []
             origin = ".".join([*base, *(node.module.split(".") if node.module else [])])
@@ -362,10 +362,6 @@ def module_file(tree: Path, module: str) -> Path | None:
 @functools.cache
 def _text(path: Path) -> str:
     return path.read_text(encoding="utf-8", errors="replace")
-
-
-def _parsed(path: Path) -> ast.Module:
-    return parsed_file(path)
 
 
 def defined(tree: Path, key: str, on_objects: bool = True) -> bool:
@@ -422,7 +418,7 @@ def _defined_in(tree: Path, module: str, name: str, depth: int) -> tuple[str, as
     source = module_file(tree, module)
     if source is None or depth > _FOLLOWED or name not in _text(source):
         return None  # a file that never writes the name binds none: its tree need not be parsed
-    node = _binding(_parsed(source).body, name)
+    node = _binding(parsed_file(source).body, name)
     if isinstance(node, ast.ImportFrom):
         origin = absolute_module(node, module, source.name == "__init__.py")
         alias = next(a for a in node.names if (a.asname or a.name) == name)
@@ -455,7 +451,7 @@ def _has_members(tree: Path, module: str, node: ast.stmt, parts: list[str], dept
         return member is not None and _has_members(tree, *member, rest, depth + 1, on_objects)
     if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef) and not rest:
         source = module_file(tree, module)
-        return source is not None and (node.name, part) in _attributes_set(_parsed(source))
+        return source is not None and (node.name, part) in _attributes_set(parsed_file(source))
     return False
 
 
@@ -469,7 +465,9 @@ def _class_member(
         return module, found
     source = module_file(tree, module)
     methods = [n for n in cls.body if isinstance(n, ast.FunctionDef | ast.AsyncFunctionDef)]
-    places = [(method, "self") for method in methods if on_objects] + [(_parsed(source), cls.name)] if source else []
+    places = (
+        [(method, "self") for method in methods if on_objects] + [(parsed_file(source), cls.name)] if source else []
+    )
     for place, holder in places:
         node = _attributes_set(place).get((holder, name))
         if node is not None:
@@ -573,7 +571,7 @@ def callers_of(key: str, tree: Path) -> list[str]:
 def _called_by(source: Path) -> dict[str, tuple[str, ...]]:
     """Name -> the module-level functions of a Megatron file that call it by that plain name, in order."""
     found: dict[str, list[str]] = {}
-    for node in _parsed(source).body:
+    for node in parsed_file(source).body:
         if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef):
             names = {c.func.id for c in walked(node) if isinstance(c, ast.Call) and isinstance(c.func, ast.Name)}
             for name in names:

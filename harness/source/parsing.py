@@ -13,7 +13,7 @@ def parsed_file(path: Path) -> ast.Module:
     return _parsed(path, path.stat().st_mtime_ns)
 
 
-@functools.lru_cache(maxsize=4096)
+@functools.lru_cache(maxsize=16384)
 def _parsed(path: Path, mtime_ns: int) -> ast.Module:
     return ast.parse(path.read_text(encoding="utf-8", errors="replace"), str(path))
 
