@@ -33,6 +33,7 @@ PUBLISHED = {"mcore-bridge": ("1.6.5", "mcore_bridge"), "ms-swift": ("4.6.0", "s
 
 BLIND_ON_INDEX = {"skyrl": ("0.3.0", "skyrl")}
 """Frameworks of the blind corpus whose release is on the package index: read from its wheel, in every run."""
+ON_INDEX = {**PUBLISHED, **BLIND_ON_INDEX}
 
 EXPECTED = REPO_ROOT / "tests" / "published" / "expected"
 BLIND = REPO_ROOT / "tests" / "published" / "blind"
@@ -75,8 +76,8 @@ Found = dict[str, tuple[str, str, tuple[str, ...]]]
 
 def source_root(name: str, blind: Path | None = None) -> Path:
     """Where ``name``'s source is read: its unpacked wheel, or its checkout under ``blind``."""
-    if name in PUBLISHED or name in BLIND_ON_INDEX:
-        version, package = {**PUBLISHED, **BLIND_ON_INDEX}[name]
+    if name in ON_INDEX:
+        version, package = ON_INDEX[name]
         return distribution_source(name, version, package)
     if blind is None or not (blind / name).is_dir():
         raise SystemExit(
@@ -87,8 +88,8 @@ def source_root(name: str, blind: Path | None = None) -> Path:
 
 def label_of(name: str) -> str:
     """The release or commit a framework's table was written for."""
-    if name in PUBLISHED or name in BLIND_ON_INDEX:
-        return {**PUBLISHED, **BLIND_ON_INDEX}[name][0]
+    if name in ON_INDEX:
+        return ON_INDEX[name][0]
     return json.loads((BLIND / name / "expected.json").read_text())["framework"]
 
 

@@ -547,7 +547,9 @@ def swept_keys(name: str, trees: Sequence[Path]) -> list[str]:
         source = megatron_source(tree)
         for module, (_, text) in source.texts.items():
             if f"def {name}(" in text and defined(tree, f"{module}:{name}"):
-                found.update(f"{b.module}:{name}" for b in source.bindings_of(f"{module}:{name}") if b.alias == name)
+                found.update(
+                    f"{other}:{name}" for other, alias in source.held_by_value(f"{module}:{name}") if alias == name
+                )
     return sorted(found)
 
 

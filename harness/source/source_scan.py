@@ -418,37 +418,44 @@ def swept_module(loop: ast.For) -> str | None:
     return target.id if isinstance(target, ast.Name) else None
 
 
+def swept_writes(loop: ast.For) -> list[tuple[ast.AST, ast.expr | str, ast.expr]]:
+    """What a loop over ``sys.modules`` sets on each module it holds: ``(statement, name, value)``, the name the
+    ``setattr`` call's expression (``setattr(m, "f", g)``, ``setattr(m, self.name, g)``) or the attribute written
+    (``m.f = g``); nothing for any other loop."""
+    module = swept_module(loop)
+    writes: list[tuple[ast.AST, ast.expr | str, ast.expr]] = []
+    for inner in (n for statement in loop.body for n in ast.walk(statement)) if module else ():
+        if isinstance(inner, ast.Call) and getattr(inner.func, "id", None) == "setattr" and len(inner.args) >= 3:
+            if getattr(inner.args[0], "id", None) == module:
+                writes.append((inner, inner.args[1], inner.args[2]))
+        elif isinstance(inner, ast.Assign):
+            writes += [
+                (inner, target.attr, inner.value)
+                for target in inner.targets
+                if isinstance(target, ast.Attribute) and getattr(target.value, "id", None) == module
+            ]
+    return writes
+
+
+def _sweeps(tree: ast.Module) -> list[ast.expr | str]:
+    return [name for node in walked(tree) if isinstance(node, ast.For) for _, name, _ in swept_writes(node)]
+
+
 def sweeps_any_name(tree: ast.Module) -> bool:
     """Whether a loop over ``sys.modules`` in ``tree`` sets a name it is given, not one written there
     (``setattr(module, self.func_name, new)``): the sweep of a registry's generic apply, which re-binds each record's
     name in every module holding the original."""
-    for loop in (node for node in walked(tree) if isinstance(node, ast.For)):
-        module = swept_module(loop)
-        for inner in (n for statement in loop.body for n in ast.walk(statement)) if module else ():
-            if isinstance(inner, ast.Call) and getattr(inner.func, "id", None) == "setattr" and len(inner.args) >= 3:
-                if getattr(inner.args[0], "id", None) == module and not isinstance(inner.args[1], ast.Constant):
-                    return True
-    return False
+    return any(isinstance(name, ast.expr) and not isinstance(name, ast.Constant) for name in _sweeps(tree))
 
 
 def swept_names(tree: ast.Module) -> set[str]:
     """The attribute names a loop over ``sys.modules`` in ``tree`` sets by a literal name on each module it holds
     (``setattr(m, "f", g)``, ``m.f = g``): names every module holding them gets re-bound."""
-    names = set()
-    for loop in (node for node in walked(tree) if isinstance(node, ast.For)):
-        module = swept_module(loop)
-        for inner in (n for statement in loop.body for n in ast.walk(statement)) if module else ():
-            if isinstance(inner, ast.Call) and getattr(inner.func, "id", None) == "setattr" and len(inner.args) >= 3:
-                name = inner.args[1]
-                if getattr(inner.args[0], "id", None) == module and isinstance(name, ast.Constant):
-                    names.add(str(name.value))
-            elif isinstance(inner, ast.Assign):
-                names |= {
-                    target.attr
-                    for target in inner.targets
-                    if isinstance(target, ast.Attribute) and getattr(target.value, "id", None) == module
-                }
-    return names
+    return {
+        name if isinstance(name, str) else str(name.value)
+        for name in _sweeps(tree)
+        if isinstance(name, str) or isinstance(name, ast.Constant)
+    }
 
 
 def attribute_chain(node: ast.expr) -> str | None:
@@ -605,16 +612,9 @@ class _Collector(ast.NodeVisitor):
             self._assigned((f"{owner}.{name}" for owner in owners for name in names), node, node)
 
     def visit_For(self, node: ast.For) -> None:
-        module = swept_module(node) if self.discovery else None
-        for inner in (n for statement in node.body for n in ast.walk(statement)) if module else ():
-            if isinstance(inner, ast.Call) and getattr(inner.func, "id", None) == "setattr" and len(inner.args) >= 3:
-                if getattr(inner.args[0], "id", None) == module:
-                    names = self.resolver.strings(inner.args[1])
-                    self._assigned((f"{SWEPT}{name}" for name in names), inner.args[2], inner)
-            elif isinstance(inner, ast.Assign):
-                for target in inner.targets:
-                    if isinstance(target, ast.Attribute) and getattr(target.value, "id", None) == module:
-                        self._assigned([f"{SWEPT}{target.attr}"], inner.value, inner)
+        for inner, name, value in swept_writes(node) if self.discovery else ():
+            names = [name] if isinstance(name, str) else self.resolver.strings(name)
+            self._assigned((f"{SWEPT}{each}" for each in names), value, inner)
         self.generic_visit(node)
 
     def visit_Assign(self, node: ast.Assign) -> None:

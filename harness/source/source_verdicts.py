@@ -226,7 +226,7 @@ def _swept_bindings(framework: FrameworkSource, source: MegatronSource, replaced
     for key in replaced:
         name = key.partition(":")[2]
         if name in swept:
-            found |= {f"{b.module}:{b.alias}" for b in source.bindings_of(key) if b.alias == name}
+            found |= {f"{other}:{alias}" for other, alias in source.held_by_value(key) if alias == name}
     return found
 
 
